@@ -1,0 +1,56 @@
+# powercut: everything a user runs goes through here. Each target installs
+# what is missing first (Debian packages, the pinned venv, the C build).
+SHELL      := /bin/bash
+PYTHON     ?= python3
+VENV       ?= .venv
+BUILD      ?= build
+CC         ?= gcc
+CFLAGS     ?= -O2 -g
+CFLAGS     += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror
+FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
+FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null)
+
+FS         ?= ext4
+PC          = $(VENV)/bin/powercut
+
+.PHONY: all deps apt venv cbuild test bench clean help
+
+all: deps
+
+help:
+	@echo "make test        install what is missing, build, run the test suite"
+	@echo "make deps        only install/build (apt packages, venv, C programs)"
+	@echo "make clean       remove build products and the venv"
+
+deps: apt venv cbuild
+
+$(BUILD)/.apt-ok: ci/install-deps.sh
+	@mkdir -p $(BUILD)
+	bash ci/install-deps.sh
+	@touch $@
+apt: $(BUILD)/.apt-ok
+
+$(VENV)/.deps-ok: requirements.txt pyproject.toml | $(BUILD)/.apt-ok
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $@
+venv: $(VENV)/.deps-ok
+
+RECORDER_SRC := $(wildcard harness/recorder/*.c)
+EXEC_SRC     := $(wildcard workloads/executor/*.c)
+
+$(BUILD)/pc-recorder: $(RECORDER_SRC) $(wildcard harness/recorder/*.h) | $(BUILD)/.apt-ok
+	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(RECORDER_SRC) $(FUSE_LIBS) -lpthread
+
+$(BUILD)/pc-exec: $(EXEC_SRC) $(wildcard workloads/executor/*.h) | $(BUILD)/.apt-ok
+	$(CC) $(CFLAGS) -o $@ $(EXEC_SRC) -lpthread -lm
+
+CPROGS := $(if $(RECORDER_SRC),$(BUILD)/pc-recorder) $(if $(EXEC_SRC),$(BUILD)/pc-exec)
+cbuild: $(CPROGS)
+
+test: deps
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
+
+clean:
+	rm -rf $(BUILD) $(VENV)
