@@ -1,0 +1,136 @@
+"""Apply a dm-log-writes log to a target image, one entry at a time.
+
+What an entry does to the target (verified against xfstests
+src/log-writes/log-writes.c, log_replay_next_entry and log_discard):
+
+- a write (nr_sectors > 0, no DISCARD flag, whatever else its flags say: a
+  FLUSH or MARK entry with data writes it too) puts its nr_sectors *
+  sectorsize bytes at sector * sectorsize;
+- a discard zeroes its range. replay-log issues BLKDISCARD or writes zeros,
+  and skips zeroing a discard chunk larger than 128 MiB; on a file target a
+  punched hole is cheap at any size, so we always zero the whole range;
+- flushes and marks without data change nothing.
+
+Entries are applied strictly in log order; the target only moves forward.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+from collections.abc import Iterator
+
+from harness.errors import UsageError
+from harness.ownership import require_owned
+from replay.logformat import Closing, Entry, LogReader
+
+_FALLOC_FL_KEEP_SIZE = 0x01
+_FALLOC_FL_PUNCH_HOLE = 0x02
+_ZERO_CHUNK = 1 << 20
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+
+
+def punch_hole(fd: int, offset: int, length: int) -> None:
+    """Zero [offset, offset+length) by deallocating it; write zeros where that is unsupported."""
+    if _libc.fallocate(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+        return
+    err = ctypes.get_errno()
+    if err not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+        raise OSError(err, os.strerror(err))
+    zeros = bytes(min(length, _ZERO_CHUNK))
+    end = offset + length
+    while offset < end:
+        offset += os.pwrite(fd, zeros[: end - offset], offset)
+
+
+class Replayer(Closing):
+    """Replays READER's entries onto a target, never going back.
+
+    TARGET is a path (which powercut must have created; opened and closed
+    here) or an open fd (left open). Its size at construction is the device
+    size every entry is bounds-checked against.
+    """
+
+    def __init__(self, reader: LogReader, target: str | int, *, discard: bool = True) -> None:
+        self.reader = reader
+        self.discard = discard
+        if isinstance(target, int):
+            self.fd, self._owns_fd = target, False
+        else:
+            require_owned(target, "replay onto")
+            self.fd, self._owns_fd = os.open(target, os.O_RDWR | os.O_NOFOLLOW), True
+        self.device_bytes = os.lseek(self.fd, 0, os.SEEK_END)
+        self._entries: Iterator[Entry] = reader.entries()
+        self._position = 0
+
+    @property
+    def position(self) -> int:
+        """Index of the next entry to apply (= entries applied or skipped so far)."""
+        return self._position
+
+    def _next(self) -> Entry | None:
+        entry = next(self._entries, None)
+        if entry is not None:
+            self._position += 1
+        return entry
+
+    def apply_next(self) -> Entry | None:
+        """Apply the entry at `position` and return it; None at the end of the log."""
+        entry = self._next()
+        if entry is not None:
+            self.apply(entry)
+        return entry
+
+    def apply(self, entry: Entry) -> None:
+        if entry.is_discard and not self.discard:
+            return
+        self.reader.check_bounds(entry, self.device_bytes)
+        start, end = entry.byte_range(self.reader.sectorsize)
+        if entry.is_write:
+            os.pwrite(self.fd, self.reader.read_data(entry), start)
+        elif entry.is_discard and end > start:
+            punch_hole(self.fd, start, end - start)
+
+    def skip_to(self, index: int) -> None:
+        """Move to INDEX (at most nr_entries) without applying the entries before it."""
+        self._require_forward(index)
+        if index > self.reader.nr_entries:
+            raise self._no_entry(index)
+        while self._position < index:
+            self._next()
+
+    def replay_through(self, index: int) -> None:
+        """Apply the entries from `position` up to and including INDEX."""
+        self._require_forward(index + 1)
+        if index >= self.reader.nr_entries:
+            raise self._no_entry(index)
+        while self._position <= index:
+            self.apply_next()
+
+    def _require_forward(self, position: int) -> None:
+        # Going back would mean replaying from 0 onto a fresh image: the
+        # caller's job, not something to do behind its back.
+        if position < self._position:
+            raise ValueError(f"replayer is at entry {self._position}; it cannot go back to {position}")
+
+    def _no_entry(self, index: int) -> UsageError:
+        return UsageError(f"{self.reader.path}: no entry {index} (the log has {self.reader.nr_entries})")
+
+    def fsync(self) -> None:
+        os.fsync(self.fd)
+
+    def close(self) -> None:
+        if self._owns_fd and self.fd >= 0:
+            os.close(self.fd)
+        self.fd = -1
+
+
+def find_mark(reader: LogReader, text: str, start: int = 0) -> int:
+    """Index of the first MARK entry at or after START whose text is TEXT."""
+    for entry in reader:
+        if entry.index >= start and entry.is_mark and entry.mark == text:
+            return entry.index
+    raise UsageError(f"{reader.path}: no mark {text!r} in the log")
