@@ -1,0 +1,24 @@
+"""A finding: a real violation of a documented guarantee, with its evidence."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# What each kind means is documented in README.md ("Finding kinds").
+KINDS = ("mount", "fsck", "durability", "stale-data", "atomicity", "design", "latency", "semantics")
+
+
+@dataclass
+class Finding:
+    kind: str
+    detail: str
+    crash_point: int | None = None    # log entry index the crash image ends at
+    crash_mark: str | None = None     # the last mark at or before the crash point
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        assert self.kind in KINDS, self.kind
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v not in (None, {})}

@@ -1,0 +1,69 @@
+"""Let the kernel recover a crash image (mount + umount), then run the real fsck.
+
+fsck runs only after the kernel has replayed the journal/log: fsck on an
+unrecovered journaled image reports errors on healthy images (false
+positives, see block-recording.md).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+
+from harness import sysres
+from harness.filesystems import FsType, join_opts
+from harness.runstate import RunState
+
+FSCK_TIMEOUT_S = 600
+
+
+@dataclass
+class Verdict:
+    mount_ok: bool
+    mount_error: str = ""
+    fsck_ran: bool = False
+    fsck_code: int = 0
+    fsck_failed: bool = False
+    fsck_output: str = ""
+
+
+def recover(image: str, fs: FsType, mount_opts: str, mnt: str, state: RunState) -> tuple[bool, str]:
+    """Attach IMAGE, mount it (journal recovery by the kernel), unmount, detach."""
+    loop_res = state.record("loop", backing=image)
+    try:
+        dev = sysres.loop_attach(image)
+        mount_res = state.record("mount", path=mnt)
+        p = sysres.mount(dev, mnt, fs.name, join_opts(mount_opts, fs.recovery_opts))
+        if p.returncode != 0:
+            state.released(mount_res)
+            return False, (p.stderr or p.stdout).strip()
+        state.release(mount_res)
+        return True, ""
+    finally:
+        state.release(loop_res)
+
+
+def fsck(image: str, fs: FsType) -> tuple[int, str]:
+    try:
+        p = subprocess.run(fs.fsck_cmd(image), capture_output=True, text=True, timeout=FSCK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return 8, f"{fs.fsck[0]} timed out after {FSCK_TIMEOUT_S}s"
+    return p.returncode, (p.stdout + p.stderr).strip()
+
+
+def first_problem(output: str) -> str:
+    """The first line of fsck output that is not progress chatter, for summaries."""
+    chatter = ("Pass ", "Phase ", "e2fsck ", "Opening", "Checking", "[", "No modify", "- ", "Starting", "UUID", "Fix? no", "IGNORED")
+    # Summary counters are recomputed on every check, even of consistent images.
+    benign = ("count wrong",)
+    lines = [s for s in (line.strip() for line in output.splitlines()) if s and not s.startswith(chatter)]
+    serious = [s for s in lines if not any(b in s for b in benign)]
+    return (serious or lines or [""])[0]
+
+
+def recover_and_check(image: str, fs: FsType, mount_opts: str, mnt: str, state: RunState) -> Verdict:
+    ok, err = recover(image, fs, mount_opts, mnt, state)
+    if not ok:
+        return Verdict(mount_ok=False, mount_error=err)
+    code, out = fsck(image, fs)
+    return Verdict(mount_ok=True, fsck_ran=True, fsck_code=code, fsck_failed=fs.fsck_failed(code), fsck_output=out)

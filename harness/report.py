@@ -1,0 +1,69 @@
+"""report.json and the one-screen summary of a run."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from collections import Counter
+from typing import Any
+
+from checkers.findings import Finding
+
+SUMMARY_FINDINGS = 8
+
+
+def build_report(*, fs: str, mkfs_opts: str, mount_opts: str, backend: str, workload: dict[str, Any],
+                 log_path: str, log_entries: int, device_bytes: int, sector_size: int,
+                 crash_points: int, states_checked: int, findings: list[Finding],
+                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    report = {
+        "powercut_report": 1,
+        "fs": fs,
+        "mkfs_opts": mkfs_opts,
+        "mount_opts": mount_opts,
+        "backend": backend,
+        "kernel": platform.release(),
+        "workload": workload,
+        "log": os.path.basename(log_path),
+        "log_entries": log_entries,
+        "device_bytes": device_bytes,
+        "sector_size": sector_size,
+        "crash_points": crash_points,
+        "crash_states_checked": states_checked,
+        "findings": [f.to_json() for f in findings],
+    }
+    report.update(extra or {})
+    return report
+
+
+def write_report(out_dir: str, report: dict[str, Any]) -> str:
+    path = os.path.join(out_dir, "report.json")
+    with open(path, "w") as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")
+    return path
+
+
+def summary(report: dict[str, Any], report_path: str) -> str:
+    findings = report["findings"]
+    lines = [
+        f"powercut {report['workload'].get('name', '')} on {report['fs']} "
+        f"(mkfs: {report['mkfs_opts'] or 'defaults'}, mount: {report['mount_opts'] or 'defaults'}, "
+        f"backend {report['backend']}, kernel {report['kernel']})",
+        f"  log entries: {report['log_entries']}   crash states checked: {report['crash_states_checked']}",
+    ]
+    if report["workload"].get("exit_code"):
+        lines.append(f"  warning: workload exited with {report['workload']['exit_code']}")
+    if not findings:
+        lines.append("  findings: none")
+    else:
+        by_kind = Counter(f["kind"] for f in findings)
+        lines.append("  findings: " + ", ".join(f"{k} {n}" for k, n in sorted(by_kind.items())))
+        for f in findings[:SUMMARY_FINDINGS]:
+            where = f"entry {f.get('crash_point')}" + (f" (after mark {f['crash_mark']!r})" if f.get("crash_mark") else "")
+            lines.append(f"    [{f['kind']}] at {where}: {f['detail'].splitlines()[0][:160]}")
+        if len(findings) > SUMMARY_FINDINGS:
+            lines.append(f"    ... {len(findings) - SUMMARY_FINDINGS} more in the report")
+    lines.append(f"  report: {report_path}")
+    return "\n".join(lines)

@@ -1,0 +1,83 @@
+"""Shared fixtures: an isolated powercut state/scratch dir per test, and leak checks.
+
+Each end-to-end test gets its own POWERCUT_STATE_DIR and POWERCUT_SCRATCH, so
+it can check that *its* loop devices, mounts and daemons are gone afterwards
+without being confused by other tests running at the same time.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "build"
+POWERCUT = [sys.executable, "-m", "harness.cli"]
+WORKLOADS = ROOT / "tests" / "workloads"
+
+needs_root_stack = pytest.mark.skipif(
+    os.geteuid() != 0 or not Path("/dev/fuse").exists() or not (BUILD / "pc-recorder").exists(),
+    reason="needs root, /dev/fuse and build/pc-recorder (run `make test`)")
+
+
+@dataclass
+class PcEnv:
+    state: Path
+    scratch: Path
+    tmp: Path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return dict(os.environ, POWERCUT_STATE_DIR=str(self.state), POWERCUT_SCRATCH=str(self.scratch),
+                    PYTHONPATH=str(ROOT), **extra)
+
+    def run(self, *args: str, check_rc: int | None = None, env: dict[str, str] | None = None,
+            timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        p = subprocess.run([*POWERCUT, *args], capture_output=True, text=True, cwd=self.tmp,
+                           env=env or self.env(), timeout=timeout)
+        if check_rc is not None:
+            assert p.returncode == check_rc, f"exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+        return p
+
+    def leftovers(self) -> list[str]:
+        """Loop devices, mounts and processes that belong to this test's runs."""
+        left = []
+        for name in os.listdir("/sys/block"):
+            try:
+                backing = Path(f"/sys/block/{name}/loop/backing_file").read_text().strip()
+            except OSError:
+                continue
+            if backing.startswith((str(self.scratch), str(self.state))):
+                left.append(f"loop /dev/{name} -> {backing}")
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            mp = line.split()[4]
+            if mp.startswith((str(self.state), str(self.scratch))):
+                left.append(f"mount {mp}")
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            try:
+                cwd = os.readlink(f"/proc/{pid}/cwd")
+            except OSError:
+                cwd = ""
+            if any(str(d) in cmd or cwd.startswith(str(d)) for d in (self.scratch, self.state)):
+                left.append(f"process {pid}: {cmd}")
+        return left
+
+
+@pytest.fixture
+def pc(tmp_path: Path) -> PcEnv:
+    env = PcEnv(tmp_path / "state", tmp_path / "scratch", tmp_path)
+    yield env
+    left = env.leftovers()
+    if left:  # tear down by hand so one failure doesn't poison later tests
+        subprocess.run([*POWERCUT, "cleanup"], env=env.env(), capture_output=True)
+    assert not left, "left behind: " + "; ".join(left)
+    shutil.rmtree(tmp_path, ignore_errors=True)
