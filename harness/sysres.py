@@ -11,6 +11,7 @@ import os
 import select
 import shutil
 import subprocess
+import time
 
 from harness.errors import EnvError
 
@@ -102,6 +103,20 @@ def loop_detach_backed_by(backing: str) -> None:
         # while it is still open) answers ENXIO: that is done, not an error.
         if p.returncode != 0 and loop_backing(dev) is not None and "No such device" not in p.stderr:
             raise EnvError(f"losetup -d {dev} failed: {p.stderr.strip()}")
+        wait_loop_detached(dev)
+
+
+def wait_loop_detached(dev: str, timeout: float = 30.0) -> None:
+    """Wait until a deferred detach has happened: the backing file is released.
+
+    sysfs offers no event for this, so poll; the FUSE recorder cannot be
+    unmounted while the loop device still holds disk.img open.
+    """
+    deadline = time.monotonic() + timeout
+    while loop_backing(dev) is not None:
+        if time.monotonic() > deadline:
+            raise EnvError(f"{dev} still attached {timeout:.0f}s after losetup -d (something holds it open)")
+        time.sleep(0.005)
 
 
 def loops_backed_by(path: str, *, exact: bool = False) -> list[str]:
