@@ -9,6 +9,7 @@ from typing import Any
 from hdrh.histogram import HdrHistogram
 
 from workloads.format import Budget, Workload
+from workloads.plan import build_plan
 from workloads.results import OpRecord, Results
 
 HIGHEST_NS = 3600 * 10**9  # an hour: longer ops are clamped
@@ -56,17 +57,39 @@ def _by_kind(records: Iterable[OpRecord], workload: Workload) -> dict[str, dict[
     return {k: _stats(rs, workload.budgets.get(k)) for k, rs in sorted(groups.items())}
 
 
+def _repeats(results: Results, workload: Workload) -> dict[str, dict[str, Any]]:
+    """Each periodic repeat (by op id, else "seq N"): how its iterations kept time."""
+    out = {}
+    for t, op in build_plan(workload).ops():
+        period = op.fields.get("period_us") if op.kind == "repeat" else 0
+        if not period:
+            continue
+        its = [r for r in results.records if r.seq == op.seq]
+        late = sorted(r.aux for r in its)  # a repeat record's aux: its lateness
+        out[op.id or f"seq {op.seq}"] = {
+            "thread": t.name,
+            "period_us": period,
+            "iterations": len(its),
+            "deadline_misses": sum(r.deadline_miss for r in its),
+            "p99_late_us": _us(late[min(len(late) - 1, len(late) * 99 // 100)]) if late else 0.0,
+            "max_late_us": _us(late[-1]) if late else 0.0,
+        }
+    return out
+
+
 def summarize(results: Results, workload: Workload) -> dict[str, Any]:
     """Statistics per op kind, overall ("kinds") and per thread name ("threads").
 
     Each: count (ops that ran), errors (of those, failed), skipped (fd never
     opened), avg/p50/p99/p999/max in microseconds, deadline_misses (repeat
     iterations), budget_violations (ops over max_us, plus one if p99 > p99_us).
+    "repeats" tells how each periodic repeat kept time.
     """
     return {
         "overhead_ns": {"min": results.overhead_min_ns, "median": results.overhead_median_ns},
         "duration_us": _us(results.end_ns - results.start_ns),
         "deadline_misses": sum(r.deadline_miss for r in results.records),
+        "repeats": _repeats(results, workload),
         "kinds": _by_kind(results.records, workload),
         "threads": {
             name: _by_kind((r for r in results.records if r.thread == i), workload)
@@ -76,7 +99,8 @@ def summarize(results: Results, workload: Workload) -> dict[str, Any]:
 
 
 def findings(summary: dict[str, Any], workload: Workload) -> list[dict[str, Any]]:
-    """One finding of kind "latency" per violated budget (op kind x max_us/p99_us)."""
+    """One finding of kind "latency" per violated budget (op kind x max_us/p99_us):
+    op, budget, limit_us, measured_us, ops (how many were measured), detail."""
     out = []
     for kind, budget in sorted(workload.budgets.items()):
         stats = summary["kinds"].get(kind)
@@ -92,7 +116,7 @@ def findings(summary: dict[str, Any], workload: Workload) -> list[dict[str, Any]
                 "budget": name,
                 "limit_us": limit,
                 "measured_us": measured,
-                "count": stats["count"],
-                "message": f"{kind}: {name.removesuffix('_us')} latency {measured} us exceeds the budget of {limit} us",
+                "ops": stats["count"],
+                "detail": f"{kind}: {name.removesuffix('_us')} latency {measured} us exceeds the budget of {limit} us",
             })
     return out

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from checkers.latency import findings, summarize
 from workloads import pattern
@@ -73,13 +75,23 @@ def run(tmp_path: Path, d: dict[str, Any], prefix: str = "") -> Run:
     return Run(w, read_records(tmp_path / "records", w), marks, wall, tmp_path / "dir")
 
 
+def c_pattern(v: tuple[int, ...]) -> bytes:
+    """The executor's pattern bytes for (wid, file_id, seq, iter, offset, length)."""
+    return subprocess.run([str(EXEC), "--pattern-dump", *map(str, v)], capture_output=True, check=True).stdout
+
+
 def test_pattern_c_equals_python() -> None:
     vectors = [(0, 0, 0, 0, 0, 512), (1, 2, 3, 4, 100, 2000), (5, 6, 7, 8, 511, 2),
                (0xDEADBEEF, 1, 17, 7999, 131072000, 16384),
                (0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 2**40 + 7, 1500)]
     for v in vectors:
-        c = subprocess.run([str(EXEC), "--pattern-dump", *map(str, v)], capture_output=True, check=True).stdout
-        assert c == pattern.generate(*v), v
+        assert c_pattern(v) == pattern.generate(*v), v
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.tuples(*[st.integers(0, 2**32 - 1)] * 4, st.integers(0, 2**50), st.integers(0, 5000)))
+def test_pattern_c_equals_python_anywhere(v: tuple[int, ...]) -> None:
+    assert c_pattern(v) == pattern.generate(*v)
 
 
 def op(kind: str, op_id: str, **fields: Any) -> dict[str, Any]:
@@ -215,6 +227,9 @@ def test_timing_agrees_with_an_independent_clock(tmp_path: Path) -> None:
     assert nap + span <= r.results.end_ns - r.results.start_ns <= r.wall_ns
     assert r.wall_ns >= 20 * MS + (count - 1) * period_us * 1000
     assert 0 < r.results.overhead_min_ns <= r.results.overhead_median_ns < 1000
+    rep = summarize(r.results, r.workload)["repeats"]["tick"]
+    assert (rep["thread"], rep["period_us"], rep["iterations"], rep["deadline_misses"]) == ("t", period_us, count, 0)
+    assert rep["max_late_us"] == max(t.late_ns for t in ticks) / 1000
 
 
 def test_budgets_turn_into_latency_findings(every_op: Run) -> None:

@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harness.errors import UsageError
 from workloads import pattern
-from workloads.format import OP_KINDS, Workload, load_workload, parse_workload, walk
+from workloads.format import FORMAT, OP_KINDS, Workload, load_workload, parse_workload, walk
 from workloads.marks import MARK_MAX, Mark, format_mark, parse_mark
 from workloads.plan import build_plan, compile_plan, file_ids, parse_plan
 
@@ -97,7 +99,7 @@ def test_full_example_uses_every_op_and_loads(tmp_path: Path) -> None:
 
 
 def test_minimal_workload_gets_defaults() -> None:
-    w = parse_workload({"format": "powercut-workload/1", "name": "m", "threads": [{"name": "t", "ops": [{"op": "sync"}]}]})
+    w = parse_workload({"format": FORMAT, "name": "m", "threads": [{"name": "t", "ops": [{"op": "sync"}]}]})
     assert w.threads[0].sched.policy == "other" and w.threads[0].sched.cpu is None
     assert w.budgets == {} and w.description is None
 
@@ -262,6 +264,21 @@ def test_pattern_is_a_function_of_the_offset() -> None:
     base = pattern.generate(1, 2, 3, 4, 512, 512)[32:]
     for args in ((9, 2, 3, 4), (1, 9, 3, 4), (1, 2, 9, 4), (1, 2, 3, 9)):
         assert pattern.generate(*args, 512, 512)[32:] != base
+
+
+U32 = st.integers(0, 2**32 - 1)
+
+
+@settings(max_examples=50, deadline=None)
+@given(U32, U32, U32, U32, st.integers(0, 2**40), st.integers(0, 3000), st.integers(0, 3000))
+def test_any_slice_of_the_pattern_is_the_same_bytes(wid: int, fid: int, seq: int, it: int,
+                                                    offset: int, skip: int, length: int) -> None:
+    whole = pattern.generate(wid, fid, seq, it, offset, skip + length)
+    assert pattern.generate(wid, fid, seq, it, offset + skip, length) == whole[skip:]
+    start = -offset % 512  # first chunk boundary inside
+    if start + 512 <= len(whole):
+        info = pattern.decode_chunk(whole[start:start + 512])
+        assert info == pattern.ChunkInfo(wid, fid, seq, it, offset + start)
 
 
 def test_marks_round_trip() -> None:

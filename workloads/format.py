@@ -18,9 +18,9 @@ import jsonschema
 
 from harness.errors import UsageError
 
-FORMAT = "powercut-workload/1"
 SCHEMA_PATH = Path(__file__).parent / "schema" / "workload.schema.json"
 SCHEMA: dict[str, Any] = json.loads(SCHEMA_PATH.read_text())
+FORMAT: str = SCHEMA["properties"]["format"]["const"]  # for generators of workloads
 OP_KINDS: tuple[str, ...] = tuple(SCHEMA["$defs"]["kind"]["enum"])
 # Ops that use an fd bound earlier; open and creat bind theirs.
 FD_USERS = frozenset(k for k in OP_KINDS if "fd" in SCHEMA["$defs"][f"op_{k}"]["properties"]) - {"open", "creat"}
