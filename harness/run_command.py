@@ -9,8 +9,11 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
+from checkers import latency
 from checkers.crash_check import check_crash_points
+from checkers.findings import Finding
 from harness import ownership, sysres
 from harness.backends import backend_class
 from harness.errors import UsageError
@@ -20,10 +23,11 @@ from harness.report import build_report, summary, write_report
 from harness.runstate import RunState
 from harness.session import MARK_MKFS, record
 from harness.sparse import sparse_copy
-from harness.workload_runner import ExternalProgram, WorkloadRunner
+from harness.workload_runner import ExecutorWorkload, load_runner
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS, select_crash_points
 from replay.logformat import LogReader
 from replay.replayer import find_mark
+from workloads.results import read_records
 
 
 class Terminated(Exception):
@@ -40,10 +44,6 @@ def terminate_as_exception() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
-
-
-def load_workload(path: str) -> WorkloadRunner:
-    return ExternalProgram(path)
 
 
 def keep_image(src: str, dst: str) -> None:
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     size_mib = args.size or fs.default_size_mib
     if size_mib < fs.min_size_mib:
         raise UsageError(f"--size {size_mib} MiB is too small for {fs.name} (minimum {fs.min_size_mib} MiB)")
-    workload = load_workload(args.workload)
+    workload = load_runner(args.workload)
     check_tools(fs)
     device_cls = backend_class(args.backend)
     out_dir = ownership.make_dir(args.out or default_out_dir(workload.name, fs.name))
@@ -90,21 +90,29 @@ def run(args: argparse.Namespace) -> int:
         if failed:
             print(f"powercut: {len(failed)} resource(s) left behind: run `powercut cleanup`", file=sys.stderr)
 
+    extra: dict[str, Any] = {}
+    findings = list(result.findings)
+    if isinstance(workload, ExecutorWorkload):
+        results = read_records(os.path.join(out_dir, rec.workload["records"]), workload.plan)
+        extra["latency"] = latency.summarize(results, workload.workload)
+        findings += [Finding("latency", f["detail"], evidence={k: v for k, v in f.items() if k not in ("kind", "detail")})
+                     for f in latency.findings(extra["latency"], workload.workload)]
     report = build_report(fs=fs.name, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts, backend=args.backend,
                           workload={"name": workload.name, **rec.workload}, log_path=rec.log_path,
                           log_entries=reader.nr_entries, device_bytes=rec.device_bytes,
                           sector_size=rec.sector_size, crash_points=len(points),
-                          states_checked=result.states_checked, findings=result.findings)
+                          states_checked=result.states_checked, findings=findings, extra=extra)
     path = write_report(out_dir, report)
     print(summary(report, path))
-    return 1 if result.findings else 0
+    return 1 if findings else 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("run", help="record a workload and check every crash point",
                        description="Record WORKLOAD on a fresh file system and check every crash point. "
                                    "Exit 0: nothing found, 1: findings, 2: usage or environment error.")
-    p.add_argument("workload", help="a workload: an executable, .sh or .py program run in the mounted directory")
+    p.add_argument("workload", help="a workload: a powercut-workload/1 .json file (run by the timing executor), "
+                                    "or an executable, .sh or .py program run in the mounted directory")
     p.add_argument("--fs", required=True, help="ext4, xfs or btrfs")
     p.add_argument("--backend", default="fuse", help="recorded-device backend (default: fuse)")
     p.add_argument("--mkfs-opts", default="", help="extra mkfs options, e.g. \"-O ^has_journal\"")
