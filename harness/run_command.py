@@ -3,127 +3,50 @@
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
 
-from checkers import latency
-from checkers.crash_check import check_crash_points
-from checkers.findings import Finding
-from harness import ownership, sysres
-from harness.backends import backend_class
-from harness.errors import UsageError
-from harness.filesystems import FsType, get_fs
-from harness.progress import CrashProgress
-from harness.report import build_report, summary, write_report
-from harness.runstate import RunState
-from harness.session import MARK_MKFS, record
-from harness.sparse import sparse_copy
-from harness.workload_runner import ExecutorWorkload, load_runner
-from replay.crashpoints import DEFAULT as DEFAULT_POINTS, select_crash_points
-from replay.logformat import LogReader
-from replay.replayer import find_mark
-from workloads.results import read_records
-
-
-class Terminated(Exception):
-    """SIGTERM, turned into an exception so every teardown path runs."""
-
-
-@contextmanager
-def terminate_as_exception() -> Iterator[None]:
-    def handler(signum: int, frame: object) -> None:
-        raise Terminated()
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
-def keep_image(src: str, dst: str) -> None:
-    fd = ownership.create_file(dst)
-    try:
-        sparse_copy(src, fd)
-    finally:
-        os.close(fd)
-
-
-def check_tools(fs: FsType) -> None:
-    sysres.require_tools(fs.mkfs[0], fs.fsck[0], "mount", "umount", "losetup")
-
-
-def default_out_dir(name: str, fs: str) -> str:
-    return os.path.join("out", f"{name}-{fs}-{time.strftime('%Y%m%d-%H%M%S')}")
+from harness.compare import run_matrix
+from harness.pipeline import RunOptions, default_out_dir, run_one
+from harness.workload_runner import load_runner
+from replay.crashpoints import DEFAULT as DEFAULT_POINTS
 
 
 def run(args: argparse.Namespace) -> int:
-    fs = get_fs(args.fs)
-    size_mib = args.size or fs.default_size_mib
-    if size_mib < fs.min_size_mib:
-        raise UsageError(f"--size {size_mib} MiB is too small for {fs.name} (minimum {fs.min_size_mib} MiB)")
-    workload = load_runner(args.workload)
-    check_tools(fs)
-    device_cls = backend_class(args.backend)
-    out_dir = ownership.make_dir(args.out or default_out_dir(workload.name, fs.name))
-    log_path = os.path.join(out_dir, "recording.log")
-
-    state = RunState.create(f"run {args.workload}")
-    try:
-        with terminate_as_exception():
-            device = device_cls(state, size_mib << 20, log_path, fault=args.fault)
-            rec = record(device, fs, args.mkfs_opts, args.mount_opts, workload, state, out_dir)
-            if args.keep_image and rec.final_image:
-                keep_image(rec.final_image, os.path.join(out_dir, "final.img"))
-            reader = LogReader(rec.log_path)
-            points = select_crash_points(reader.entries(), args.crash_points, first=find_mark(reader, MARK_MKFS))
-            with CrashProgress(f"checking {fs.name}") as progress:
-                result = check_crash_points(rec.log_path, points, fs=fs, mount_opts=args.mount_opts,
-                                            device_bytes=rec.device_bytes, state=state, progress=progress)
-    finally:
-        failed = state.teardown(log=lambda m: print(m, file=sys.stderr))
-        if failed:
-            print(f"powercut: {len(failed)} resource(s) left behind: run `powercut cleanup`", file=sys.stderr)
-
-    extra: dict[str, Any] = {}
-    findings = list(result.findings)
-    if isinstance(workload, ExecutorWorkload):
-        results = read_records(os.path.join(out_dir, rec.workload["records"]), workload.plan)
-        extra["latency"] = latency.summarize(results, workload.workload)
-        findings += [Finding("latency", f["detail"], evidence={k: v for k, v in f.items() if k not in ("kind", "detail")})
-                     for f in latency.findings(extra["latency"], workload.workload)]
-    report = build_report(fs=fs.name, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts, backend=args.backend,
-                          workload={"name": workload.name, **rec.workload}, log_path=rec.log_path,
-                          log_entries=reader.nr_entries, device_bytes=rec.device_bytes,
-                          sector_size=rec.sector_size, crash_points=len(points),
-                          states_checked=result.states_checked, findings=findings, extra=extra)
-    path = write_report(out_dir, report)
-    print(summary(report, path))
-    return 1 if findings else 0
+    opts = RunOptions.from_args(args)
+    if args.mount_opts_matrix or args.param_matrix:
+        return run_matrix(args.workload, opts, args.scale, args.param, args.out,
+                          mount_opts_matrix=args.mount_opts_matrix, param_matrix=args.param_matrix)
+    workload = load_runner(args.workload, args.scale, args.param)
+    report, _ = run_one(workload, opts, args.out or default_out_dir(workload.name, opts.fs.name))
+    return 1 if report["findings"] else 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("run", help="record a workload and check every crash point",
                        description="Record WORKLOAD on a fresh file system and check every crash point. "
                                    "Exit 0: nothing found, 1: findings, 2: usage or environment error.")
-    p.add_argument("workload", help="a workload: a powercut-workload/1 .json file (run by the timing executor), "
-                                    "or an executable, .sh or .py program run in the mounted directory")
+    p.add_argument("workload", help="a workload: a powercut-workload/1 .json file or scenario:NAME (run by the "
+                                    "timing executor), or an executable, .sh or .py program run in the mounted directory")
     p.add_argument("--fs", required=True, help="ext4, xfs or btrfs")
     p.add_argument("--backend", default="fuse", help="recorded-device backend (default: fuse)")
     p.add_argument("--mkfs-opts", default="", help="extra mkfs options, e.g. \"-O ^has_journal\"")
-    p.add_argument("--mount-opts", default="", help="mount options, e.g. data=writeback,barrier=0")
+    p.add_argument("--mount-opts", default=None,
+                   help="mount options, e.g. data=writeback,barrier=0 (default: none, or the scenario's)")
     p.add_argument("--size", type=int, default=0, help="device size in MiB (default: per file system)")
     p.add_argument("--out", default="", help="output directory (default: out/NAME-FS-TIME)")
-    p.add_argument("--crash-points", default=DEFAULT_POINTS, metavar="KINDS",
+    p.add_argument("--crash-points", default=None, metavar="KINDS",
                    help="where to crash: comma-separated flush, fua, mark, write, or N for every Nth entry "
-                        f"(default: {DEFAULT_POINTS}; the end of the log always)")
+                        f"(default: {DEFAULT_POINTS}, or the scenario's; the end of the log always)")
     p.add_argument("--keep-image", action="store_true",
                    help="save the device's final image as OUT/final.img (sparse)")
     p.add_argument("--fault", choices=["drop-flush"], default=None,
                    help="test-only: make the recorder lie (drop-flush: flushes are acknowledged but not logged)")
+    p.add_argument("--scale", type=float, default=None,
+                   help="scenario:NAME only: size of the experiment, 1.0 = the paper's counts (default 1.0)")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="scenario:NAME only: set a scenario parameter (`powercut scenario list` shows them)")
+    matrix = p.add_mutually_exclusive_group()
+    matrix.add_argument("--mount-opts-matrix", default="", metavar="\"OPTS;OPTS;...\"",
+                        help="run once per ';'-separated mount option set and compare them in one report")
+    matrix.add_argument("--param-matrix", default="", metavar="\"KEY=V1;V2;...\"",
+                        help="scenario:NAME only: run once per value of scenario parameter KEY and compare them")
     p.set_defaults(func=run)

@@ -228,6 +228,9 @@ def test_timing_agrees_with_an_independent_clock(tmp_path: Path) -> None:
     assert nap + span <= r.results.end_ns - r.results.start_ns <= r.wall_ns
     assert r.wall_ns >= 20 * MS + (count - 1) * period_us * 1000
     assert 0 < r.results.overhead_min_ns <= r.results.overhead_median_ns < 1000
+    between = summarize(r.results, r.workload)["between_ops"]  # the executor's own time between ops
+    assert between["count"] == 1 + count  # nap -> open, and each iteration's start -> its pwrite
+    assert 0 < between["p50_us"] <= between["p99_us"] <= between["max_us"] < 5000
     rep = summarize(r.results, r.workload)["repeats"]["tick"]
     assert (rep["thread"], rep["period_us"], rep["iterations"], rep["deadline_misses"]) == ("t", period_us, count, 0)
     assert rep["max_late_us"] == max(t.late_ns for t in ticks) / 1000

@@ -267,6 +267,11 @@ def parse_workload(doc: Any) -> Workload:
 
 def load_workload(path: str | Path) -> Workload:
     """Reads and validates the workload file PATH."""
+    return parse_workload(read_document(path))
+
+
+def read_document(path: str | Path) -> Any:
+    """The decoded JSON of the workload file PATH, not yet validated."""
     try:
         text = Path(path).read_text()
     except OSError as e:
@@ -274,7 +279,6 @@ def load_workload(path: str | Path) -> Workload:
     except UnicodeDecodeError as e:
         raise UsageError(f"WORKLOAD: $: {path} is not UTF-8 text") from e
     try:
-        doc = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise UsageError(f"WORKLOAD: $: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from e
-    return parse_workload(doc)
