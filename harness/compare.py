@@ -119,7 +119,7 @@ def run_matrix(spec: str, opts: RunOptions, scale: float | None, params: list[st
     for i, (v, runner) in enumerate(zip(vs, runners)):
         run_dir = os.path.join(out_dir, f"{i + 1}-{slug(v.label)}")
         vopts = replace(opts, mount_opts=v.mount_opts) if v.mount_opts is not None else opts
-        report, _ = run_one(runner, vopts, run_dir)
+        report = run_one(runner, vopts, run_dir)
         runs.append((v, runner, report, run_dir))
     compare = {
         "powercut_compare": 1, "workload": runners[0].name, "fs": opts.fs.name, "dimension": dimension,

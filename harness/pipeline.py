@@ -85,9 +85,9 @@ class RunOptions:
                    args.keep_image, args.fault)
 
 
-def run_one(workload: WorkloadRunner, opts: RunOptions, out: str) -> tuple[dict[str, Any], str]:
+def run_one(workload: WorkloadRunner, opts: RunOptions, out: str) -> dict[str, Any]:
     """Record WORKLOAD on a fresh file system, check every crash point, write OUT/report.json and
-    OUT/report.md and print the summary. Returns the report and its path."""
+    OUT/report.md, print the summary and return the report."""
     fs = opts.fs
     size_mib = opts.size_mib or max(fs.default_size_mib, workload.device.size_mib or 0)
     if size_mib < fs.min_size_mib:
@@ -131,6 +131,6 @@ def run_one(workload: WorkloadRunner, opts: RunOptions, out: str) -> tuple[dict[
                           sector_size=rec.sector_size, crash_points=len(points),
                           states_checked=result.states_checked, findings=findings, extra=extra)
     path = write_report(out_dir, report)
-    write_markdown(out_dir, report)
-    print(summary(report, path))
-    return report, path
+    md = write_markdown(out_dir, report)
+    print(summary(report, path) + f"\n  markdown: {md}")
+    return report

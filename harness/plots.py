@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogFormatter
 
 from workloads.results import Results
 
@@ -34,6 +35,12 @@ def _figure() -> tuple[Figure, Any]:
     return fig, fig.add_subplot()
 
 
+def _plain_log_labels(axis: Any) -> None:
+    """Label a log axis with plain numbers (300, not 3x10^2); a narrow range gets minor labels too."""
+    axis.set_major_formatter(LogFormatter())
+    axis.set_minor_formatter(LogFormatter(minor_thresholds=(1, 0.5)))
+
+
 def _save(fig: Figure, path: str) -> None:
     FigureCanvasAgg(fig).print_png(path)
 
@@ -47,6 +54,7 @@ def cdf(path: str, title: str, series: Series, limit_us: float | None = None) ->
     if limit_us is not None:
         ax.axvline(limit_us, color="red", linestyle="--", linewidth=1, label=f"budget {limit_us:g} us")
     ax.set(xscale="log", ylim=(0, 1.02), xlabel="latency (us)", ylabel="fraction of ops <= latency", title=title)
+    _plain_log_labels(ax.xaxis)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small", loc="lower right")
     _save(fig, path)
@@ -61,6 +69,7 @@ def over_time(path: str, title: str, series: Mapping[str, tuple[Sequence[float],
     if limit_us is not None:
         ax.axhline(limit_us, color="red", linestyle="--", linewidth=1, label=f"budget {limit_us:g} us")
     ax.set(yscale="log", xlabel="time since the workload started (s)", ylabel="latency (us)", title=title)
+    _plain_log_labels(ax.yaxis)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small", loc="upper right", markerscale=2)
     _save(fig, path)

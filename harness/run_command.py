@@ -16,7 +16,7 @@ def run(args: argparse.Namespace) -> int:
         return run_matrix(args.workload, opts, args.scale, args.param, args.out,
                           mount_opts_matrix=args.mount_opts_matrix, param_matrix=args.param_matrix)
     workload = load_runner(args.workload, args.scale, args.param)
-    report, _ = run_one(workload, opts, args.out or default_out_dir(workload.name, opts.fs.name))
+    report = run_one(workload, opts, args.out or default_out_dir(workload.name, opts.fs.name))
     return 1 if report["findings"] else 0
 
 
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--mkfs-opts", default="", help="extra mkfs options, e.g. \"-O ^has_journal\"")
     p.add_argument("--mount-opts", default=None,
                    help="mount options, e.g. data=writeback,barrier=0 (default: none, or the scenario's)")
-    p.add_argument("--size", type=int, default=0, help="device size in MiB (default: per file system)")
+    p.add_argument("--size", type=int, default=0, help="device size in MiB (default: per file system, or more if the workload asks)")
     p.add_argument("--out", default="", help="output directory (default: out/NAME-FS-TIME)")
     p.add_argument("--crash-points", default=None, metavar="KINDS",
                    help="where to crash: comma-separated flush, fua, mark, write, or N for every Nth entry "
