@@ -9,11 +9,8 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
-
-from checkers import latency
 from checkers.crash_check import check_crash_points
-from checkers.findings import Finding
+from checkers.workload_checks import WorkloadChecks, prepare, records_path
 from harness import ownership, sysres
 from harness.backends import backend_class
 from harness.errors import UsageError
@@ -27,7 +24,6 @@ from harness.workload_runner import ExecutorWorkload, load_runner
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS, select_crash_points
 from replay.logformat import LogReader
 from replay.replayer import find_mark
-from workloads.results import read_records
 
 
 class Terminated(Exception):
@@ -82,26 +78,25 @@ def run(args: argparse.Namespace) -> int:
                 keep_image(rec.final_image, os.path.join(out_dir, "final.img"))
             reader = LogReader(rec.log_path)
             points = select_crash_points(reader.entries(), args.crash_points, first=find_mark(reader, MARK_MKFS))
+            checks = WorkloadChecks()
+            if isinstance(workload, ExecutorWorkload):
+                checks = prepare(workload.workload, workload.plan, records_path(out_dir, rec.workload),
+                                 reader, fs.name)
             with CrashProgress(f"checking {fs.name}") as progress:
                 result = check_crash_points(rec.log_path, points, fs=fs, mount_opts=args.mount_opts,
-                                            device_bytes=rec.device_bytes, state=state, progress=progress)
+                                            device_bytes=rec.device_bytes, state=state, progress=progress,
+                                            inspect=checks.oracle.inspect if checks.oracle else None)
     finally:
         failed = state.teardown(log=lambda m: print(m, file=sys.stderr))
         if failed:
             print(f"powercut: {len(failed)} resource(s) left behind: run `powercut cleanup`", file=sys.stderr)
 
-    extra: dict[str, Any] = {}
-    findings = list(result.findings)
-    if isinstance(workload, ExecutorWorkload):
-        results = read_records(os.path.join(out_dir, rec.workload["records"]), workload.plan)
-        extra["latency"] = latency.summarize(results, workload.workload)
-        findings += [Finding("latency", f["detail"], evidence={k: v for k, v in f.items() if k not in ("kind", "detail")})
-                     for f in latency.findings(extra["latency"], workload.workload)]
+    findings = checks.findings + result.findings
     report = build_report(fs=fs.name, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts, backend=args.backend,
                           workload={"name": workload.name, **rec.workload}, log_path=rec.log_path,
                           log_entries=reader.nr_entries, device_bytes=rec.device_bytes,
                           sector_size=rec.sector_size, crash_points=len(points),
-                          states_checked=result.states_checked, findings=findings, extra=extra)
+                          states_checked=result.states_checked, findings=findings, extra=checks.report)
     path = write_report(out_dir, report)
     print(summary(report, path))
     return 1 if findings else 0
