@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from checkers.design import RecordsInvariant, check_records
 from checkers.findings import Finding
 from checkers.fsrules import rule
 from checkers.history import Exec, History, Inode, Persist
@@ -57,10 +58,12 @@ class PointView:
 
 
 class ContentOracle:
-    def __init__(self, history: History, wid: int, fs: str) -> None:
+    def __init__(self, history: History, wid: int, fs: str, invariants: dict[str, Any] | None = None) -> None:
         self.h = history
         self.wid = wid
         self.fs = fs
+        self.records = RecordsInvariant.from_workload(invariants or {})
+        self.loss_rows: list[dict[str, Any]] = []  # one per crash point and recording file
         self._mark_positions = sorted((ex.mark, ex.pos) for ex in history.execs if ex.mark is not None)
         self._marks = [m for m, _ in self._mark_positions]
         self._content_cache: dict[tuple[int, int], tuple[IntervalMap, int]] = {}
@@ -157,10 +160,14 @@ class ContentOracle:
 
     # -- checking the image ------------------------------------------------------
     def inspect(self, mnt: str, crash_point: int, state_id: str | None = None) -> list[Finding]:
-        if self.h.lost:
-            return []
         v = self.view(crash_point)
         out: list[Finding] = []
+        if self.records:
+            rows, design = check_records(self.records, self.h, self.wid, mnt, v.n_done, v.allowed, crash_point)
+            self.loss_rows += [dict(r, state_id=state_id) if state_id else r for r in rows]
+            out += design
+        if self.h.lost:
+            return out
         missing_dirs: list[str] = []
         for path in self.all_paths:
             if self.uncertain(path, v) or any(path.startswith(d + "/") for d in missing_dirs):

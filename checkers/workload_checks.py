@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checkers import latency
+from checkers.design import summarize_loss
 from checkers.findings import Finding
 from checkers.history import build_history
 from checkers.oracle import ContentOracle
@@ -38,10 +39,17 @@ def prepare(workload: Workload, plan: Plan, records_path: str, reader: LogReader
     for d in history.disagreements:
         checks.findings.append(Finding("semantics", f"{d.ex.describe()}: {d.expected}",
                                        evidence={"op": d.ex.describe(), "op_mark": d.ex.mark, "expected": d.expected}))
-    checks.oracle = ContentOracle(history, plan.wid, fs)
+    checks.oracle = ContentOracle(history, plan.wid, fs, dict(workload.invariants or {}))
     checks.report["oracle"] = {"ops_modelled": len(history.execs), "lost_track": history.lost,
                                "uncertain_paths": sorted(history.uncertain)}
     return checks
+
+
+def finish(checks: WorkloadChecks) -> None:
+    """After the crash walk: what the oracle measured across crash points."""
+    if checks.oracle is not None and checks.oracle.records is not None:
+        checks.report["design"] = {"records": summarize_loss(sorted(checks.oracle.loss_rows,
+                                                                    key=lambda r: r["crash_point"]))}
 
 
 def records_path(out_dir: str, info: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from checkers.crash_check import check_crash_points
-from checkers.workload_checks import WorkloadChecks, prepare, records_path
+from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
 from harness import ownership, sysres
 from harness.backends import backend_class
 from harness.errors import UsageError
@@ -91,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
         if failed:
             print(f"powercut: {len(failed)} resource(s) left behind: run `powercut cleanup`", file=sys.stderr)
 
+    finish(checks)
     findings = checks.findings + result.findings
     report = build_report(fs=fs.name, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts, backend=args.backend,
                           workload={"name": workload.name, **rec.workload}, log_path=rec.log_path,
