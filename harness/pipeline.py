@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,7 @@ class RunConfig:
     crash_points: str = DEFAULT_POINTS
     fault: str | None = None        # test-only recorder fault mode
     keep_image: bool = False
+    quiet: bool = False             # no crash-walk progress (campaigns print their own)
 
 
 class Terminated(Exception):
@@ -97,7 +98,7 @@ def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -
             if isinstance(workload, ExecutorWorkload):
                 checks = prepare(workload.workload, workload.plan, records_path(out_dir, rec.workload),
                                  reader, fs.name)
-            with CrashProgress(f"checking {fs.name}") as progress:
+            with (nullcontext() if cfg.quiet else CrashProgress(f"checking {fs.name}")) as progress:
                 result = check_crash_points(rec.log_path, points, fs=fs, mount_opts=cfg.mount_opts,
                                             device_bytes=rec.device_bytes, state=state, progress=progress,
                                             inspect=checks.oracle.inspect if checks.oracle else None)
