@@ -21,6 +21,8 @@ from replay.logformat import LogReader
 from replay.replayer import Replayer
 
 Progress = Callable[[int, int, int], None]  # (done, total, findings so far)
+# Reads the mounted, recovered crash image at a crash point: (mount dir, crash point) -> findings.
+PointInspect = Callable[[str, int], list[Finding]]
 
 
 @dataclass
@@ -43,8 +45,8 @@ def mark_before(marks: dict[int, str], index: int) -> str | None:
 
 
 def check_crash_points(log_path: str, points: list[int], *, fs: FsType, mount_opts: str,
-                       device_bytes: int, state: RunState,
-                       progress: Progress | None = None) -> CrashCheckResult:
+                       device_bytes: int, state: RunState, progress: Progress | None = None,
+                       inspect: PointInspect | None = None) -> CrashCheckResult:
     reader = LogReader(log_path)
     marks = last_marks(reader)
     replay_path = os.path.join(state.scratch, "replay.img")
@@ -58,7 +60,8 @@ def check_crash_points(log_path: str, points: list[int], *, fs: FsType, mount_op
         for n, point in enumerate(points):
             replayer.replay_through(point)
             sparse_copy(replay_path, crash_fd)
-            v = recover_and_check(crash_path, fs, mount_opts, mnt, state)
+            at_point = (lambda m, p=point: inspect(m, p)) if inspect else None
+            v = recover_and_check(crash_path, fs, mount_opts, mnt, state, at_point)
             result.states_checked += 1
             where = {"crash_point": point, "crash_mark": mark_before(marks, point)}
             if not v.mount_ok:
@@ -67,6 +70,9 @@ def check_crash_points(log_path: str, points: list[int], *, fs: FsType, mount_op
             elif v.fsck_failed:
                 result.findings.append(Finding("fsck", f"{fs.fsck[0]} exit {v.fsck_code} after recovery: {first_problem(v.fsck_output)}", **where,
                                                evidence={"fsck_code": v.fsck_code, "fsck_output": v.fsck_output[-4000:]}))
+            for f in v.content:
+                f.crash_mark = where["crash_mark"]
+                result.findings.append(f)
             if progress:
                 progress(n + 1, len(points), len(result.findings))
     finally:

@@ -8,7 +8,10 @@ positives, see block-recording.md).
 from __future__ import annotations
 
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from checkers.findings import Finding
 
 from harness import sysres
 from harness.filesystems import FsType, join_opts
@@ -25,10 +28,16 @@ class Verdict:
     fsck_code: int = 0
     fsck_failed: bool = False
     fsck_output: str = ""
+    content: list[Finding] = field(default_factory=list)
 
 
-def recover(image: str, fs: FsType, mount_opts: str, mnt: str, state: RunState) -> tuple[bool, str]:
-    """Attach IMAGE, mount it (journal recovery by the kernel), unmount, detach."""
+Inspect = Callable[[str], list[Finding]]
+
+
+def recover(image: str, fs: FsType, mount_opts: str, mnt: str, state: RunState,
+            inspect: Inspect | None = None) -> tuple[bool, str, list[Finding]]:
+    """Attach IMAGE, mount it (journal recovery by the kernel), let INSPECT
+    read the recovered files, unmount, detach."""
     loop_res = state.record("loop", backing=image)
     try:
         dev = sysres.loop_attach(image)
@@ -36,9 +45,12 @@ def recover(image: str, fs: FsType, mount_opts: str, mnt: str, state: RunState) 
         p = sysres.mount(dev, mnt, fs.name, join_opts(mount_opts, fs.recovery_opts))
         if p.returncode != 0:
             state.released(mount_res)
-            return False, (p.stderr or p.stdout).strip()
-        state.release(mount_res)
-        return True, ""
+            return False, (p.stderr or p.stdout).strip(), []
+        try:
+            found = inspect(mnt) if inspect else []
+        finally:
+            state.release(mount_res)
+        return True, "", found
     finally:
         state.release(loop_res)
 
@@ -61,9 +73,11 @@ def first_problem(output: str) -> str:
     return (serious or lines or [""])[0]
 
 
-def recover_and_check(image: str, fs: FsType, mount_opts: str, mnt: str, state: RunState) -> Verdict:
-    ok, err = recover(image, fs, mount_opts, mnt, state)
+def recover_and_check(image: str, fs: FsType, mount_opts: str, mnt: str, state: RunState,
+                      inspect: Inspect | None = None) -> Verdict:
+    ok, err, found = recover(image, fs, mount_opts, mnt, state, inspect)
     if not ok:
         return Verdict(mount_ok=False, mount_error=err)
     code, out = fsck(image, fs)
-    return Verdict(mount_ok=True, fsck_ran=True, fsck_code=code, fsck_failed=fs.fsck_failed(code), fsck_output=out)
+    return Verdict(mount_ok=True, fsck_ran=True, fsck_code=code, fsck_failed=fs.fsck_failed(code),
+                   fsck_output=out, content=found)

@@ -19,8 +19,9 @@ from typing import Any
 
 from harness import ownership
 from harness.errors import UsageError
-from harness.pipeline import RunOptions, default_out_dir, run_one
+from harness.pipeline import RunConfig, default_out_dir, run_workload
 from harness.plots import NOT_PLOTTED, PLOT_DIR, cdf, slug
+from harness.report import summary
 from harness.report_md import table
 from harness.workload_runner import SCENARIO_PREFIX, ExecutorWorkload, WorkloadRunner, load_runner
 from workloads import scenarios
@@ -105,24 +106,25 @@ def render(compare: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_matrix(spec: str, opts: RunOptions, scale: float | None, params: list[str], out: str, *,
+def run_matrix(spec: str, cfg: RunConfig, scale: float | None, params: list[str], out: str, *,
                mount_opts_matrix: str = "", param_matrix: str = "") -> int:
     """Runs every variant, then writes the comparison; exit status 1 if any variant has findings."""
     if param_matrix and not spec.startswith(SCENARIO_PREFIX):
         raise UsageError("--param-matrix is for scenario:NAME workloads")
-    if mount_opts_matrix and opts.mount_opts is not None:
+    if mount_opts_matrix and cfg.mount_opts is not None:
         raise UsageError("give --mount-opts or --mount-opts-matrix, not both")
     dimension, vs = variants(mount_opts_matrix, param_matrix, params)
     runners = [load_runner(spec, scale, v.params) for v in vs]  # every variant is valid before any runs
-    out_dir = ownership.make_dir(out or default_out_dir(f"{runners[0].name}-compare", opts.fs.name))
+    out_dir = ownership.make_dir(out or default_out_dir(f"{runners[0].name}-compare", cfg.fs))
     runs = []
     for i, (v, runner) in enumerate(zip(vs, runners)):
         run_dir = os.path.join(out_dir, f"{i + 1}-{slug(v.label)}")
-        vopts = replace(opts, mount_opts=v.mount_opts) if v.mount_opts is not None else opts
-        report = run_one(runner, vopts, run_dir)
+        report = run_workload(runner, replace(cfg, mount_opts=v.mount_opts) if v.mount_opts is not None else cfg,
+                              run_dir)
+        print(summary(report, report["report_path"]))
         runs.append((v, runner, report, run_dir))
     compare = {
-        "powercut_compare": 1, "workload": runners[0].name, "fs": opts.fs.name, "dimension": dimension,
+        "powercut_compare": 1, "workload": runners[0].name, "fs": cfg.fs, "dimension": dimension,
         "variants": [_variant_summary(v, report, out_dir, run_dir) for v, _, report, run_dir in runs],
         "plots": _overlay_cdfs(out_dir, runs),
     }

@@ -1,37 +1,55 @@
-"""One run: record a workload on a fresh file system, check every crash point, report.
-
-`run_one` is the whole pipeline behind `powercut run`; a matrix of runs
-(harness/compare.py) calls it once per variant.
-"""
+"""The run pipeline as a library: record a workload on a fresh file system,
+check every crash point, build the report. `powercut run`, its comparisons
+(harness/compare.py), fuzz campaigns and the corpus runner all call `run_workload`."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 from checkers.crash_check import check_crash_points
+from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
 from harness import ownership, sysres
-from harness.analysis import analyze_run
+from harness.analysis import scenario_section
 from harness.backends import backend_class
 from harness.errors import UsageError
 from harness.filesystems import FsType, get_fs
 from harness.progress import CrashProgress
-from harness.report import build_report, summary, write_report
+from harness.plots import latency_plots
+from harness.report import build_report, write_report
 from harness.report_md import write_markdown
 from harness.runstate import RunState
 from harness.session import MARK_MKFS, record
 from harness.sparse import sparse_copy
-from harness.workload_runner import ExecutorWorkload, WorkloadRunner
+from harness.workload_runner import ExecutorWorkload, WorkloadRunner, load_runner
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS, parse_spec, select_crash_points
 from replay.logformat import LogReader
 from replay.replayer import find_mark
+from workloads.results import read_records
+
+
+@dataclass
+class RunConfig:
+    fs: str
+    backend: str = "fuse"
+    mkfs_opts: str = ""
+    mount_opts: str | None = None   # None: the workload's suggestion (a scenario's), else none
+    size_mib: int = 0               # 0: the file system's default, or more if the workload asks
+    crash_points: str | None = None  # None: the workload's suggestion, else DEFAULT_POINTS
+    fault: str | None = None        # test-only recorder fault mode
+    keep_image: bool = False
+    quiet: bool = False             # no crash-walk progress (campaigns print their own)
+    markdown: bool = False          # also write OUT/report.md with latency figures (powercut run)
+
+
+def default_out_dir(name: str, fs: str) -> str:
+    return os.path.join("out", f"{name}-{fs}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
 class Terminated(Exception):
@@ -62,75 +80,66 @@ def check_tools(fs: FsType) -> None:
     sysres.require_tools(fs.mkfs[0], fs.fsck[0], "mount", "umount", "losetup")
 
 
-def default_out_dir(name: str, fs: str) -> str:
-    return os.path.join("out", f"{name}-{fs}-{time.strftime('%Y%m%d-%H%M%S')}")
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """`powercut run`'s options; None: the workload's default (a scenario's), else powercut's."""
-
-    fs: FsType
-    backend: str = "fuse"
-    mkfs_opts: str = ""
-    mount_opts: str | None = None
-    crash_points: str | None = None
-    size_mib: int = 0
-    keep_image: bool = False
-    fault: str | None = None
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> RunOptions:
-        return cls(get_fs(args.fs), args.backend, args.mkfs_opts, args.mount_opts, args.crash_points, args.size,
-                   args.keep_image, args.fault)
-
-
-def run_one(workload: WorkloadRunner, opts: RunOptions, out: str) -> dict[str, Any]:
-    """Record WORKLOAD on a fresh file system, check every crash point, write OUT/report.json and
-    OUT/report.md, print the summary and return the report."""
-    fs = opts.fs
-    size_mib = opts.size_mib or max(fs.default_size_mib, workload.device.size_mib or 0)
+def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -> dict[str, Any]:
+    """Record WORKLOAD under CFG into OUT_DIR (created, or reused if powercut made
+    it), check every crash point, write OUT_DIR/report.json; return the report
+    (with `report_path`). Everything the run created is torn down, whatever happens."""
+    fs = get_fs(cfg.fs)
+    if isinstance(workload, str):
+        workload = load_runner(workload)
+    size_mib = cfg.size_mib or max(fs.default_size_mib, workload.device.size_mib or 0)
     if size_mib < fs.min_size_mib:
         raise UsageError(f"--size {size_mib} MiB is too small for {fs.name} (minimum {fs.min_size_mib} MiB)")
-    mount_opts = opts.mount_opts if opts.mount_opts is not None else workload.run_defaults.get("mount_opts", "")
-    kinds = opts.crash_points or workload.run_defaults.get("crash_points", DEFAULT_POINTS)
+    mount_opts = cfg.mount_opts if cfg.mount_opts is not None else workload.run_defaults.get("mount_opts", "")
+    kinds = cfg.crash_points or workload.run_defaults.get("crash_points", DEFAULT_POINTS)
     parse_spec(kinds)  # a bad spec fails before anything is recorded
     check_tools(fs)
-    device_cls = backend_class(opts.backend)
-    out_dir = ownership.make_dir(out)
+    device_cls = backend_class(cfg.backend)
+    out_dir = ownership.make_dir(out_dir)
     log_path = os.path.join(out_dir, "recording.log")
 
     state = RunState.create(f"run {workload.name}")
     try:
         with terminate_as_exception():
-            device = device_cls(state, size_mib << 20, log_path, fault=opts.fault)
-            rec = record(device, fs, opts.mkfs_opts, mount_opts, workload, state, out_dir)
-            if opts.keep_image and rec.final_image:
+            device = device_cls(state, size_mib << 20, log_path, fault=cfg.fault)
+            rec = record(device, fs, cfg.mkfs_opts, mount_opts, workload, state, out_dir)
+            if cfg.keep_image and rec.final_image:
                 keep_image(rec.final_image, os.path.join(out_dir, "final.img"))
             reader = LogReader(rec.log_path)
             points = select_crash_points(reader.entries(), kinds, first=find_mark(reader, MARK_MKFS))
-            with CrashProgress(f"checking {fs.name}") as progress:
+            checks = WorkloadChecks()
+            if isinstance(workload, ExecutorWorkload):
+                checks = prepare(workload.workload, workload.plan, records_path(out_dir, rec.workload),
+                                 reader, fs.name)
+            with (nullcontext() if cfg.quiet else CrashProgress(f"checking {fs.name}")) as progress:
                 result = check_crash_points(rec.log_path, points, fs=fs, mount_opts=mount_opts,
-                                            device_bytes=rec.device_bytes, state=state, progress=progress)
+                                            device_bytes=rec.device_bytes, state=state, progress=progress,
+                                            inspect=checks.oracle.inspect if checks.oracle else None)
     finally:
         failed = state.teardown(log=lambda m: print(m, file=sys.stderr))
         if failed:
             print(f"powercut: {len(failed)} resource(s) left behind: run `powercut cleanup`", file=sys.stderr)
 
-    extra: dict[str, Any] = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning}
-    findings = list(result.findings)
+    finish(checks)
+    findings = checks.findings + result.findings
+    extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report}
     if isinstance(workload, ExecutorWorkload):
-        facts = {"sysctls": rec.workload.get("sysctls", {}), "device_tuning": rec.device_tuning}
-        sections, latency_findings = analyze_run(workload.workload, workload.plan, out_dir, rec.workload["records"],
-                                                 facts)
-        extra.update(sections)
-        findings += latency_findings
-    report = build_report(fs=fs.name, mkfs_opts=opts.mkfs_opts, mount_opts=mount_opts, backend=opts.backend,
+        results = read_records(records_path(out_dir, rec.workload), workload.plan)
+        section = scenario_section(workload.workload, results,
+                                   {"sysctls": rec.workload.get("sysctls", {}), "device_tuning": rec.device_tuning})
+        if section:
+            extra["scenario"] = section
+        if cfg.markdown:
+            limits = {k: b.max_us for k, b in workload.workload.budgets.items() if b.max_us is not None}
+            extra["latency"]["plots"] = latency_plots(results, out_dir, limits)
+    report = build_report(fs=fs.name, mkfs_opts=cfg.mkfs_opts, mount_opts=mount_opts, backend=cfg.backend,
                           workload={"name": workload.name, **rec.workload}, log_path=rec.log_path,
                           log_entries=reader.nr_entries, device_bytes=rec.device_bytes,
                           sector_size=rec.sector_size, crash_points=len(points),
                           states_checked=result.states_checked, findings=findings, extra=extra)
-    path = write_report(out_dir, report)
-    md = write_markdown(out_dir, report)
-    print(summary(report, path) + f"\n  markdown: {md}")
+    report["report_path"] = write_report(out_dir, report)
+    if cfg.markdown:
+        report["markdown_path"] = write_markdown(out_dir, report)
     return report
+
+

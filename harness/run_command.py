@@ -5,18 +5,22 @@ from __future__ import annotations
 import argparse
 
 from harness.compare import run_matrix
-from harness.pipeline import RunOptions, default_out_dir, run_one
+from harness.pipeline import RunConfig, default_out_dir, run_workload
+from harness.report import summary
 from harness.workload_runner import load_runner
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS
 
 
 def run(args: argparse.Namespace) -> int:
-    opts = RunOptions.from_args(args)
+    cfg = RunConfig(fs=args.fs, backend=args.backend, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts,
+                    size_mib=args.size, crash_points=args.crash_points, fault=args.fault, keep_image=args.keep_image,
+                    markdown=True)
     if args.mount_opts_matrix or args.param_matrix:
-        return run_matrix(args.workload, opts, args.scale, args.param, args.out,
+        return run_matrix(args.workload, cfg, args.scale, args.param, args.out,
                           mount_opts_matrix=args.mount_opts_matrix, param_matrix=args.param_matrix)
     workload = load_runner(args.workload, args.scale, args.param)
-    report = run_one(workload, opts, args.out or default_out_dir(workload.name, opts.fs.name))
+    report = run_workload(workload, cfg, args.out or default_out_dir(workload.name, args.fs))
+    print(summary(report, report["report_path"]))
     return 1 if report["findings"] else 0
 
 
@@ -31,7 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--mkfs-opts", default="", help="extra mkfs options, e.g. \"-O ^has_journal\"")
     p.add_argument("--mount-opts", default=None,
                    help="mount options, e.g. data=writeback,barrier=0 (default: none, or the scenario's)")
-    p.add_argument("--size", type=int, default=0, help="device size in MiB (default: per file system, or more if the workload asks)")
+    p.add_argument("--size", type=int, default=0,
+                   help="device size in MiB (default: per file system, or more if the workload asks)")
     p.add_argument("--out", default="", help="output directory (default: out/NAME-FS-TIME)")
     p.add_argument("--crash-points", default=None, metavar="KINDS",
                    help="where to crash: comma-separated flush, fua, mark, write, or N for every Nth entry "
