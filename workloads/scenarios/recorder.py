@@ -56,7 +56,7 @@ class Params:
     sfr_bytes: int = 2 * MIB           # sync_file_range every 2 MB written (rounded to whole writes)
     background: int = 1                # 0: the quiet phase only
     bg_bytes: int = 100 * MIB          # what each background cycle allocates and truncates away
-    bg_period_us: int = 10000          # one background cycle at most every 10 ms
+    bg_period_us: int = 20000          # one background cycle at most every 20 ms
     rt: int = 1                        # 1: recorder SCHED_FIFO 50, syncer SCHED_FIFO 40; 0: SCHED_OTHER
 
 
