@@ -16,7 +16,6 @@ from typing import Any
 from checkers.crash_check import check_crash_points
 from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
 from harness import ownership, sysres
-from harness.analysis import scenario_section
 from harness.backends import backend_class
 from harness.errors import UsageError
 from harness.filesystems import FsType, get_fs
@@ -31,6 +30,7 @@ from harness.workload_runner import ExecutorWorkload, WorkloadRunner, load_runne
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS, parse_spec, select_crash_points
 from replay.logformat import LogReader
 from replay.replayer import find_mark
+from workloads import scenarios
 from workloads.results import read_records
 
 
@@ -125,8 +125,8 @@ def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -
     extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report}
     if isinstance(workload, ExecutorWorkload):
         results = read_records(records_path(out_dir, rec.workload), workload.plan)
-        section = scenario_section(workload.workload, results,
-                                   {"sysctls": rec.workload.get("sysctls", {}), "device_tuning": rec.device_tuning})
+        section = scenarios.section(workload.workload, results,
+                                    {"sysctls": rec.workload.get("sysctls", {}), "device_tuning": rec.device_tuning})
         if section:
             extra["scenario"] = section
         if cfg.markdown:

@@ -105,6 +105,16 @@ def _latency_section(lat: dict[str, Any]) -> list[str]:
     return out
 
 
+def _records_section(records: dict[str, Any]) -> list[str]:
+    """The content oracle's loss window of a periodic recorder (report.json `design.records`)."""
+    return ["## Records after a crash", "",
+            "What the content oracle found of the declared records (`invariants.records`) at every crash point:", "",
+            *table(["crash points", "max records lost", "max ms of recording lost", "median records lost",
+                    "torn tails"],
+                   [[records["crash_points"], records["max_loss_records"], records["max_loss_ms"],
+                     records["median_loss_records"], records["torn_tails"]]])]
+
+
 def _figures_section(plots: dict[str, dict[str, str]]) -> list[str]:
     out = ["## Figures"]
     for kind, files in plots.items():
@@ -121,6 +131,8 @@ def render(report: dict[str, Any], out_dir: str) -> str:
     if "scenario" in report:
         sec = report["scenario"]
         lines += ["", f"## Scenario `{sec['name']}`", "", *scenarios.get(sec["name"]).render(sec)]
+    if report.get("design", {}).get("records"):
+        lines += ["", *_records_section(report["design"]["records"])]
     if report.get("latency", {}).get("plots"):
         lines += ["", *_figures_section(report["latency"]["plots"])]
     return "\n".join(lines) + "\n"

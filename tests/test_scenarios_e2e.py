@@ -61,7 +61,8 @@ def test_recorder_on_ext4_checks_every_crash_point_and_prints_table_1(pc: PcEnv)
         assert 0 < row["write_avg_us"] <= row["write_max_us"] and 0 < row["fallocate_avg_us"] <= row["fallocate_max_us"]
     md = (out / "report.md").read_text()
     for text in ("## Latency", "### Thread `syncer`", "Table 1", "| none | ", "| ftruncate + fsync | ",
-                 "(141)", "(4299)", "(178)", "(359)", "(813)", "(208440)", "(181)", "(1043)", "rerun"):
+                 "(141)", "(4299)", "(178)", "(359)", "(813)", "(208440)", "(181)", "(1043)", "rerun",
+                 "## Records after a crash"):
         assert text in md, text
     assert_figures(out, r)
     # The saved workload is exactly the scenario's: rerunnable with `powercut run OUT/workload.json`.

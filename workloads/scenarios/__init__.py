@@ -27,6 +27,7 @@ from typing import Any
 
 from harness.errors import UsageError
 from workloads.format import Workload
+from workloads.results import Results
 
 MODULES = {
     "recorder": "workloads.scenarios.recorder",
@@ -73,6 +74,16 @@ def document(name: str, scale: float = 1.0, overrides: Sequence[str] = ()) -> di
     doc = mod.generate(p)
     doc["generator"] = {"name": name, "scale": scale, "params": dataclasses.asdict(p)}
     return doc
+
+
+def section(workload: Workload, results: Results, facts: dict[str, Any]) -> dict[str, Any] | None:
+    """report.json's `scenario` section if a scenario generated WORKLOAD, else None.
+    FACTS: what the run had in force ("sysctls", "device_tuning")."""
+    generated = of_workload(workload)
+    if generated is None or workload.generator is None:
+        return None
+    mod, p = generated
+    return {"name": workload.generator.name, **mod.analyze(results, p, facts)}
 
 
 def of_workload(workload: Workload) -> tuple[ModuleType, Any] | None:
