@@ -134,7 +134,7 @@ def test_fsync_under_load_sets_the_queue_depth(pc: PcEnv) -> None:
 def test_recording_streams_count_extents_and_time_removal(pc: PcEnv) -> None:
     out = pc.tmp / "out"
     pc.run("run", "scenario:recording-streams", "--fs", "ext4", "--scale", "0.01", "--param", "records=4",
-           "--param", "streams=3", "--out", str(out), check_rc=0)
+           "--param", "streams=3", "--param", "record_bytes=262144", "--out", str(out), check_rc=0)
     phases = report(out)["scenario"]["phases"]
     for ph in ("plain", "fallocate"):
         assert len(phases[ph]["extents_per_file"]) == 3 and min(phases[ph]["extents_per_file"]) >= 1
@@ -146,6 +146,7 @@ def test_recording_streams_count_extents_and_time_removal(pc: PcEnv) -> None:
 def test_lprobe_reports_the_write_distribution_and_writeback_settings(pc: PcEnv) -> None:
     out = pc.tmp / "out"
     pc.run("run", "scenario:lprobe", "--fs", "ext4", "--scale", "0.003", "--param", "dirty_limit_bytes=1048576",
+           "--param", "bg_bytes=262144", "--param", "bg_block=262144",
            "--out", str(out), check_rc=0)
     r = report(out)
     s = r["scenario"]
