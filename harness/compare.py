@@ -55,7 +55,7 @@ def variants(mount_opts_matrix: str, param_matrix: str, params: list[str]) -> tu
 
 def _variant_summary(v: Variant, report: dict[str, Any], out_dir: str, run_dir: str) -> dict[str, Any]:
     lat = report.get("latency", {})
-    summary = {
+    out = {
         "label": v.label, "dir": os.path.relpath(run_dir, out_dir), "mount_opts": report["mount_opts"],
         "crash_points": report["crash_points"], "crash_states_checked": report["crash_states_checked"],
         "findings": len(report["findings"]), "finding_kinds": dict(Counter(f["kind"] for f in report["findings"])),
@@ -63,8 +63,8 @@ def _variant_summary(v: Variant, report: dict[str, Any], out_dir: str, run_dir: 
         "latency": {k: {c: s[c] for c in COLUMNS} for k, s in lat.get("kinds", {}).items() if k not in NOT_PLOTTED},
     }
     if "scenario" in report:
-        summary["headline"] = scenarios.get(report["scenario"]["name"]).headline(report["scenario"])
-    return summary
+        out["headline"] = scenarios.get(report["scenario"]["name"]).headline(report["scenario"])
+    return out
 
 
 def _overlay_cdfs(out_dir: str, runs: list[tuple[Variant, WorkloadRunner, dict[str, Any], str]]) -> dict[str, str]:

@@ -80,6 +80,7 @@ def run_child(cmd: list[str], state: RunState, what: str, **popen: Any) -> int:
 
 
 def read_sysctls() -> dict[str, str]:
+    """The vm.dirty_* settings in force now ("vm.dirty_ratio": "20", ...)."""
     out = {}
     for name in SYSCTLS:
         try:

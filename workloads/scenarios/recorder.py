@@ -17,9 +17,10 @@ dirty pages before each test). The report prints Table 1 from the two phases.
 
 Threads meet at barriers: `phase` (all, at each phase start), `start`
 (recorder, syncer: a recording's first write) and `end` (recorder, syncer,
-post: its last write). The syncer's sync_file_range runs on its own period,
-MULT write periods after the recording starts plus half a period, so each
-call covers the SFR_BYTES written just before it.
+post: its last write). The syncer's sync_file_range runs on its own period
+(the time SFR_BYTES take to write), starting one such period plus half a
+write period after the recording, so each call covers the SFR_BYTES written
+just before it.
 """
 
 from __future__ import annotations
