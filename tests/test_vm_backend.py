@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import POWERCUT, WORKLOADS, PcEnv
+from harness.vm.kernel import resolve
 from replay.logformat import END_MARK, LogReader
 from replay.replayer import Replayer
 
@@ -120,13 +121,13 @@ def test_unjournaled_ext4_has_fsck_findings_through_the_guest(pc: PcEnv) -> None
     assert 0 < len(r["findings"]) < r["crash_states_checked"]
 
 
-def start_blocked_vm_run(pc: PcEnv) -> tuple[subprocess.Popen[str], Path]:
+def start_blocked_vm_run(pc: PcEnv, kernel_args: list[str]) -> tuple[subprocess.Popen[str], Path]:
     """Start a vm run whose guest workload blocks; return once it is running in the guest."""
     script = pc.tmp / "blocking.sh"
     script.write_text("echo hello > f; sync; echo up; sleep 600\n")
     out = pc.tmp / "out"
     proc = subprocess.Popen([*POWERCUT, "run", str(script), "--fs", "ext4", "--backend", "vm",
-                             "--kernel", KERNEL_612, "--out", str(out)],
+                             *kernel_args, "--out", str(out)],
                             env=pc.env(), cwd=pc.tmp, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while not (out / "workload.out").exists() or "up" not in (out / "workload.out").read_text():
@@ -137,8 +138,10 @@ def start_blocked_vm_run(pc: PcEnv) -> tuple[subprocess.Popen[str], Path]:
     return proc, out
 
 
-def test_sigterm_stops_the_guest(pc: PcEnv) -> None:
-    proc, _ = start_blocked_vm_run(pc)
+def test_sigterm_stops_the_guest_booted_from_a_kernel_path(pc: PcEnv) -> None:
+    # --kernel PATH + --kernel-modules DIR: here the cached Debian 6.12 kernel's files.
+    cached = resolve(KERNEL_612)
+    proc, _ = start_blocked_vm_run(pc, ["--kernel", cached.image, "--kernel-modules", cached.modules or ""])
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
@@ -147,7 +150,7 @@ def test_sigterm_stops_the_guest(pc: PcEnv) -> None:
 
 
 def test_kill_9_then_cleanup_leaves_no_qemu(pc: PcEnv) -> None:
-    proc, _ = start_blocked_vm_run(pc)
+    proc, _ = start_blocked_vm_run(pc, ["--kernel", KERNEL_612])
     proc.kill()
     proc.wait()
     assert any("qemu" in x for x in pc.leftovers()), "QEMU outlives a kill -9 of powercut until cleanup"

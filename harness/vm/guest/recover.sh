@@ -4,16 +4,25 @@
 # recovery happens here) and unmounted. Results: "begin I" before touching
 # image I, then "ok I" or "fail I MESSAGE"; a guest that dies after "begin I"
 # died mounting image I.
+
+# One dmsetup call for all devices: under TCG each dmsetup process costs
+# ~0.1 s, several times a mount + umount of a small image.
+table=""
+i=$PC_FIRST
+while [ "$i" -lt "$PC_IMAGES" ]; do
+    table="$table${table:+;}pc-image-$i,,,rw,0 $PC_IMAGE_SECTORS linear /dev/vda $((i * PC_IMAGE_SECTORS))"
+    i=$((i + 1))
+done
+/usr/sbin/dmsetup create --noudevsync --concise "$table" || fail "dmsetup create of the linear devices failed"
+
 i=$PC_FIRST
 while [ "$i" -lt "$PC_IMAGES" ]; do
     result "begin $i"
-    /usr/sbin/dmsetup create --noudevsync pc-image \
-        --table "0 $PC_IMAGE_SECTORS linear /dev/vda $((i * PC_IMAGE_SECTORS))" || fail "dmsetup create linear failed"
-    if err=$(mount -t "$PC_FS" ${PC_MOUNT_OPTS:+-o "$PC_MOUNT_OPTS"} /dev/mapper/pc-image /mnt 2>&1); then
+    if err=$(mount -t "$PC_FS" ${PC_MOUNT_OPTS:+-o "$PC_MOUNT_OPTS"} "/dev/mapper/pc-image-$i" /mnt 2>&1); then
         if err=$(umount /mnt 2>&1); then result "ok $i"; else result "fail $i umount: $(echo $err)"; fi
     else
         result "fail $i $(echo $err)"
     fi
-    /usr/sbin/dmsetup remove --noudevsync pc-image || fail "dmsetup remove failed"
     i=$((i + 1))
 done
+/usr/sbin/dmsetup remove_all --noudevsync || fail "dmsetup remove_all failed"
