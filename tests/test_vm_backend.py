@@ -50,11 +50,11 @@ def kernel_spec(series: str) -> str:
 
 @pytest.fixture(scope="module", params=["6.12", "6.1"])
 def vm_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, PcEnv]:
-    """One `powercut run --backend vm` of the busybox workload per kernel, kept image included."""
+    """One `powercut run --backend vm` of the mixed workload per kernel, kept image included."""
     tmp = tmp_path_factory.mktemp(f"vm-{request.param}")
     pc = PcEnv(tmp / "state", tmp / "scratch", tmp)
     out = tmp / "out"
-    pc.run("run", str(WORKLOADS / "busybox_mixed.sh"), "--fs", "ext4", "--backend", "vm",
+    pc.run("run", str(WORKLOADS / "mixed.sh"), "--fs", "ext4", "--backend", "vm",
            "--kernel", kernel_spec(request.param), "--keep-image", "--out", str(out), check_rc=0)
     assert pc.leftovers() == []
     return request.param, out, pc
@@ -179,7 +179,7 @@ def test_boot_deadline_is_a_clear_error(pc: PcEnv) -> None:
     (["--backend", "vm", "--kernel", KERNEL_612, "--fault", "drop-flush"], "--fault is a test mode"),
 ])
 def test_bad_vm_arguments_exit_2_with_one_line(pc: PcEnv, args: list[str], message: str) -> None:
-    p = pc.run("run", str(WORKLOADS / "busybox_mixed.sh"), "--fs", "ext4", *args, "--out", str(pc.tmp / "out"), check_rc=2)
+    p = pc.run("run", str(WORKLOADS / "mixed.sh"), "--fs", "ext4", *args, "--out", str(pc.tmp / "out"), check_rc=2)
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("powercut: ") and message in lines[0], p.stderr
 

@@ -44,14 +44,14 @@ def fake_modules(tmp_path: Path) -> str:
 
 
 def test_module_order_loads_dependencies_first_and_skips_builtins(tmp_path: Path) -> None:
-    k = Kernel("test", "/vmlinux", fake_modules(tmp_path), "6.99.0")
+    k = Kernel("test", "/vmlinux", fake_modules(tmp_path))
     assert k.module_order(["virtio_pci", "dm-log-writes", "dm_mod", "ext4"]) == [
         "kernel/drivers/md/dm-mod.ko.xz", "kernel/drivers/md/dm-log-writes.ko.xz",
         "kernel/fs/jbd2/jbd2.ko.xz", "kernel/lib/crc16.ko.xz", "kernel/fs/ext4/ext4.ko.xz"]
 
 
 def test_missing_module_names_the_kernel(tmp_path: Path) -> None:
-    k = Kernel("debian:linux-image-test", "/vmlinux", fake_modules(tmp_path), "6.99.0")
+    k = Kernel("debian:linux-image-test", "/vmlinux", fake_modules(tmp_path))
     with pytest.raises(EnvError, match="kernel debian:linux-image-test has no module xfs"):
         k.module_order(["xfs"])
 

@@ -18,12 +18,13 @@ import re
 import shutil
 import subprocess
 
+from harness import paths
 from harness.errors import EnvError
 from harness.filesystems import FsType
 from harness.vm import cpio
 from harness.vm.kernel import Kernel
 
-CACHE = os.path.join(os.environ.get("POWERCUT_CACHE", "/var/cache/powercut"), "initramfs")
+CACHE = os.path.join(paths.CACHE, "initramfs")
 GUEST_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "guest")
 BUSYBOX = "/bin/busybox"  # must be the static build (busybox-static)
 

@@ -23,11 +23,10 @@ import tempfile
 import zlib
 from dataclasses import dataclass
 
-from harness import sysres
+from harness import paths, sysres
 from harness.errors import EnvError, UsageError
-from harness.vm import packages
 
-KERNEL_CACHE = os.environ.get("POWERCUT_KERNEL_CACHE", "/var/cache/powercut/kernels")
+KERNEL_CACHE = os.path.join(paths.CACHE, "kernels")
 DEBIAN_PREFIX = "debian:"
 _PKG_NAME = re.compile(r"[a-z0-9][a-z0-9.+-]*")
 _READY = ".ready"
@@ -38,7 +37,6 @@ class Kernel:
     label: str               # as given on the command line
     image: str               # what QEMU boots: an ELF vmlinux (PVH) or a bzImage
     modules: str | None      # lib/modules/VERSION with modules.dep, None if all built in
-    release: str             # `uname -r` of the kernel, "" when unknown before booting
 
     def module_order(self, names: list[str]) -> list[str]:
         """Paths (relative to `modules`) of NAMES and their dependencies, in load order.
@@ -76,19 +74,15 @@ def resolve(spec: str, modules_dir: str | None = None) -> Kernel:
 def path_kernel(path: str, modules_dir: str | None) -> Kernel:
     if not os.path.isfile(path):
         raise UsageError(f"--kernel {path}: no such file (want a vmlinux, a bzImage or debian:PACKAGE)")
-    release = ""
-    if modules_dir is not None:
-        if not os.path.isfile(os.path.join(modules_dir, "modules.dep")):
-            raise UsageError(f"--kernel-modules {modules_dir}: no modules.dep there (run depmod, or give lib/modules/VERSION)")
-        release = os.path.basename(os.path.normpath(modules_dir))
-    return Kernel(path, os.path.abspath(path), modules_dir and os.path.abspath(modules_dir), release)
+    if modules_dir is not None and not os.path.isfile(os.path.join(modules_dir, "modules.dep")):
+        raise UsageError(f"--kernel-modules {modules_dir}: no modules.dep there (run depmod, or give lib/modules/VERSION)")
+    return Kernel(path, os.path.abspath(path), modules_dir and os.path.abspath(modules_dir))
 
 
 # -- Debian packages ---------------------------------------------------------
 def debian_kernel(name: str) -> Kernel:
     if not _PKG_NAME.fullmatch(name):
         raise UsageError(f"--kernel debian:{name}: not a Debian package name")
-    packages.ensure(packages.VM_HOST_PACKAGES, "--backend vm")
     pkg, version = _real_package(name)
     root = os.path.join(KERNEL_CACHE, f"{pkg}_{version}")
     if not os.path.exists(os.path.join(root, _READY)):
@@ -130,8 +124,9 @@ def _fetch(pkg: str, version: str, root: str) -> None:
         deb = next(f for f in os.listdir(tmp) if f.endswith(".deb"))
         sysres.run(["dpkg-deb", "-x", os.path.join(tmp, deb), tmp], timeout=600)
         os.unlink(os.path.join(tmp, deb))
-        release = _only_release(tmp)
-        sysres.run(["depmod", "-b", tmp, release], timeout=600)
+        base = _modules_base(tmp)
+        release = _only_release(base)
+        sysres.run(["depmod", "-b", base, release], timeout=600)
         extract_vmlinux(os.path.join(tmp, "boot", f"vmlinuz-{release}"), os.path.join(tmp, "vmlinux"))
         open(os.path.join(tmp, _READY), "w").close()
         try:
@@ -143,23 +138,29 @@ def _fetch(pkg: str, version: str, root: str) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _only_release(root: str) -> str:
-    releases = os.listdir(os.path.join(root, "lib", "modules"))
+def _modules_base(root: str) -> str:
+    """The directory holding lib/modules: the package root, or root/usr in merged-/usr packages (trixie)."""
+    return root if os.path.isdir(os.path.join(root, "lib", "modules")) else os.path.join(root, "usr")
+
+
+def _only_release(base: str) -> str:
+    releases = os.listdir(os.path.join(base, "lib", "modules"))
     if len(releases) != 1:
-        raise EnvError(f"{root}: expected one lib/modules/VERSION, found {releases}")
+        raise EnvError(f"{base}: expected one lib/modules/VERSION, found {releases}")
     return releases[0]
 
 
 def _cached_kernel(label: str, root: str) -> Kernel:
-    release = _only_release(root)
+    base = _modules_base(root)
+    release = _only_release(base)
     vmlinux = os.path.join(root, "vmlinux")
     image = vmlinux if os.path.exists(vmlinux) else os.path.join(root, "boot", f"vmlinuz-{release}")
-    return Kernel(label, image, os.path.join(root, "lib", "modules", release), release)
+    return Kernel(label, image, os.path.join(base, "lib", "modules", release))
 
 
 # -- bzImage -> vmlinux --------------------------------------------------------
-def extract_vmlinux(bzimage: str, out: str) -> bool:
-    """Write the ELF kernel inside BZIMAGE to OUT; False if it cannot be booted via PVH.
+def extract_vmlinux(bzimage: str, out: str) -> None:
+    """Write the ELF kernel inside BZIMAGE to OUT, if it can be booted via PVH (else nothing).
 
     Uses the bzImage header (Documentation/arch/x86/boot.rst): the protected-
     mode code starts after (setup_sects + 1) * 512 bytes; payload_offset and
@@ -171,14 +172,16 @@ def extract_vmlinux(bzimage: str, out: str) -> bool:
     payload_offset, payload_length = struct.unpack_from("<II", img, 0x248)
     start = (setup_sects + 1) * 512 + payload_offset
     payload = img[start:start + payload_length]
+    config = bzimage.replace("vmlinuz-", "config-")  # Debian ships boot/config-VERSION beside it
+    if not os.path.exists(config):
+        return
+    with open(config) as f:
+        if "CONFIG_PVH=y\n" not in f.read():
+            return
     elf = _decompress(payload)
-    config = bzimage.replace("vmlinuz-", "config-")
-    pvh = os.path.exists(config) and "CONFIG_PVH=y\n" in open(config).read()
-    if elf is None or not elf.startswith(b"\x7fELF") or not pvh:
-        return False
-    with open(out, "wb") as f:
-        f.write(elf)
-    return True
+    if elf is not None and elf.startswith(b"\x7fELF"):
+        with open(out, "wb") as f:
+            f.write(elf)
 
 
 def _decompress(payload: bytes) -> bytes | None:

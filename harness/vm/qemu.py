@@ -20,10 +20,11 @@ from harness.runstate import RunState, record_process
 from harness.vm import initramfs
 from harness.vm.kernel import Kernel
 
-QEMU = os.environ.get("POWERCUT_QEMU", "/usr/bin/qemu-system-x86_64")
+QEMU = "/usr/bin/qemu-system-x86_64"  # installed on demand (harness/vm/packages.py)
 GUEST_MEMORY_MIB = 1024
-# panic=-1 + -no-reboot: a guest kernel panic ends QEMU at once instead of hanging.
-KERNEL_ARGS = "console=ttyS0 panic=-1 loglevel=4 rdinit=/init"
+# panic=-1 + -no-reboot: a guest kernel panic ends QEMU at once instead of
+# hanging; oops=panic makes an oops (say, in a recovery mount) end it too.
+KERNEL_ARGS = "console=ttyS0 panic=-1 oops=panic loglevel=4 rdinit=/init"
 _KVM_GET_API_VERSION = 0xAE00
 _KVM_CREATE_VM = 0xAE01
 
@@ -70,7 +71,6 @@ class Outcome:
     lines: list[str]            # the job's result lines
     completed: bool             # the job reached its end (False: the guest died)
     console_tail: str
-    seconds: float
 
 
 @dataclass
@@ -92,8 +92,6 @@ class Guest:
         receives what the guest writes to its second serial port (the
         workload's output). A job that reports an error raises EnvError.
         """
-        if not os.access(QEMU, os.X_OK):
-            raise EnvError(f"{QEMU} not found: install the Debian package qemu-system-x86")
         work = self.state.make_dir(os.path.join(self.state.scratch, f"boot-{len(self.boots)}"))
         job_env = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in {"PC_JOB": job, **env}.items())
         job_files = {"pc/job.env": job_env.encode(), **{f"pc/{k}": v for k, v in (files or {}).items()}}
@@ -120,11 +118,10 @@ class Guest:
                 self.state.release(res)
             err.seek(0)
             qemu_err = err.read().strip()
-        seconds = time.monotonic() - t0
-        self.boots.append(round(seconds, 2))
+        self.boots.append(round(time.monotonic() - t0, 2))
         if proc.returncode != 0:
             raise EnvError(f"qemu-system-x86_64 exited with {proc.returncode}: {(qemu_err.splitlines() or [''])[0]}")
-        return parse_results(results, console, seconds)
+        return parse_results(results, console)
 
 
 def last_line(path: str) -> str:
@@ -137,7 +134,7 @@ def last_line(path: str) -> str:
     return lines[-1][:300] if lines else "(no console output)"
 
 
-def parse_results(results: str, console: str, seconds: float) -> Outcome:
+def parse_results(results: str, console: str) -> Outcome:
     with open(results, encoding="utf-8", errors="replace") as f:
         lines = [line.rstrip("\r\n") for line in f if line.strip()]
     kernel, job_lines, completed = "", [], False
@@ -151,4 +148,4 @@ def parse_results(results: str, console: str, seconds: float) -> Outcome:
             raise EnvError(f"guest: {rest} (last console line: {last_line(console)})")
         else:
             job_lines.append(line)
-    return Outcome(kernel, job_lines, completed, last_line(console), seconds)
+    return Outcome(kernel, job_lines, completed, last_line(console))
