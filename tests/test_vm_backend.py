@@ -75,6 +75,11 @@ def test_kernel_written_log_is_read_and_replays_to_the_guest_disk(vm_run: tuple[
         # and the end mark the kernel appends when the target is removed.
         assert marks == ["pc:mkfs-done", "pc:mounted", *WORKLOAD_MARKS, "pc:workload-end", END_MARK]
         assert entries[-1].mark == END_MARK
+        # Marks are synchronous (pc-markfs): the fsyncs the workload runs after
+        # `mark created` and after `mark before-sync` are logged after those marks.
+        at = {e.mark: e.index for e in entries if e.is_mark}
+        for first, then in [("created", "big-fsynced"), ("before-sync", "done")]:
+            assert any(e.is_flush for e in entries[at[first]:at[then]]), (first, then)
         assert any(e.is_flush for e in entries) and any(e.is_write for e in entries)
         # The whole log replayed onto a zeroed disk is the guest's final data disk, byte for byte.
         replayed = pc.tmp / "replayed.img"

@@ -28,19 +28,22 @@ CACHE = os.path.join(paths.CACHE, "initramfs")
 GUEST_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "guest")
 BUSYBOX = "/bin/busybox"  # must be the static build (busybox-static)
 
-# Host programs copied into every guest; the file system's mkfs is added per fs.
-# Busybox applets shadow PATH in the guest shell: scripts call these by full path.
+# Host programs copied into every guest at their host path; the file
+# system's mkfs is added per fs. Busybox applets shadow PATH in the guest
+# shell: scripts call these by full path.
 GUEST_PROGRAMS = ["dmsetup"]
+# powercut's own C programs (build/), copied to /usr/bin in the guest.
+GUEST_BUILD_PROGRAMS = ["pc-markfs"]
 # Data files those programs read (mke2fs takes its ext4 feature set from here).
 GUEST_FILES = ["/etc/mke2fs.conf"]
 # Loaded at boot before the file system's own module (and the dependencies of
 # all of them): virtio disks, device-mapper (dm-linear is part of dm-mod),
-# dm-log-writes; crc32c_generic because ext4/xfs/btrfs ask the crypto API
-# for crc32c and TCG's default CPU has no SSE4.2 for crc32c-intel.
-GUEST_MODULES = ["virtio_pci", "virtio_blk", "dm_mod", "dm_log_writes", "crc32c_generic"]
-# Guest scripts: /init, one script per job, and the guest's commands.
-GUEST_SCRIPTS = {"init": "init.sh", "pc/record.sh": "record.sh", "pc/recover.sh": "recover.sh",
-                 "usr/bin/pc-mark": "pc-mark.sh"}
+# dm-log-writes, fuse for pc-markfs; crc32c_generic because ext4/xfs/btrfs
+# ask the crypto API for crc32c and TCG's default CPU has no SSE4.2 for
+# crc32c-intel.
+GUEST_MODULES = ["virtio_pci", "virtio_blk", "dm_mod", "dm_log_writes", "fuse", "crc32c_generic"]
+# Guest scripts: /init and one script per job.
+GUEST_SCRIPTS = {"init": "init.sh", "pc/record.sh": "record.sh", "pc/recover.sh": "recover.sh"}
 
 _LDD_PATH = re.compile(r"(/\S+) \(0x[0-9a-f]+\)$")
 
@@ -97,8 +100,8 @@ class Tree:
             executable = os.access(host_path, os.X_OK)
         self.add(cpio.file((at or host_path).lstrip("/"), data, executable))
 
-    def add_program(self, host_path: str) -> None:
-        self.add_host_file(host_path)
+    def add_program(self, host_path: str, at: str | None = None) -> None:
+        self.add_host_file(host_path, at)
         for lib in libraries(host_path):
             if lib.lstrip("/") not in self.members:
                 self.add_host_file(lib)
@@ -115,6 +118,8 @@ def base_tree(kernel: Kernel, fs: FsType) -> Tree:
     tree.add(cpio.symlink("bin/sh", "busybox"))
     for name in [*GUEST_PROGRAMS, fs.mkfs[0]]:
         tree.add_program(which(name))
+    for name in GUEST_BUILD_PROGRAMS:
+        tree.add_program(paths.c_program(name), at=f"usr/bin/{name}")
     for path in GUEST_FILES:
         if os.path.exists(path):
             tree.add_host_file(path)
