@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
+from checkers.findings import Finding
 from harness import ownership, sysres
 from harness.filesystems import FsType, join_opts
 from harness.runstate import RunState
@@ -28,10 +30,16 @@ class Verdict:
     fsck_code: int = 0
     fsck_failed: bool = False
     fsck_output: str = ""
+    content: list[Finding] = field(default_factory=list)
 
 
-def recover(image: str, fs: FsType, mount_opts: str, mnt: str, state: RunState) -> tuple[bool, str]:
-    """Attach IMAGE, mount it (journal recovery by the kernel), unmount, detach."""
+Inspect = Callable[[str], list[Finding]]
+
+
+def recover(image: str, fs: FsType, mount_opts: str, mnt: str, state: RunState,
+            inspect: Inspect | None = None) -> tuple[bool, str, list[Finding]]:
+    """Attach IMAGE, mount it (journal recovery by the kernel), let INSPECT
+    read the recovered files, unmount, detach."""
     loop_res = state.record("loop", backing=image)
     try:
         dev = sysres.loop_attach(image)
@@ -39,9 +47,12 @@ def recover(image: str, fs: FsType, mount_opts: str, mnt: str, state: RunState) 
         p = sysres.mount(dev, mnt, fs.name, join_opts(mount_opts, fs.recovery_opts))
         if p.returncode != 0:
             state.released(mount_res)
-            return False, (p.stderr or p.stdout).strip()
-        state.release(mount_res)
-        return True, ""
+            return False, (p.stderr or p.stdout).strip(), []
+        try:
+            found = inspect(mnt) if inspect else []
+        finally:
+            state.release(mount_res)
+        return True, "", found
     finally:
         state.release(loop_res)
 
@@ -64,17 +75,19 @@ def first_problem(output: str) -> str:
     return (serious or lines or [""])[0]
 
 
-def fsck_verdict(image: str, fs: FsType) -> Verdict:
+def fsck_verdict(image: str, fs: FsType, content: list[Finding] | None = None) -> Verdict:
     """The verdict on an image the kernel has already recovered."""
     code, out = fsck(image, fs)
-    return Verdict(mount_ok=True, fsck_ran=True, fsck_code=code, fsck_failed=fs.fsck_failed(code), fsck_output=out)
+    return Verdict(mount_ok=True, fsck_ran=True, fsck_code=code, fsck_failed=fs.fsck_failed(code),
+                   fsck_output=out, content=content or [])
 
 
-def recover_and_check(image: str, fs: FsType, mount_opts: str, mnt: str, state: RunState) -> Verdict:
-    ok, err = recover(image, fs, mount_opts, mnt, state)
+def recover_and_check(image: str, fs: FsType, mount_opts: str, mnt: str, state: RunState,
+                      inspect: Inspect | None = None) -> Verdict:
+    ok, err, found = recover(image, fs, mount_opts, mnt, state, inspect)
     if not ok:
         return Verdict(mount_ok=False, mount_error=err)
-    return fsck_verdict(image, fs)
+    return fsck_verdict(image, fs, found)
 
 
 class RecoveryEngine(Protocol):
@@ -94,18 +107,24 @@ class RecoveryEngine(Protocol):
     def close(self) -> None: ...
 
 
+# Reads the mounted, recovered crash image at a crash point: (mount dir, crash point) -> findings.
+PointInspect = Callable[[str, int], list[Finding]]
+
+
 class HostRecovery:
     """Recovery by the host's kernel, one crash image at a time on a loop device."""
 
-    def __init__(self, fs: FsType, mount_opts: str, state: RunState, device_bytes: int) -> None:
-        self.fs, self.mount_opts, self.state = fs, mount_opts, state
+    def __init__(self, fs: FsType, mount_opts: str, state: RunState, device_bytes: int,
+                 inspect: PointInspect | None = None) -> None:
+        self.fs, self.mount_opts, self.state, self.inspect = fs, mount_opts, state, inspect
         self.crash_path = os.path.join(state.scratch, "crash.img")
         self.crash_fd = ownership.create_file(self.crash_path, device_bytes)
         self.mnt = state.subdir("check-mnt")
 
     def submit(self, point: int, image: str) -> list[tuple[int, Verdict]]:
         sparse_copy(image, self.crash_fd)  # recovery writes to the image: never to the replay target
-        return [(point, recover_and_check(self.crash_path, self.fs, self.mount_opts, self.mnt, self.state))]
+        at_point = (lambda m: self.inspect(m, point)) if self.inspect else None
+        return [(point, recover_and_check(self.crash_path, self.fs, self.mount_opts, self.mnt, self.state, at_point))]
 
     def finish(self) -> list[tuple[int, Verdict]]:
         return []

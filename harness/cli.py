@@ -14,6 +14,7 @@ COMMAND_MODULES = [
     "replay.commands",
     "harness.run_command",
     "harness.cleanup",
+    "harness.corpus_command",
 ]
 
 
@@ -45,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("powercut: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into head & co.
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

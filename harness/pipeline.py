@@ -1,0 +1,124 @@
+"""The run pipeline as a library: record a workload on a fresh file system,
+check every crash point, build the report. `powercut run`, fuzz campaigns and
+the corpus runner all call `run_workload`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+from checkers.crash_check import check_crash_points
+from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
+from harness import ownership, sysres
+from harness.backends import open_backend
+from harness.errors import UsageError
+from harness.filesystems import FsType, get_fs
+from harness.progress import CrashProgress
+from harness.report import build_report, write_report
+from harness.runstate import RunState
+from harness.session import MARK_MKFS
+from harness.sparse import sparse_copy
+from harness.workload_runner import ExecutorWorkload, WorkloadRunner, load_runner
+from replay.crashpoints import DEFAULT as DEFAULT_POINTS, select_crash_points
+from replay.logformat import LogReader
+from replay.replayer import find_mark
+
+
+@dataclass
+class RunConfig:
+    fs: str
+    backend: str = "fuse"
+    mkfs_opts: str = ""
+    mount_opts: str = ""
+    size_mib: int = 0               # 0: the file system's default
+    crash_points: str = DEFAULT_POINTS
+    fault: str | None = None        # test-only recorder fault mode
+    keep_image: bool = False
+    kernel: str | None = None       # --backend vm: debian:PACKAGE or a kernel image path
+    kernel_modules: str | None = None
+    quiet: bool = False             # no crash-walk progress (campaigns print their own)
+
+
+class Terminated(Exception):
+    """SIGTERM, turned into an exception so every teardown path runs."""
+
+
+@contextmanager
+def terminate_as_exception() -> Iterator[None]:
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def keep_image(src: str, dst: str) -> None:
+    fd = ownership.create_file(dst)
+    try:
+        sparse_copy(src, fd)
+    finally:
+        os.close(fd)
+
+
+def check_tools(fs: FsType) -> None:
+    sysres.require_tools(fs.mkfs[0], fs.fsck[0], "mount", "umount", "losetup")
+
+
+def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -> dict[str, Any]:
+    """Record WORKLOAD under CFG into OUT_DIR (created, or reused if powercut made
+    it), check every crash point, write OUT_DIR/report.json; return the report
+    (with `report_path`). Everything the run created is torn down, whatever happens."""
+    fs = get_fs(cfg.fs)
+    size_mib = cfg.size_mib or fs.default_size_mib
+    if size_mib < fs.min_size_mib:
+        raise UsageError(f"--size {size_mib} MiB is too small for {fs.name} (minimum {fs.min_size_mib} MiB)")
+    if isinstance(workload, str):
+        workload = load_runner(workload)
+    check_tools(fs)
+    backend = open_backend(cfg.backend, fs, workload, fault=cfg.fault, kernel=cfg.kernel,
+                           kernel_modules=cfg.kernel_modules)
+    out_dir = ownership.make_dir(out_dir)
+    log_path = os.path.join(out_dir, "recording.log")
+
+    state = RunState.create(f"run {workload.name}")
+    try:
+        with terminate_as_exception():
+            rec = backend.record(fs, cfg.mkfs_opts, cfg.mount_opts, workload, state, out_dir, size_mib << 20, log_path)
+            if cfg.keep_image and rec.final_image:
+                keep_image(rec.final_image, os.path.join(out_dir, "final.img"))
+            reader = LogReader(rec.log_path)
+            points = select_crash_points(reader.entries(), cfg.crash_points, first=find_mark(reader, MARK_MKFS))
+            checks = WorkloadChecks()
+            if isinstance(workload, ExecutorWorkload):
+                checks = prepare(workload.workload, workload.plan, records_path(out_dir, rec.workload),
+                                 reader, fs.name)
+            with (nullcontext() if cfg.quiet else CrashProgress(f"checking {fs.name}")) as progress:
+                result = check_crash_points(rec.log_path, points, fs=fs, mount_opts=cfg.mount_opts,
+                                            device_bytes=rec.device_bytes, state=state, progress=progress,
+                                            inspect=checks.oracle.inspect if checks.oracle else None,
+                                            engine=backend.recovery(fs, cfg.mount_opts, state))
+    finally:
+        failed = state.teardown(log=lambda m: print(m, file=sys.stderr))
+        if failed:
+            print(f"powercut: {len(failed)} resource(s) left behind: run `powercut cleanup`", file=sys.stderr)
+
+    finish(checks)
+    findings = checks.findings + result.findings
+    report = build_report(fs=fs.name, mkfs_opts=cfg.mkfs_opts, mount_opts=cfg.mount_opts, backend=cfg.backend,
+                          kernel=rec.kernel, workload={"name": workload.name, **rec.workload}, log_path=rec.log_path,
+                          log_entries=reader.nr_entries, device_bytes=rec.device_bytes,
+                          sector_size=rec.sector_size, crash_points=len(points),
+                          states_checked=result.states_checked, findings=findings,
+                          extra={**checks.report, **backend.report_extra()})
+    report["report_path"] = write_report(out_dir, report)
+    return report
+
+
