@@ -6,9 +6,9 @@ guest kernel recovers it) and unmounts it (harness/vm/guest/recover.sh).
 The host then runs its own fsck on each recovered image. Batching is what
 makes this affordable: a TCG boot costs seconds, a mount a fraction of one.
 
-If the guest kernel dies while mounting an image (a panic, an oops with
-panic_on_oops), that image gets a `mount` finding and the rest of the batch
-goes to a fresh boot.
+If the guest kernel dies while mounting an image (a panic, or an oops: the
+guest runs with oops=panic), that image gets a `mount` finding and the rest
+of the batch goes to a fresh boot.
 """
 
 from __future__ import annotations

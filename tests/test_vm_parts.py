@@ -6,13 +6,17 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from checkers.vm_recovery import VmRecovery
 from harness.errors import EnvError
+from harness.filesystems import get_fs
 from harness.sparse import copy_range, data_extents
 from harness.vm import cpio, packages
 from harness.vm.kernel import Kernel
+from harness.vm.qemu import Disk, Outcome
 
 
 def test_cpio_archive_unpacks_with_busybox(tmp_path: Path) -> None:
@@ -81,3 +85,42 @@ def test_copy_range_moves_only_data_to_an_offset(tmp_path: Path) -> None:
         # Holes stayed holes: only the two data regions were written.
         written = sum(n for _, n in data_extents(d.fileno(), 4 << 20))
         assert written <= 64 << 10
+
+
+class FakeGuest:
+    """Plays back scripted guest outcomes and remembers each boot's environment."""
+
+    def __init__(self, outcomes: list[Outcome]) -> None:
+        self.outcomes = outcomes
+        self.envs: list[dict[str, str]] = []
+
+    def boot(self, job: str, env: dict[str, str], disks: list[Disk], *, timeout: float) -> Outcome:
+        assert job == "recover" and len(disks) == 1
+        self.envs.append(env)
+        return self.outcomes.pop(0)
+
+
+def test_vm_recovery_batch_survives_a_guest_that_dies_mid_mount(tmp_path: Path) -> None:
+    image = tmp_path / "crash.img"
+    with open(image, "wb") as f:
+        f.truncate(16 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
+    guest = FakeGuest([
+        # Boot 1 recovers image 0, then the kernel panics mounting image 1.
+        Outcome("6.99", ["begin 0", "ok 0", "begin 1"], completed=False, console_tail="Kernel panic - not syncing"),
+        # Boot 2 starts after the image that killed the kernel.
+        Outcome("6.99", ["begin 2", "fail 2 mount: Structure needs cleaning"], completed=True, console_tail=""),
+    ])
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    engine = VmRecovery(guest, get_fs("ext4"), "", SimpleNamespace(scratch=str(scratch)), timeout=60)  # type: ignore[arg-type]
+    try:
+        assert engine.submit(10, str(image)) == [] and engine.submit(11, str(image)) == []
+        assert engine.submit(12, str(image)) == []
+        verdicts = dict(engine.finish())
+    finally:
+        engine.close()
+    assert [e["PC_FIRST"] for e in guest.envs] == ["0", "2"] and guest.envs[0]["PC_IMAGES"] == "3"
+    assert verdicts[10].mount_ok and verdicts[10].fsck_ran and not verdicts[10].fsck_failed
+    assert not verdicts[11].mount_ok and "died mounting this image: Kernel panic" in verdicts[11].mount_error
+    assert not verdicts[12].mount_ok and verdicts[12].mount_error == "mount: Structure needs cleaning"

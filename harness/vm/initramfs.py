@@ -1,8 +1,9 @@
 """The guest's initramfs: busybox, host programs with their libraries, modules, scripts.
 
 Generic on purpose: a host program is added to every guest by naming it in
-GUEST_PROGRAMS (its `ldd` libraries come along), so running another tool in
-the guest (e.g. build/pc-exec) is a one-line change. Archives are cached by
+GUEST_PROGRAMS, one of powercut's C programs in GUEST_BUILD_PROGRAMS (their
+`ldd` libraries come along), so running another tool in the guest (e.g.
+build/pc-exec) is a one-line change. Archives are cached by
 content hash across runs; per-boot data (the job and the workload) goes into
 a second small archive that `boot_initrd` appends (the kernel unpacks
 concatenated archives in order).
@@ -26,7 +27,7 @@ from harness.vm.kernel import Kernel
 
 CACHE = os.path.join(paths.CACHE, "initramfs")
 GUEST_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "guest")
-BUSYBOX = "/bin/busybox"  # must be the static build (busybox-static)
+BUSYBOX = "/bin/busybox"  # the guest's shell and applets (busybox-static; a dynamic one brings its libraries)
 
 # Host programs copied into every guest at their host path; the file
 # system's mkfs is added per fs. Busybox applets shadow PATH in the guest
@@ -114,7 +115,7 @@ def base_tree(kernel: Kernel, fs: FsType) -> Tree:
     tree = Tree()
     for d in ["dev", "proc", "sys", "run", "tmp", "mnt", "bin", "sbin"]:
         tree.add(cpio.directory(d))
-    tree.add_host_file(BUSYBOX, "bin/busybox")
+    tree.add_program(BUSYBOX, "bin/busybox")
     tree.add(cpio.symlink("bin/sh", "busybox"))
     for name in [*GUEST_PROGRAMS, fs.mkfs[0]]:
         tree.add_program(which(name))
