@@ -56,7 +56,6 @@ def record(device: RecordedDevice, fs: FsType, mkfs_opts: str, mount_opts: str,
     return Recording(log, device.size_bytes, device.sector_size, info, device.final_image())
 
 
-
 @dataclass
 class DeviceBackend:
     """A host-side backend: it supplies the recorded device, the host does the rest."""
