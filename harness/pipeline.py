@@ -16,15 +16,15 @@ from typing import Any
 from checkers.crash_check import check_crash_points
 from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
 from harness import ownership, sysres
-from harness.backends import backend_class
+from harness.backends import open_backend
 from harness.errors import UsageError
 from harness.filesystems import FsType, get_fs
-from harness.progress import CrashProgress
 from harness.plots import latency_plots
+from harness.progress import CrashProgress
 from harness.report import build_report, write_report
 from harness.report_md import write_markdown
 from harness.runstate import RunState
-from harness.session import MARK_MKFS, record
+from harness.session import MARK_MKFS
 from harness.sparse import sparse_copy
 from harness.workload_runner import ExecutorWorkload, WorkloadRunner, load_runner
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS, parse_spec, select_crash_points
@@ -44,6 +44,8 @@ class RunConfig:
     crash_points: str | None = None  # None: the workload's suggestion, else DEFAULT_POINTS
     fault: str | None = None        # test-only recorder fault mode
     keep_image: bool = False
+    kernel: str | None = None       # --backend vm: debian:PACKAGE or a kernel image path
+    kernel_modules: str | None = None
     quiet: bool = False             # no crash-walk progress (campaigns print their own)
     markdown: bool = False          # also write OUT/report.md with latency figures (powercut run)
 
@@ -94,15 +96,15 @@ def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -
     kinds = cfg.crash_points or workload.run_defaults.get("crash_points", DEFAULT_POINTS)
     parse_spec(kinds)  # a bad spec fails before anything is recorded
     check_tools(fs)
-    device_cls = backend_class(cfg.backend)
+    backend = open_backend(cfg.backend, fs, workload, fault=cfg.fault, kernel=cfg.kernel,
+                           kernel_modules=cfg.kernel_modules)
     out_dir = ownership.make_dir(out_dir)
     log_path = os.path.join(out_dir, "recording.log")
 
     state = RunState.create(f"run {workload.name}")
     try:
         with terminate_as_exception():
-            device = device_cls(state, size_mib << 20, log_path, fault=cfg.fault)
-            rec = record(device, fs, cfg.mkfs_opts, mount_opts, workload, state, out_dir)
+            rec = backend.record(fs, cfg.mkfs_opts, mount_opts, workload, state, out_dir, size_mib << 20, log_path)
             if cfg.keep_image and rec.final_image:
                 keep_image(rec.final_image, os.path.join(out_dir, "final.img"))
             reader = LogReader(rec.log_path)
@@ -114,7 +116,8 @@ def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -
             with (nullcontext() if cfg.quiet else CrashProgress(f"checking {fs.name}")) as progress:
                 result = check_crash_points(rec.log_path, points, fs=fs, mount_opts=mount_opts,
                                             device_bytes=rec.device_bytes, state=state, progress=progress,
-                                            inspect=checks.oracle.inspect if checks.oracle else None)
+                                            inspect=checks.oracle.inspect if checks.oracle else None,
+                                            engine=backend.recovery(fs, mount_opts, state))
     finally:
         failed = state.teardown(log=lambda m: print(m, file=sys.stderr))
         if failed:
@@ -122,7 +125,7 @@ def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -
 
     finish(checks)
     findings = checks.findings + result.findings
-    extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report}
+    extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report, **backend.report_extra()}
     if isinstance(workload, ExecutorWorkload):
         results = read_records(records_path(out_dir, rec.workload), workload.plan)
         section = scenarios.section(workload.workload, results,
@@ -133,7 +136,7 @@ def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -
             limits = {k: b.max_us for k, b in workload.workload.budgets.items() if b.max_us is not None}
             extra["latency"]["plots"] = latency_plots(results, out_dir, limits)
     report = build_report(fs=fs.name, mkfs_opts=cfg.mkfs_opts, mount_opts=mount_opts, backend=cfg.backend,
-                          workload={"name": workload.name, **rec.workload}, log_path=rec.log_path,
+                          kernel=rec.kernel, workload={"name": workload.name, **rec.workload}, log_path=rec.log_path,
                           log_entries=reader.nr_entries, device_bytes=rec.device_bytes,
                           sector_size=rec.sector_size, crash_points=len(points),
                           states_checked=result.states_checked, findings=findings, extra=extra)

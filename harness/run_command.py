@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from harness.backends import BACKENDS
 from harness.compare import run_matrix
 from harness.pipeline import RunConfig, default_out_dir, run_workload
 from harness.report import summary
@@ -14,7 +15,7 @@ from replay.crashpoints import DEFAULT as DEFAULT_POINTS
 def run(args: argparse.Namespace) -> int:
     cfg = RunConfig(fs=args.fs, backend=args.backend, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts,
                     size_mib=args.size, crash_points=args.crash_points, fault=args.fault, keep_image=args.keep_image,
-                    markdown=True)
+                    kernel=args.kernel, kernel_modules=args.kernel_modules, markdown=True)
     if args.mount_opts_matrix or args.param_matrix:
         return run_matrix(args.workload, cfg, args.scale, args.param, args.out,
                           mount_opts_matrix=args.mount_opts_matrix, param_matrix=args.param_matrix)
@@ -31,7 +32,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("workload", help="a workload: a powercut-workload/1 .json file or scenario:NAME (run by the "
                                     "timing executor), or an executable, .sh or .py program run in the mounted directory")
     p.add_argument("--fs", required=True, help="ext4, xfs or btrfs")
-    p.add_argument("--backend", default="fuse", help="recorded-device backend (default: fuse)")
+    p.add_argument("--backend", default="fuse", help=f"recorded-device backend: {', '.join(BACKENDS)} (default: fuse)")
+    p.add_argument("--kernel", default=None, metavar="debian:PACKAGE|PATH",
+                   help="--backend vm: the kernel under test, a Debian kernel package "
+                        "(e.g. debian:linux-image-6.12-amd64) or a vmlinux/bzImage file")
+    p.add_argument("--kernel-modules", default=None, metavar="DIR",
+                   help="--backend vm with --kernel PATH: its lib/modules/VERSION directory (with modules.dep)")
     p.add_argument("--mkfs-opts", default="", help="extra mkfs options, e.g. \"-O ^has_journal\"")
     p.add_argument("--mount-opts", default=None,
                    help="mount options, e.g. data=writeback,barrier=0 (default: none, or the scenario's)")
