@@ -5,13 +5,16 @@ nr_requests, the queue depth of seed experiment 2), its `device.bdi`
 attributes to /sys/class/bdi/MAJ:MIN/ (the device's writeback limits, e.g.
 strict_limit + max_bytes to make dirty-page throttling happen on a small
 device). They are written in the order given, right after the run creates
-the device and before mkfs, and only ever to that device: it is powercut's
-own and goes away with the run, so nothing is restored.
+the device and before mkfs, and only ever to that device. Loop devices and
+their sysfs attributes outlive a run (the next run may get the same loopN),
+so `tuned` puts the previous values back before the device is detached.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from harness.errors import UsageError
 from workloads.format import Device
@@ -24,6 +27,28 @@ def sysfs_dirs(block_device: str) -> dict[str, str]:
         "queue": f"/sys/block/{os.path.basename(block_device)}/queue",
         "bdi": f"/sys/class/bdi/{os.major(rdev)}:{os.minor(rdev)}",
     }
+
+
+@contextmanager
+def tuned(block_device: str, device: Device) -> Iterator[dict[str, str]]:
+    """Apply DEVICE's attributes for the duration of the block, then restore them."""
+    dirs = sysfs_dirs(block_device)
+    previous = {}
+    for group, attrs in (("queue", device.queue), ("bdi", device.bdi)):
+        for name in attrs:
+            path = os.path.join(dirs[group], name)
+            if os.path.isfile(path):
+                with open(path) as f:
+                    previous[path] = f.read().strip()
+    try:
+        yield apply_tuning(block_device, device)
+    finally:
+        for path, value in reversed(list(previous.items())):
+            try:
+                with open(path, "w") as f:
+                    f.write(value)
+            except OSError:
+                pass  # e.g. a value only valid with another attribute: the attach-time reset covers bdi
 
 
 def apply_tuning(block_device: str, device: Device) -> dict[str, str]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from harness import sysres
 from harness.device import RecordedDevice
-from harness.device_tuning import apply_tuning
+from harness.device_tuning import tuned
 from harness.errors import EnvError
 from harness.filesystems import FsType
 from harness.runstate import RunState
@@ -38,23 +38,23 @@ class Recording:
 def record(device: RecordedDevice, fs: FsType, mkfs_opts: str, mount_opts: str,
            workload: WorkloadRunner, state: RunState, out_dir: str) -> Recording:
     with device:
-        tuning = apply_tuning(device.block_device, workload.device)
-        p = sysres.run(fs.mkfs_cmd(device.block_device, mkfs_opts), check=False, timeout=600)
-        if p.returncode != 0:
-            raise EnvError(f"mkfs.{fs.name} {mkfs_opts} failed: {(p.stderr or p.stdout).strip().splitlines()[-1:]}")
-        device.mark(MARK_MKFS)
-        mnt = state.subdir("mnt")
-        mount_res = state.record("mount", path=mnt)
-        p = sysres.mount(device.block_device, mnt, fs.name, mount_opts)
-        if p.returncode != 0:
-            state.released(mount_res)
-            raise EnvError(f"mount -o {mount_opts or 'defaults'} failed: {(p.stderr or p.stdout).strip()}")
-        device.mark(MARK_MOUNTED)
-        try:
-            info = workload.run(mnt, device.mark_file, out_dir, state)
-            device.mark(MARK_WORKLOAD_END)
-        finally:
-            state.release(mount_res)
+        with tuned(device.block_device, workload.device) as tuning:
+            p = sysres.run(fs.mkfs_cmd(device.block_device, mkfs_opts), check=False, timeout=600)
+            if p.returncode != 0:
+                raise EnvError(f"mkfs.{fs.name} {mkfs_opts} failed: {(p.stderr or p.stdout).strip().splitlines()[-1:]}")
+            device.mark(MARK_MKFS)
+            mnt = state.subdir("mnt")
+            mount_res = state.record("mount", path=mnt)
+            p = sysres.mount(device.block_device, mnt, fs.name, mount_opts)
+            if p.returncode != 0:
+                state.released(mount_res)
+                raise EnvError(f"mount -o {mount_opts or 'defaults'} failed: {(p.stderr or p.stdout).strip()}")
+            device.mark(MARK_MOUNTED)
+            try:
+                info = workload.run(mnt, device.mark_file, out_dir, state)
+                device.mark(MARK_WORKLOAD_END)
+            finally:
+                state.release(mount_res)
         log = device.stop()
     return Recording(log, device.size_bytes, device.sector_size, info, device.final_image(), device_tuning=tuning)
 
