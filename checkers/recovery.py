@@ -2,17 +2,20 @@
 
 fsck runs only after the kernel has replayed the journal/log: fsck on an
 unrecovered journaled image reports errors on healthy images (false
-positives, see block-recording.md).
+positives, see block-recording.md). While the recovered image is mounted,
+an optional inspector looks at its content (the content oracle's hook).
 """
 
 from __future__ import annotations
 
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from harness import sysres
+from checkers.findings import Finding
+from harness import kmount
 from harness.filesystems import FsType, join_opts
-from harness.runstate import RunState
+from harness.loopdev import LoopDevice
 
 FSCK_TIMEOUT_S = 600
 
@@ -25,22 +28,7 @@ class Verdict:
     fsck_code: int = 0
     fsck_failed: bool = False
     fsck_output: str = ""
-
-
-def recover(image: str, fs: FsType, mount_opts: str, mnt: str, state: RunState) -> tuple[bool, str]:
-    """Attach IMAGE, mount it (journal recovery by the kernel), unmount, detach."""
-    loop_res = state.record("loop", backing=image)
-    try:
-        dev = sysres.loop_attach(image)
-        mount_res = state.record("mount", path=mnt)
-        p = sysres.mount(dev, mnt, fs.name, join_opts(mount_opts, fs.recovery_opts))
-        if p.returncode != 0:
-            state.released(mount_res)
-            return False, (p.stderr or p.stdout).strip()
-        state.release(mount_res)
-        return True, ""
-    finally:
-        state.release(loop_res)
+    inspected: list[Finding] = field(default_factory=list)
 
 
 def fsck(image: str, fs: FsType) -> tuple[int, str]:
@@ -61,9 +49,25 @@ def first_problem(output: str) -> str:
     return (serious or lines or [""])[0]
 
 
-def recover_and_check(image: str, fs: FsType, mount_opts: str, mnt: str, state: RunState) -> Verdict:
-    ok, err = recover(image, fs, mount_opts, mnt, state)
-    if not ok:
-        return Verdict(mount_ok=False, mount_error=err)
-    code, out = fsck(image, fs)
-    return Verdict(mount_ok=True, fsck_ran=True, fsck_code=code, fsck_failed=fs.fsck_failed(code), fsck_output=out)
+def recover_and_check(loop: LoopDevice, fs: FsType, mount_opts: str, mnt: str,
+                      inspect: Callable[[str], list[Finding]] | None = None) -> Verdict:
+    """Mount LOOP's image (the kernel recovers it), inspect it, unmount, fsck the backing file.
+
+    The backing file was rewritten behind the loop device's back: its block
+    cache is dropped first, and written back after the unmount so that fsck,
+    which reads the file, sees everything the recovery wrote.
+    """
+    loop.drop_caches()
+    try:
+        kmount.mount(loop.path, mnt, fs.name, join_opts(mount_opts, fs.recovery_opts))
+    except kmount.MountError as e:
+        return Verdict(mount_ok=False, mount_error=str(e))
+    try:
+        inspected = inspect(mnt) if inspect else []
+    finally:
+        kmount.umount(mnt)
+        loop.wait_unclaimed()
+        loop.drop_caches()
+    code, out = fsck(loop.backing, fs)
+    return Verdict(mount_ok=True, fsck_ran=True, fsck_code=code, fsck_failed=fs.fsck_failed(code),
+                   fsck_output=out, inspected=inspected)

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from checkers.crash_check import check_crash_points
+from checkers.crash_check import check_crash_states, default_jobs
 from harness import ownership, sysres
 from harness.backends import backend_class
 from harness.errors import UsageError
@@ -18,12 +18,12 @@ from harness.filesystems import FsType, get_fs
 from harness.progress import CrashProgress
 from harness.report import build_report, summary, write_report
 from harness.runstate import RunState
-from harness.session import MARK_MKFS, record
+from harness.session import record
 from harness.sparse import sparse_copy
 from harness.workload_runner import ExternalProgram, WorkloadRunner
-from replay.crashpoints import DEFAULT as DEFAULT_POINTS, select_crash_points
+from replay.crashpoints import DEFAULT as DEFAULT_POINTS, mark_range, parse_spec, select_crash_points
+from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER, ReorderSpec
 from replay.logformat import LogReader
-from replay.replayer import find_mark
 
 
 class Terminated(Exception):
@@ -68,6 +68,11 @@ def run(args: argparse.Namespace) -> int:
     if size_mib < fs.min_size_mib:
         raise UsageError(f"--size {size_mib} MiB is too small for {fs.name} (minimum {fs.min_size_mib} MiB)")
     workload = load_workload(args.workload)
+    # Check the crash-walk options before the (long) recording.
+    parse_spec(args.crash_points)
+    reorder = ReorderSpec.parse(args.reorder, args.states_per_point)
+    if args.jobs < 0:
+        raise UsageError(f"--jobs {args.jobs}: must be at least 1 (0: one per CPU)")
     check_tools(fs)
     device_cls = backend_class(args.backend)
     out_dir = ownership.make_dir(args.out or default_out_dir(workload.name, fs.name))
@@ -81,10 +86,12 @@ def run(args: argparse.Namespace) -> int:
             if args.keep_image and rec.final_image:
                 keep_image(rec.final_image, os.path.join(out_dir, "final.img"))
             reader = LogReader(rec.log_path)
-            points = select_crash_points(reader.entries(), args.crash_points, first=find_mark(reader, MARK_MKFS))
+            first, last = mark_range(reader, args.start_mark, args.end_mark)
+            points = select_crash_points(reader.entries(), args.crash_points, first=first, last=last)
             with CrashProgress(f"checking {fs.name}") as progress:
-                result = check_crash_points(rec.log_path, points, fs=fs, mount_opts=args.mount_opts,
-                                            device_bytes=rec.device_bytes, state=state, progress=progress)
+                result = check_crash_states(rec.log_path, points, fs=fs, mount_opts=args.mount_opts,
+                                            device_bytes=rec.device_bytes, state=state, reorder=reorder,
+                                            jobs=args.jobs, first_failure=args.first_failure, progress=progress)
     finally:
         failed = state.teardown(log=lambda m: print(m, file=sys.stderr))
         if failed:
@@ -94,7 +101,10 @@ def run(args: argparse.Namespace) -> int:
                           workload={"name": workload.name, **rec.workload}, log_path=rec.log_path,
                           log_entries=reader.nr_entries, device_bytes=rec.device_bytes,
                           sector_size=rec.sector_size, crash_points=len(points),
-                          states_checked=result.states_checked, findings=result.findings)
+                          states_checked=result.states_checked, findings=result.findings,
+                          extra={"reorder": args.reorder, "crash_states_total": result.states_total,
+                                 "crash_states_duplicate": result.states_duplicate,
+                                 "stopped_at_first_failure": result.stopped_early})
     path = write_report(out_dir, report)
     print(summary(report, path))
     return 1 if result.findings else 0
@@ -114,6 +124,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--crash-points", default=DEFAULT_POINTS, metavar="KINDS",
                    help="where to crash: comma-separated flush, fua, mark, write, or N for every Nth entry "
                         f"(default: {DEFAULT_POINTS}; the end of the log always)")
+    p.add_argument("--start-mark", metavar="MARK", help="crash points start at the first mark MARK")
+    p.add_argument("--end-mark", metavar="MARK", help="crash points end at the first mark MARK after the start")
+    p.add_argument("--reorder", default=DEFAULT_REORDER, metavar="MODES",
+                   help="crash states per crash point besides the in-order prefix, comma-separated: none, "
+                        "drop-one (each write of the epoch dropped), torn[:512|:4096] (one write torn), "
+                        f"sample:N (N random subsets), exhaustive:K (all subsets of epochs <= K writes) "
+                        f"(default: {DEFAULT_REORDER})")
+    p.add_argument("--states-per-point", type=int, default=DEFAULT_PER_POINT, metavar="N",
+                   help=f"at most N states per reorder mode and crash point, a seeded sample beyond "
+                        f"(default: {DEFAULT_PER_POINT})")
+    p.add_argument("--jobs", type=int, default=0, metavar="N",
+                   help=f"crash states checked in parallel (default: one per CPU, here {default_jobs()})")
+    p.add_argument("--first-failure", action="store_true", help="stop checking at the first finding")
     p.add_argument("--keep-image", action="store_true",
                    help="save the device's final image as OUT/final.img (sparse)")
     p.add_argument("--fault", choices=["drop-flush"], default=None,
