@@ -53,10 +53,12 @@ class CheckSlot:
         return fd
 
     def load(self, cs: CrashState) -> LoopDevice:
-        """Make the crash image hold exactly crash state CS; returns its loop device."""
+        """Make the loop device read exactly crash state CS; returns it."""
         assert self.ref is not None and self.loop is not None
         self.ref.load(cs)
         sync_sparse(self.ref.fd, self._image_fd, self.device_bytes)
+        # The file changed behind the device's back: its cached blocks are stale.
+        self.loop.drop_caches()
         return self.loop
 
     def close(self) -> None:

@@ -53,11 +53,9 @@ def recover_and_check(loop: LoopDevice, fs: FsType, mount_opts: str, mnt: str,
                       inspect: Callable[[str], list[Finding]] | None = None) -> Verdict:
     """Mount LOOP's image (the kernel recovers it), inspect it, unmount, fsck the backing file.
 
-    The backing file was rewritten behind the loop device's back: its block
-    cache is dropped first, and written back after the unmount so that fsck,
-    which reads the file, sees everything the recovery wrote.
+    After the unmount, the device's block cache is written back and dropped
+    so that fsck, which reads the file, sees everything the recovery wrote.
     """
-    loop.drop_caches()
     try:
         kmount.mount(loop.path, mnt, fs.name, join_opts(mount_opts, fs.recovery_opts))
     except kmount.MountError as e:
