@@ -15,10 +15,11 @@ so `powercut cleanup` removes it after a kill -9.
 from __future__ import annotations
 
 import os
+from contextlib import ExitStack
 
 from harness import kmount, ownership
-from harness.loopdev import LoopDevice
-from harness.runstate import Resource, RunState
+from harness.loopdev import LoopDevice, recorded_loop
+from harness.runstate import RunState
 from harness.sparse import sync_sparse
 from replay.crashstates import CrashState
 from replay.logformat import LogReader
@@ -28,33 +29,26 @@ from replay.stateimage import StateImage
 class CheckSlot:
     def __init__(self, state: RunState, reader: LogReader, device_bytes: int, name: str) -> None:
         self.device_bytes = device_bytes
-        self._run = state
-        self._fds: list[int] = []
-        self._res: list[Resource] = []
-        self.ref: StateImage | None = None
-        self.loop: LoopDevice | None = None
         self.image = os.path.join(state.scratch, f"{name}.img")
         self.mnt = state.subdir(f"mnt-{name}")
-        try:
-            self.ref = StateImage(reader, self._create(os.path.join(state.scratch, f"{name}-ref.img")))
-            self._image_fd = self._create(self.image)
-            self._res.append(state.record("loop", backing=os.path.realpath(self.image)))
-            self.loop = LoopDevice(self.image, block_size=reader.sectorsize)
+        with ExitStack() as stack:
+            self.ref = stack.enter_context(StateImage(reader, self._create(stack, f"{name}-ref.img")))
+            self._image_fd = self._create(stack, f"{name}.img")
+            self.loop = stack.enter_context(recorded_loop(state, self.image, block_size=reader.sectorsize))
             # One record for every mount on this mount point: the releaser
             # unmounts only if something is still mounted there.
-            self._res.append(state.record("mount", path=self.mnt))
-        except BaseException:
-            self.close()
-            raise
+            res = state.record("mount", path=self.mnt)
+            stack.callback(state.released, res)
+            stack.callback(kmount.umount, self.mnt)
+            self._stack = stack.pop_all()
 
-    def _create(self, path: str) -> int:
-        fd = ownership.create_file(path, self.device_bytes)
-        self._fds.append(fd)
+    def _create(self, stack: ExitStack, name: str) -> int:
+        fd = ownership.create_file(os.path.join(os.path.dirname(self.image), name), self.device_bytes)
+        stack.callback(os.close, fd)
         return fd
 
     def load(self, cs: CrashState) -> LoopDevice:
         """Make the loop device read exactly crash state CS; returns it."""
-        assert self.ref is not None and self.loop is not None
         self.ref.load(cs)
         sync_sparse(self.ref.fd, self._image_fd, self.device_bytes)
         # The file changed behind the device's back: its cached blocks are stale.
@@ -62,15 +56,4 @@ class CheckSlot:
         return self.loop
 
     def close(self) -> None:
-        for res in reversed(self._res):
-            if res.kind == "mount":
-                kmount.umount(self.mnt)
-            elif self.loop is not None:
-                self.loop.close()
-            self._run.released(res)
-        self._res.clear()
-        if self.ref is not None:
-            self.ref.close()
-        for fd in self._fds:
-            os.close(fd)
-        self._fds.clear()
+        self._stack.close()

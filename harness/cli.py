@@ -14,6 +14,7 @@ COMMAND_MODULES = [
     "replay.commands",
     "harness.run_command",
     "harness.cleanup",
+    "harness.bench",
 ]
 
 

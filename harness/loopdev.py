@@ -14,9 +14,12 @@ import errno
 import fcntl
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from harness import sysres
 from harness.errors import EnvError
+from harness.runstate import RunState
 
 LOOP_CTL_GET_FREE = 0x4C82
 LOOP_CONFIGURE = 0x4C0A
@@ -125,3 +128,19 @@ def _open(path: str, flags: int) -> int:
         return os.open(path, flags)
     except OSError as e:
         raise EnvError(f"cannot open {path}: {e.strerror} (powercut needs root and the loop module)") from e
+
+
+@contextmanager
+def recorded_loop(state: RunState, backing: str, *, block_size: int = 512) -> Iterator[LoopDevice]:
+    """A loop device on BACKING, written into STATE's journal before it exists."""
+    res = state.record("loop", backing=os.path.realpath(backing))
+    try:
+        loop = LoopDevice(backing, block_size=block_size)
+    except BaseException:
+        state.released(res)
+        raise
+    try:
+        yield loop
+    finally:
+        loop.close()
+        state.released(res)

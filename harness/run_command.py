@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -93,9 +92,7 @@ def run(args: argparse.Namespace) -> int:
                                             device_bytes=rec.device_bytes, state=state, reorder=reorder,
                                             jobs=args.jobs, first_failure=args.first_failure, progress=progress)
     finally:
-        failed = state.teardown(log=lambda m: print(m, file=sys.stderr))
-        if failed:
-            print(f"powercut: {len(failed)} resource(s) left behind: run `powercut cleanup`", file=sys.stderr)
+        state.teardown_or_warn()
 
     report = build_report(fs=fs.name, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts, backend=args.backend,
                           workload={"name": workload.name, **rec.workload}, log_path=rec.log_path,

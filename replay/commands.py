@@ -58,7 +58,6 @@ from dataclasses import dataclass
 from harness.errors import EnvError, RefusedError, UsageError
 from harness.ownership import create_file, require_owned
 from replay.logformat import DISCARD, FLUSH, FUA, MARK, Entry, LogReader, flags_str
-from replay.crashstates import ReorderSpec, plan_for_log
 from replay.replayer import Replayer, find_mark
 from replay.stateimage import build_crash_image
 
@@ -262,8 +261,7 @@ def _run_crash_image(args: argparse.Namespace) -> int:
     with LogReader(args.log) as reader:
         if size < reader.device_bytes_needed():
             raise UsageError(f"--size {size}: the log writes up to byte {reader.device_bytes_needed()}")
-        plan = plan_for_log(reader, [], ReorderSpec())
-        state = build_crash_image(reader, plan, args.state, size, args.out)
+        state = build_crash_image(reader, args.state, size, args.out)
     print(f"{args.out}: crash state {state.id} ({state.mode}): entries 0..{state.epoch_start - 1} "
           f"and {len(state.persisted)} of the {len(state.epoch)} writes after the last flush")
     return 0

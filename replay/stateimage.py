@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from harness.ownership import create_file
-from replay.crashstates import CrashPlan, CrashState
+from replay.crashstates import CrashState, ReorderSpec, plan_for_log
 from replay.logformat import Closing, LogReader
 from harness.sparse import punch_hole, pwrite_sparse
 from replay.replayer import Replayer
@@ -53,9 +53,9 @@ class StateImage(Closing):
         self._replayer.close()
 
 
-def build_crash_image(reader: LogReader, plan: CrashPlan, state_id: str, size: int, out: str) -> CrashState:
+def build_crash_image(reader: LogReader, state_id: str, size: int, out: str) -> CrashState:
     """Write the crash image of STATE_ID to OUT, a new file (or one powercut made)."""
-    state = plan.state(state_id)
+    state = plan_for_log(reader, [], ReorderSpec()).state(state_id)
     fd = create_file(out, size)
     try:
         with StateImage(reader, fd) as image:

@@ -141,7 +141,7 @@ def test_images_and_hashes_by_delta_equal_fresh_builds(log: Path, tmp_path: Path
         for s in p.states():
             image.load(s)
             fresh = tmp_path / "fresh.img"
-            build_crash_image(reader, p, s.id, SIZE, str(fresh))
+            build_crash_image(reader, s.id, SIZE, str(fresh))
             assert moving.read_bytes() == fresh.read_bytes(), s.id
             hashes[s.id] = hasher.hash(s)
             assert hashes[s.id] == image_hash(fresh), s.id

@@ -20,7 +20,7 @@ from conftest import POWERCUT, WORKLOADS, PcEnv, needs_root_stack
 from harness import runstate
 from harness.filesystems import get_fs
 from replay.crashpoints import first_crash_point, select_crash_points
-from replay.crashstates import CrashState, ReorderSpec, plan_for_log
+from replay.crashstates import CrashState, ReorderSpec
 from replay.logformat import LogReader
 from replay.replayer import find_mark
 from replay.stateimage import build_crash_image
@@ -134,10 +134,9 @@ def test_fast_path_checks_the_images_a_full_rebuild_makes(pc: PcEnv, monkeypatch
                   before_mount=lambda dev, cs: seen.__setitem__(cs.id, sha256(dev)))
     assert len(seen) == result.states_checked > 100
     reader = LogReader(str(log))
-    plan = plan_for_log(reader, [], ReorderSpec())
     img = pc.tmp / "alone.img"
     for state_id, digest in seen.items():
-        build_crash_image(reader, plan, state_id, size, str(img))
+        build_crash_image(reader, state_id, size, str(img))
         assert sha256(img) == digest, state_id
     # The CLI, twice for the same id: byte-identical, and what the walk checked.
     some = [i for i in seen if "-d" in i][:1] + [i for i in seen if "-t" in i][:1] + [i for i in seen if "-r" in i][:1]
@@ -207,3 +206,12 @@ def test_mark_range_and_report(pc: PcEnv) -> None:
     start, end = find_mark(reader, "big-fsynced"), find_mark(reader, "done")
     assert 0 < r["crash_points"] <= end - start + 1
     assert r["reorder"] == "drop-one" and r["crash_states_total"] == r["crash_states_checked"] + r["crash_states_duplicate"]
+
+
+def test_bench_quick_writes_the_keys(pc: PcEnv) -> None:
+    out = pc.tmp / "bench.json"
+    pc.run("bench", "--quick", "--json", str(out), check_rc=0)
+    result = json.loads(out.read_text())
+    for key in ("crash_states_per_s", "crash_states_per_s_xfs", "floor_ms_per_state", "overhead_ratio",
+                "recorder_fsync_p50_ratio", "seq1_workloads_per_min"):
+        assert result[key] > 0, key
