@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from checkers.crash_check import check_crash_states, default_jobs
 from harness import ownership, sysres
 from harness.backends import backend_class
-from harness.errors import UsageError
+from harness.errors import Terminated, UsageError
 from harness.filesystems import FsType, get_fs
 from harness.progress import CrashProgress
 from harness.report import build_report, summary, write_report
@@ -25,14 +25,10 @@ from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER, ReorderSpec
 from replay.logformat import LogReader
 
 
-class Terminated(Exception):
-    """SIGTERM, turned into an exception so every teardown path runs."""
-
-
 @contextmanager
 def terminate_as_exception() -> Iterator[None]:
     def handler(signum: int, frame: object) -> None:
-        raise Terminated()
+        raise Terminated("terminated")
 
     old = signal.signal(signal.SIGTERM, handler)
     try:
