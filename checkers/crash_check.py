@@ -10,10 +10,11 @@ fsck processes, so threads run in parallel.
 The content oracle plugs in as INSPECT: called with the mount point of the
 recovered image and the CrashState (crash point, id, which entries persisted,
 were dropped or torn) while it is mounted; the findings it returns are
-reported like mount and fsck findings. With an inspector, two states are
-duplicates only if they also share the last mark before their crash point:
-a mark is where the workload reports what it finished, which is what an
-oracle's expectations depend on.
+reported like mount and fsck findings. Calls come from the worker threads
+but one at a time, so an inspector needs no locking. With an inspector,
+two states are duplicates only if they also share the last mark before
+their crash point: a mark is where the workload reports what it finished,
+which is what an oracle's expectations depend on.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class _Walk:
         self.plan, self.hasher, self.slots = plan, hasher, slots
         self.fs, self.mount_opts = fs, mount_opts
         self.inspect, self.before_mount = inspect, before_mount
+        self._inspect_lock = threading.Lock()
         self.todo: queue.Queue[_Item | None] = queue.Queue()
         self.done: queue.Queue[_Item] = queue.Queue()
         self.stop = threading.Event()
@@ -89,8 +91,13 @@ class _Walk:
         loop = slot.load(cs)
         if self.before_mount:
             self.before_mount(loop.path, cs)
-        inspect = (lambda mnt: self.inspect(mnt, cs)) if self.inspect else None
+        inspect = (lambda mnt: self.inspect_one(mnt, cs)) if self.inspect else None
         return verdict_findings(recover_and_check(loop, self.fs, self.mount_opts, slot.mnt, inspect), cs, self.fs)
+
+    def inspect_one(self, mnt: str, cs: CrashState) -> list[Finding]:
+        assert self.inspect is not None
+        with self._inspect_lock:
+            return self.inspect(mnt, cs)
 
     def worker(self, slot: CheckSlot) -> None:
         while (item := self.todo.get()) is not None:

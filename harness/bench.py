@@ -12,8 +12,9 @@ meaningful on a busy box even when absolute times do not:
 - recorder_fsync_p50_ratio: p50 of a 4 KiB append + fsync on ext4 through
   the FUSE recorder / the same on a plain loop device.
 - seq1_workloads_per_min: 1-3 operation workloads (creat, write, rename, each
-  with fsync), each a whole `powercut run` in this process (mkfs, recorder,
-  workload, every entry a crash point, default reorder).
+  with fsync), each a whole run (harness/pipeline.run_workload: mkfs,
+  recorder, workload, every entry a crash point, default reorder) in this
+  process.
 """
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ from typing import Any
 
 from checkers.crash_check import check_crash_states, default_jobs
 from checkers.recovery import fsck
-from harness import cli, kmount, ownership, paths, sysres
+from harness import kmount, ownership, paths, sysres
 from harness.backends.fuse import FuseRecordedDevice
 from harness.errors import EnvError
 from harness.filesystems import FsType, get_fs
 from harness.loopdev import recorded_loop
-from harness.run_command import terminate_as_exception
+from harness.pipeline import RunConfig, run_workload, terminate_as_exception
 from harness.runstate import RunState
 from harness.sparse import sync_sparse
 from replay.crashpoints import first_crash_point, select_crash_points
@@ -76,20 +77,16 @@ def _mount_point(state: RunState, name: str) -> Iterator[str]:
         state.released(res)
 
 
-def _run(*argv: str) -> dict[str, Any]:
-    """`powercut run ARGV` in this process; its report."""
-    args = cli.build_parser().parse_args(["run", *argv])
+def _run(workload: str, out: str, **cfg: Any) -> dict[str, Any]:
+    """A whole `powercut run` in this process; its report."""
     with _quiet():
-        args.func(args)
-    out = argv[argv.index("--out") + 1]
-    with open(os.path.join(out, "report.json")) as f:
-        return json.load(f)
+        return run_workload(workload, RunConfig(**cfg), out)
 
 
 def _record(fs: FsType, scratch: str, name: str) -> tuple[str, int]:
     """Record mixed.sh on FS (checking only its marks, in order); the log and device size."""
     out = os.path.join(scratch, name)
-    r = _run(MIXED, "--fs", fs.name, "--out", out, "--crash-points", "mark", "--reorder", "none")
+    r = _run(MIXED, out, fs=fs.name, crash_points="mark", reorder="none")
     return os.path.join(out, r["log"]), r["device_bytes"]
 
 
@@ -175,7 +172,7 @@ def _seq1(scratch: str, reps: int) -> dict[str, float]:
             path = os.path.join(scratch, f"{name}.sh")
             with open(path, "w") as f:
                 f.write("set -eu\n" + script)
-            _run(path, "--fs", "ext4", "--crash-points", "1", "--out", os.path.join(scratch, f"seq1-{name}-{rep}"))
+            _run(path, os.path.join(scratch, f"seq1-{name}-{rep}"), fs="ext4", crash_points="1")
             runs += 1
     seconds = time.perf_counter() - t0
     return {"workloads": runs, "seconds": round(seconds, 2), "per_min": round(60 * runs / seconds, 1)}

@@ -61,8 +61,10 @@ def summary(report: dict[str, Any], report_path: str) -> str:
         by_kind = Counter(f["kind"] for f in findings)
         lines.append("  findings: " + ", ".join(f"{k} {n}" for k, n in sorted(by_kind.items())))
         for f in findings[:SUMMARY_FINDINGS]:
-            where = f"entry {f.get('crash_point')}" + (f" (after mark {f['crash_mark']!r})" if f.get("crash_mark") else "")
-            lines.append(f"    [{f['kind']}] at {where}: {f['detail'].splitlines()[0][:160]}")
+            where = ""
+            if f.get("crash_point") is not None:
+                where = f" at entry {f['crash_point']}" + (f" (after mark {f['crash_mark']!r})" if f.get("crash_mark") else "")
+            lines.append(f"    [{f['kind']}]{where}: {f['detail'].splitlines()[0][:160]}")
         if len(findings) > SUMMARY_FINDINGS:
             lines.append(f"    ... {len(findings) - SUMMARY_FINDINGS} more in the report")
     lines.append(f"  report: {report_path}")

@@ -1,5 +1,7 @@
 """Ways to run a workload on the mounted file system under test.
 
+`ExecutorWorkload` runs a JSON workload (format powercut-workload/1) with the
+C executor, which times every op and marks the log after each one.
 `ExternalProgram` runs any executable (a shell or Python script, the user's
 own application) with the mount as its working directory, ALICE-style; it
 may add marks by writing to $POWERCUT_MARK_FILE (one write = one mark).
@@ -13,8 +15,11 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from harness.errors import UsageError
+from harness import paths
+from harness.errors import EnvError, UsageError
 from harness.runstate import RunState, record_process
+from workloads.format import load_workload
+from workloads.plan import build_plan, render_plan
 
 INTERPRETERS = {".sh": ["bash"], ".py": [sys.executable]}
 
@@ -59,3 +64,36 @@ def run_child(cmd: list[str], state: RunState, what: str, **popen: Any) -> int:
         return p.wait()
     finally:
         state.release(res)
+
+
+class ExecutorWorkload:
+    """A powercut-workload/1 JSON file, run by build/pc-exec."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.workload = load_workload(path)
+        self.plan = build_plan(self.workload)
+        self.name = self.workload.name
+
+    def run(self, directory: str, mark_file: str, out_dir: str, state: RunState) -> dict[str, Any]:
+        exe = paths.c_program("pc-exec")
+        plan_path = os.path.join(out_dir, "plan.txt")
+        records = os.path.join(out_dir, "records.bin")
+        with open(plan_path, "w") as f:
+            f.write(render_plan(self.plan))
+        err_path = os.path.join(out_dir, "executor.err")
+        with open(err_path, "w") as err:
+            code = run_child([exe, "--plan", plan_path, "--dir", directory, "--out", records,
+                              "--mark-file", mark_file], state, "pc-exec", stdout=err)
+        if code != 0:
+            lines = [ln for ln in open(err_path).read().splitlines() if "warning" not in ln]
+            raise EnvError(f"pc-exec failed (exit {code}): {lines[0] if lines else 'no message'}")
+        return {"type": "json", "file": os.path.abspath(self.path), "records": os.path.basename(records),
+                "plan": os.path.basename(plan_path)}
+
+
+def load_runner(path: str) -> WorkloadRunner:
+    """A JSON workload file runs in the executor; anything else as a program."""
+    if path.endswith(".json"):
+        return ExecutorWorkload(path)
+    return ExternalProgram(path)

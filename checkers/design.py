@@ -1,0 +1,119 @@
+"""Design invariants a workload declares, checked at every crash point.
+
+`"invariants": {"records": {"path": P or [P, ...], "record_bytes": B,
+"period_us": T, "max_loss_records": N, "max_loss_ms": M}}` describes a
+periodic recorder writing fixed-size records to P. At each crash point:
+
+- records must come back as a prefix of whole records: every record before
+  the last one holding any data is exactly what its write wrote (no torn or
+  foreign record inside the surviving prefix). The last one may be torn (a
+  write not yet fully on the device when the power went): it is reported
+  as `torn_tail`, not as a finding;
+- the loss window is records written (their write had returned) minus
+  records recovered intact from the start, in records and in ms of
+  recording (x period); over a declared maximum it is a `design` finding.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from checkers.findings import Finding
+from checkers.history import History
+from workloads.pattern import CHUNK, decode_chunk
+
+
+@dataclass(frozen=True)
+class RecordsInvariant:
+    paths: tuple[str, ...]
+    record_bytes: int
+    period_us: int
+    max_loss_records: int | None = None
+    max_loss_ms: float | None = None
+
+    @classmethod
+    def from_workload(cls, invariants: dict[str, Any]) -> "RecordsInvariant | None":
+        spec = invariants.get("records")
+        if not spec:
+            return None
+        paths = spec["path"] if isinstance(spec["path"], list) else [spec["path"]]
+        return cls(tuple(paths), int(spec["record_bytes"]), int(spec.get("period_us", 0)),
+                   spec.get("max_loss_records"), spec.get("max_loss_ms"))
+
+
+def written_records(h: History, path: str, positions: set[int], record_bytes: int,
+                    upto: int) -> dict[int, tuple[int, int, int, int]]:
+    """Record index -> (file_id, seq, iter, delta) of the write (at one of
+    POSITIONS) that wrote it whole, for the file at PATH after ops < UPTO."""
+    ino_id = next((ns[path] for ns in reversed(h.ns[:upto + 1]) if path in ns), None)
+    if ino_id is None:
+        return {}
+    out = {}
+    for e in h.inodes[ino_id].events:
+        if e.kind != "data" or e.pos not in positions:
+            continue
+        for r in range(-(-e.start // record_bytes), e.end // record_bytes):
+            if (r + 1) * record_bytes <= e.end:
+                out[r] = (e.src.file_id, e.src.seq, e.src.iter, e.src.delta)
+    return out
+
+
+def record_intact(data: bytes, r: int, record_bytes: int, writer: tuple[int, int, int, int], wid: int) -> bool:
+    file_id, seq, it, delta = writer
+    base = r * record_bytes
+    for off in range(base, base + record_bytes, CHUNK):
+        info = decode_chunk(data[off:off + CHUNK])
+        if info is None or (info.wid, info.file_id, info.seq, info.iter, info.offset) != (wid, file_id, seq, it, off - delta):
+            return False
+    return True
+
+
+def check_records(inv: RecordsInvariant, h: History, wid: int, mnt: str, n_done: int, allowed: set[int],
+                  crash_point: int) -> tuple[list[dict[str, Any]], list[Finding]]:
+    """Loss-window rows (one per recording file) and design findings at one crash
+    point. N_DONE: ops < n_done had returned; ALLOWED: those and the ones in flight."""
+    rows, findings = [], []
+    for path in inv.paths:
+        written = written_records(h, path, set(range(n_done)), inv.record_bytes, n_done)
+        writers = written_records(h, path, allowed, inv.record_bytes, max(allowed, default=0) + 1)
+        full = os.path.join(mnt, path)
+        data = open(full, "rb").read() if os.path.isfile(full) else b""
+        n_slots = len(data) // inv.record_bytes + (1 if len(data) % inv.record_bytes else 0)
+        last_data = max((r for r in range(n_slots)
+                         if any(data[r * inv.record_bytes:(r + 1) * inv.record_bytes])), default=-1)
+        recovered = 0
+        while recovered in writers and record_intact(data, recovered, inv.record_bytes, writers[recovered], wid):
+            recovered += 1
+        torn_tail = last_data == recovered
+        if last_data > recovered:
+            findings.append(Finding("design", f"{path}: record {recovered} is torn or foreign inside the surviving "
+                                    f"prefix ({last_data + 1} records hold data, {recovered} intact before it)",
+                                    crash_point=crash_point,
+                                    evidence={"path": path, "invariant": "records-prefix", "record": recovered,
+                                              "expected": "whole records, then nothing",
+                                              "found": f"record {recovered} not intact, data up to record {last_data}"}))
+        loss = max(len(written) - recovered, 0)
+        row = {"crash_point": crash_point, "path": path, "written": len(written), "recovered": recovered,
+               "loss_records": loss, "loss_ms": loss * inv.period_us / 1000, "torn_tail": torn_tail}
+        rows.append(row)
+        over = [(what, lim, row[k]) for what, lim, k in (("records", inv.max_loss_records, "loss_records"),
+                                                          ("ms", inv.max_loss_ms, "loss_ms"))
+                if lim is not None and row[k] > lim]
+        for what, lim, got in over:
+            findings.append(Finding("design", f"{path}: loss window {got} {what} exceeds the declared maximum {lim}",
+                                    crash_point=crash_point,
+                                    evidence={"path": path, "invariant": f"max_loss_{what}", "expected": f"<= {lim}",
+                                              "found": str(got)}))
+    return rows, findings
+
+
+def summarize_loss(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    if not rows:
+        return {}
+    losses = sorted(r["loss_records"] for r in rows)
+    ms = sorted(r["loss_ms"] for r in rows)
+    return {"crash_points": len({r["crash_point"] for r in rows}), "max_loss_records": losses[-1],
+            "max_loss_ms": ms[-1], "median_loss_records": losses[len(losses) // 2],
+            "torn_tails": sum(r["torn_tail"] for r in rows), "rows": rows}

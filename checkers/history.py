@@ -1,0 +1,518 @@
+"""What the workload did, as a model: executed ops in completion order, applied
+to a namespace and to per-inode content timelines.
+
+Inputs are the plan, the executor's records (what each op returned) and the
+positions of the executor's completion marks in the log. Ops are ordered by
+their mark, i.e. by when they were known to have completed, so the ops
+completed at a crash point are always a prefix (`position < n_done`). Each
+op is applied with its *actual* result: a failed op changes nothing, a short
+write writes what it returned. While applying, the model predicts the
+outcome of each op it is sure about; a disagreement with what the kernel
+returned is a `semantics` finding (a bug without any crash).
+"""
+
+from __future__ import annotations
+
+import errno as E
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from checkers.intervals import IntervalMap, Src
+from workloads.marks import parse_mark
+from workloads.plan import Plan, PlanOp
+from workloads.results import OpRecord, Results
+
+PERSIST_INODE = {"fsync": "fsync-data", "fdatasync": "fdatasync-data"}
+O_SYNC_FLAGS = {"O_SYNC", "O_DSYNC"}
+
+
+@dataclass
+class Exec:
+    """One executed op (one iteration of it inside a repeat)."""
+
+    pos: int            # index in completion order
+    rec: OpRecord
+    op: PlanOp
+    mark: int | None    # log index of its completion mark (None: never marked)
+
+    @property
+    def kind(self) -> str:
+        return self.op.kind
+
+    @property
+    def ok(self) -> bool:
+        return self.rec.ret >= 0 and not self.rec.skipped
+
+    def f(self, name: str) -> Any:
+        return self.op.fields.get(name)
+
+    def describe(self) -> str:
+        args = ", ".join(f"{k}={v}" for k, v in self.op.fields.items() if k not in ("file", "stride"))
+        it = f" iter {self.rec.iter}" if self.rec.iter else ""
+        return f"{self.kind}({args}) [op {self.op.seq}{it}, thread {self.rec.thread}]"
+
+
+@dataclass
+class DataEvent:
+    pos: int
+    kind: str            # "data" | "zero" | "size" | "collapse" | "insert"
+    start: int = 0
+    end: int = 0
+    src: Src | None = None
+    size: int = 0        # the file size after the event
+
+
+@dataclass
+class Inode:
+    ino: int
+    kind: str                       # "file" | "dir" | "symlink"
+    created: int                    # position of the creating op (-1: before the workload)
+    target: str = ""                # symlink target
+    events: list[DataEvent] = field(default_factory=list)
+    xattrs: list[tuple[int, dict[str, tuple[int, int, int, int]]]] = field(default_factory=list)
+    size: int = 0
+    content: IntervalMap = field(default_factory=IntervalMap)
+
+    def content_at(self, prefix: int) -> tuple[IntervalMap, int]:
+        """Content map and size after the ops at positions < PREFIX."""
+        m, size = IntervalMap(), 0
+        for e in self.events:
+            if e.pos >= prefix:
+                break
+            if e.kind in ("data", "zero"):
+                m.set(e.start, e.end, e.src)
+            elif e.kind == "collapse":
+                m.collapse(e.start, e.end - e.start)
+            elif e.kind == "insert":
+                m.insert(e.start, e.end - e.start)
+            size = e.size
+        return m, size
+
+    def xattrs_at(self, pos: int) -> dict[str, tuple[int, int, int, int]]:
+        """Xattrs (name -> (file_id, seq, iter, length)) after the ops before POS."""
+        cur: dict[str, tuple[int, int, int, int]] = {}
+        for p, x in self.xattrs:
+            if p < pos:
+                cur = x
+        return cur
+
+
+@dataclass
+class Persist:
+    """A completed op that made something durable."""
+
+    ex: Exec
+    rule: str
+    ino: int | None       # None: the whole file system (sync, syncfs)
+    prefix: int           # ops at positions < prefix are covered
+    range: tuple[int, int] | None = None  # O_SYNC writes and msync cover only the bytes they wrote
+
+
+@dataclass
+class Disagreement:
+    ex: Exec
+    expected: str
+
+
+@dataclass
+class History:
+    plan: Plan
+    execs: list[Exec]
+    inodes: dict[int, Inode]
+    ns: list[dict[str, int]]          # ns[i]: namespace after execs[:i] (shared when unchanged)
+    persists: list[Persist]
+    name_changes: list[tuple[int, frozenset[str], frozenset[int]]]  # (pos, paths, inodes touched)
+    uncertain: set[str]               # paths the model could not follow (skip their checks)
+    lost: bool                        # the model lost track somewhere: no content checks at all
+    disagreements: list[Disagreement]
+    threads: dict[int, list[int]]     # thread -> positions in its program order
+
+    def ns_at(self, pos: int) -> dict[str, int]:
+        return self.ns[pos]
+
+
+def completion_marks(marks: list[tuple[int, str]]) -> dict[tuple[int, int, int], int]:
+    """(thread, seq, iter) -> log index of its completion mark."""
+    out: dict[tuple[int, int, int], int] = {}
+    for index, text in marks:
+        m = parse_mark(text)
+        if m is not None and m.event == "op":
+            out.setdefault((m.thread, m.seq, m.iter), index)  # type: ignore[arg-type]
+    return out
+
+
+def _parent(path: str) -> str:
+    return os.path.dirname(path)
+
+
+class _Builder:
+    def __init__(self, plan: Plan, execs: list[Exec]) -> None:
+        self.plan = plan
+        self.execs = execs
+        self.inodes: dict[int, Inode] = {}
+        self.ns: dict[str, int] = {}
+        self.ns_list: list[dict[str, int]] = [self.ns]
+        self.fds: dict[tuple[int, int], tuple[int, bool, bool]] = {}   # (thread, slot) -> (ino, o_sync, o_append)
+        self.persists: list[Persist] = []
+        self.name_changes: list[tuple[int, frozenset[str], frozenset[int]]] = []
+        self.uncertain: set[str] = set()
+        self.lost = False  # an op went where the model cannot follow: no content checks
+        self.disagreements: list[Disagreement] = []
+        self._next_ino = 1
+
+    # -- helpers ---------------------------------------------------------
+    def new_inode(self, kind: str, pos: int, target: str = "") -> Inode:
+        ino = Inode(self._next_ino, kind, pos, target)
+        self.inodes[ino.ino] = ino
+        self._next_ino += 1
+        return ino
+
+    def lookup(self, path: str) -> Inode | None:
+        i = self.ns.get(path)
+        return self.inodes[i] if i is not None else None
+
+    def resolve(self, path: str, follow: bool = True, depth: int = 0) -> str | None:
+        """PATH with symlinks resolved as the kernel would (the last component
+        only if FOLLOW); None where the model cannot tell (absolute or
+        escaping targets, loops)."""
+        cur = ""
+        parts = path.split("/")
+        for i, part in enumerate(parts):
+            nxt = f"{cur}/{part}" if cur else part
+            ino = self.lookup(nxt)
+            if ino is not None and ino.kind == "symlink" and (follow or i < len(parts) - 1):
+                target = os.path.normpath(os.path.join(os.path.dirname(nxt), ino.target))
+                if depth > 8 or ino.target.startswith("/") or target.startswith("..") or target == ".":
+                    return None
+                resolved = self.resolve(target, True, depth + 1)
+                if resolved is None:
+                    return None
+                nxt = resolved
+            cur = nxt
+        return cur
+
+    def path(self, ex: Exec, name: str, follow: bool = True) -> str | None:
+        """The op's path field, resolved; None (and the op's paths marked
+        uncertain) when the model cannot follow it."""
+        raw = ex.f(name)
+        got = self.resolve(raw, follow)
+        if got is None or got in self.uncertain:
+            self.uncertain.add(raw)
+            if got is not None:
+                self.uncertain.add(got)
+            self.lost |= ex.ok and got is None
+            return None
+        return got
+
+    def parent_ok(self, path: str) -> bool:
+        p = _parent(path)
+        return p == "" or (p in self.ns and self.inodes[self.ns[p]].kind == "dir")
+
+    def children(self, path: str) -> list[str]:
+        pre = path + "/"
+        return [p for p in self.ns if p.startswith(pre)]
+
+    def change_names(self, pos: int, updates: dict[str, int | None]) -> None:
+        """Apply name updates (None: remove) as a new namespace version."""
+        self.ns = dict(self.ns)
+        touched = set()
+        for p, i in updates.items():
+            if p in self.ns:
+                touched.add(self.ns[p])
+            if i is None:
+                self.ns.pop(p, None)
+            else:
+                self.ns[p] = i
+                touched.add(i)
+        self.name_changes.append((pos, frozenset(updates), frozenset(touched)))
+
+    def data(self, ex: Exec, ino: Inode, start: int, end: int, src: Src | None) -> None:
+        ino.content.set(start, end, src)
+        if src is not None:
+            ino.size = max(ino.size, end)
+        ino.events.append(DataEvent(ex.pos, "data" if src else "zero", start, end, src, ino.size))
+
+    def resize(self, ex: Exec, ino: Inode, size: int) -> None:
+        if size < ino.size:
+            ino.content.truncate(size)
+            ino.events.append(DataEvent(ex.pos, "zero", size, ino.size, None, size))
+        else:  # growing exposes zeros only: a size change, no content event
+            ino.events.append(DataEvent(ex.pos, "size", size, size, None, size))
+        ino.size = size
+
+    def predict(self, ex: Exec, expected_errno: int | None) -> None:
+        """Record a semantics disagreement if the kernel's answer differs."""
+        actual = 0 if ex.ok else ex.rec.errno
+        want = expected_errno or 0
+        if actual != want:
+            exp = "success" if not want else E.errorcode.get(want, str(want))
+            got = "success" if not actual else E.errorcode.get(actual, str(actual))
+            self.disagreements.append(Disagreement(ex, f"expected {exp}, the kernel returned {got}"))
+
+    # -- ops ---------------------------------------------------------------
+    def apply(self, ex: Exec) -> None:
+        handler = getattr(self, "op_" + ex.kind, None)
+        if handler is not None:
+            handler(ex)
+        self.ns_list.append(self.ns)
+
+    def fd_inode(self, ex: Exec) -> tuple[Inode | None, bool, bool]:
+        got = self.fds.get((ex.rec.thread, ex.f("fd")))
+        return (self.inodes[got[0]], got[1], got[2]) if got else (None, False, False)
+
+    def two_paths(self, ex: Exec) -> tuple[str | None, str | None]:
+        """from/to of rename and link (not followed); both uncertain if either is."""
+        src, dst = self.path(ex, "from", follow=False), self.path(ex, "to", follow=False)
+        if src is None or dst is None:
+            self.uncertain |= {ex.f("from"), ex.f("to")} | {p for p in (src, dst) if p}
+            return None, None
+        return src, dst
+
+    def op_open(self, ex: Exec) -> None:
+        flags = set(ex.f("flags") or ())
+        if ex.kind == "creat":
+            flags |= {"O_CREAT", "O_WRONLY", "O_TRUNC"}
+        path = self.path(ex, "path")
+        if path is None:
+            return
+        ino = self.lookup(path)
+        if ino is None and "O_CREAT" not in flags:
+            self.predict(ex, E.ENOENT)
+        elif ino is None and not self.parent_ok(path):
+            self.predict(ex, E.ENOENT if _parent(path) not in self.ns else E.ENOTDIR)
+        elif ino is not None and {"O_CREAT", "O_EXCL"} <= flags:
+            self.predict(ex, E.EEXIST)
+        elif ino is not None and ino.kind == "dir" and flags & {"O_WRONLY", "O_RDWR"}:
+            self.predict(ex, E.EISDIR)
+        elif ino is None or ino.kind == "file":
+            self.predict(ex, None)
+        if not ex.ok:
+            return
+        if ino is None:
+            ino = self.new_inode("file", ex.pos)
+            self.change_names(ex.pos, {path: ino.ino})
+        elif "O_TRUNC" in flags and ino.kind == "file":
+            self.resize(ex, ino, 0)
+        self.fds[(ex.rec.thread, ex.f("fd"))] = (ino.ino, bool(flags & O_SYNC_FLAGS), "O_APPEND" in flags)
+
+    op_creat = op_open
+
+    def op_close(self, ex: Exec) -> None:
+        self.fds.pop((ex.rec.thread, ex.f("fd")), None)
+
+    def op_write(self, ex: Exec) -> None:
+        ino, osync, append = self.fd_inode(ex)
+        if ino is None or not ex.ok or ino.kind != "file":
+            return
+        start = ex.rec.aux  # a short write is legal: the model follows what was written
+        delta = 0
+        if append and ex.kind == "pwrite":
+            # pwrite(2), BUGS: with O_APPEND, Linux appends whatever the offset;
+            # the data is still the pattern generated for the requested offset.
+            start, delta = ino.size, ino.size - ex.rec.aux
+        self.data(ex, ino, start, start + ex.rec.ret, Src(ex.f("file"), ex.op.seq, ex.rec.iter, delta))
+        if osync:  # generic_write_sync syncs the written range only
+            self.persists.append(Persist(ex, "osync-write", ino.ino, ex.pos + 1, (start, start + ex.rec.ret)))
+
+    op_pwrite = op_write
+
+    def op_mmap_write(self, ex: Exec) -> None:
+        ino, _, _ = self.fd_inode(ex)
+        if ino is None or not ex.ok or ino.kind != "file":
+            return
+        start = ex.rec.aux
+        end = min(start + ex.f("length"), ino.size)  # a mapping cannot extend the file
+        self.data(ex, ino, start, end, Src(ex.f("file"), ex.op.seq, ex.rec.iter))
+        if ex.f("msync") and end > start:
+            self.persists.append(Persist(ex, "msync-data", ino.ino, ex.pos + 1, (start, end)))
+
+    def op_fallocate(self, ex: Exec) -> None:
+        ino, _, _ = self.fd_inode(ex)
+        if ino is None or not ex.ok or ino.kind != "file":
+            return
+        mode = set(ex.f("flags") or ())
+        off, length = ex.rec.aux, ex.f("length")
+        end = off + length
+        if "PUNCH_HOLE" in mode:
+            self.data(ex, ino, off, min(end, ino.size), None)
+        elif "COLLAPSE_RANGE" in mode:
+            ino.content.collapse(off, length)
+            ino.size -= length
+            ino.events.append(DataEvent(ex.pos, "collapse", off, end, None, ino.size))
+        elif "INSERT_RANGE" in mode:
+            ino.content.insert(off, length)
+            ino.size += length
+            ino.events.append(DataEvent(ex.pos, "insert", off, end, None, ino.size))
+        elif "ZERO_RANGE" in mode:
+            self.data(ex, ino, off, end, None)
+            if "KEEP_SIZE" not in mode and end > ino.size:
+                self.resize(ex, ino, end)
+        elif "KEEP_SIZE" not in mode and "UNSHARE_RANGE" not in mode and end > ino.size:
+            self.resize(ex, ino, end)
+
+    def op_ftruncate(self, ex: Exec) -> None:
+        ino, _, _ = self.fd_inode(ex)
+        if ino is not None and ex.ok and ino.kind == "file":
+            self.resize(ex, ino, ex.f("length"))
+
+    def op_truncate(self, ex: Exec) -> None:
+        path = self.path(ex, "path")
+        if path is None:
+            return
+        ino = self.lookup(path)
+        self.predict(ex, E.ENOENT if ino is None else (E.EISDIR if ino.kind == "dir" else None))
+        if ino is not None and ex.ok and ino.kind == "file":
+            self.resize(ex, ino, ex.f("length"))
+
+    def op_fsync(self, ex: Exec) -> None:
+        ino, _, _ = self.fd_inode(ex)
+        if ino is not None and ex.ok:
+            self.persists.append(Persist(ex, PERSIST_INODE[ex.kind], ino.ino, self.prefix_before(ex)))
+
+    op_fdatasync = op_fsync
+
+    def op_sync(self, ex: Exec) -> None:
+        if ex.ok:
+            self.persists.append(Persist(ex, "sync-all", None, self.prefix_before(ex)))
+
+    op_syncfs = op_sync
+
+    def prefix_before(self, ex: Exec) -> int:
+        """Ops at positions below this had all returned before EX was called."""
+        n = 0
+        while n < ex.pos and self.execs[n].rec.end_ns < ex.rec.start_ns:
+            n += 1
+        return n
+
+    def op_mkdir(self, ex: Exec) -> None:
+        path = self.path(ex, "path", follow=False)
+        if path is None:
+            return
+        self.predict(ex, E.EEXIST if path in self.ns else (None if self.parent_ok(path) else E.ENOENT))
+        if ex.ok:
+            self.change_names(ex.pos, {path: self.new_inode("dir", ex.pos).ino})
+
+    def op_rmdir(self, ex: Exec) -> None:
+        path = self.path(ex, "path", follow=False)
+        if path is None:
+            return
+        ino = self.lookup(path)
+        if ino is None:
+            self.predict(ex, E.ENOENT)
+        elif ino.kind != "dir":
+            self.predict(ex, E.ENOTDIR)
+        elif self.children(path):
+            self.predict(ex, E.ENOTEMPTY)
+        else:
+            self.predict(ex, None)
+        if ex.ok:
+            self.change_names(ex.pos, {path: None})
+
+    def op_unlink(self, ex: Exec) -> None:
+        path = self.path(ex, "path", follow=False)
+        if path is None:
+            return
+        ino = self.lookup(path)
+        self.predict(ex, E.ENOENT if ino is None else (E.EISDIR if ino.kind == "dir" else None))
+        if ex.ok:
+            self.change_names(ex.pos, {path: None})
+
+    def op_link(self, ex: Exec) -> None:
+        src, dst = self.two_paths(ex)
+        if src is None or dst is None:
+            return
+        ino = self.lookup(src)
+        if ino is None:
+            self.predict(ex, E.ENOENT)
+        elif dst in self.ns:
+            self.predict(ex, E.EEXIST)
+        elif ino.kind == "dir":
+            self.predict(ex, E.EPERM)
+        elif self.parent_ok(dst):
+            self.predict(ex, None)
+        if ex.ok and ino is not None:
+            self.change_names(ex.pos, {dst: ino.ino})
+
+    def op_symlink(self, ex: Exec) -> None:
+        path = self.path(ex, "path", follow=False)
+        if path is None:
+            return
+        self.predict(ex, E.EEXIST if path in self.ns else (None if self.parent_ok(path) else E.ENOENT))
+        if ex.ok:
+            self.change_names(ex.pos, {path: self.new_inode("symlink", ex.pos, ex.f("target")).ino})
+
+    def op_rename(self, ex: Exec) -> None:
+        src, dst = self.two_paths(ex)
+        if src is None or dst is None:
+            return
+        if any(u.startswith(src + "/") for u in self.uncertain):
+            self.uncertain.add(dst)  # something under src the model lost moves along
+        flags = set(ex.f("flags") or ())
+        s, d = self.lookup(src), self.lookup(dst)
+        # Only the plain cases are predicted; directory-over-directory and
+        # path-prefix cases have many rules: follow the kernel there.
+        if not flags:
+            if s is None:
+                self.predict(ex, E.ENOENT)
+            elif s.kind == "file" and d is not None and d.kind == "dir":
+                self.predict(ex, E.EISDIR)
+            elif s.kind == "file" and (d is None or d.kind == "file") and self.parent_ok(dst):
+                self.predict(ex, None)
+        if not ex.ok or s is None:
+            if ex.ok:  # the kernel did something the model cannot follow
+                self.uncertain |= {src, dst}
+            return
+        updates: dict[str, int | None] = {}
+        if "EXCHANGE" in flags and d is not None:
+            moves = [(src, dst), (dst, src)]
+        elif src == dst or s is d:
+            return
+        else:
+            moves = [(src, dst)]
+            updates[src] = None
+            for child in self.children(dst):
+                updates[child] = None
+        for a, b in moves:
+            updates[b] = self.ns[a]
+            for child in self.children(a):
+                updates[b + child[len(a):]] = self.ns[child]
+                if "EXCHANGE" not in flags:
+                    updates[child] = None
+        self.change_names(ex.pos, updates)
+
+    def op_setxattr(self, ex: Exec) -> None:
+        path = self.path(ex, "path")
+        ino = self.lookup(path) if path else None
+        if ino is None or not ex.ok:
+            return
+        cur = dict(ino.xattrs_at(ex.pos + 1))
+        cur[ex.f("name")] = (ex.f("file"), ex.op.seq, ex.rec.iter, ex.f("length"))
+        ino.xattrs.append((ex.pos, cur))
+
+    def op_removexattr(self, ex: Exec) -> None:
+        path = self.path(ex, "path")
+        ino = self.lookup(path) if path else None
+        if ino is None or not ex.ok:
+            return
+        cur = dict(ino.xattrs_at(ex.pos + 1))
+        cur.pop(ex.f("name"), None)
+        ino.xattrs.append((ex.pos, cur))
+
+
+def build_history(plan: Plan, results: Results, marks: list[tuple[int, str]]) -> History:
+    """MARKS: (log index, text) of every mark in the log."""
+    ops = plan.by_seq()
+    done = completion_marks(marks)
+    recs = [r for r in results.records if r.kind not in ("repeat",)]
+    # Completion order; ops never marked (the executor died) go last, in time order.
+    keyed = sorted(recs, key=lambda r: (done.get((r.thread, r.seq, r.iter), 1 << 62), r.end_ns))
+    execs = [Exec(i, r, ops[r.seq][1], done.get((r.thread, r.seq, r.iter))) for i, r in enumerate(keyed)]
+    b = _Builder(plan, execs)
+    for ex in execs:
+        b.apply(ex)
+    threads: dict[int, list[int]] = {}
+    for ex in sorted(execs, key=lambda e: (e.rec.thread, e.rec.start_ns)):
+        threads.setdefault(ex.rec.thread, []).append(ex.pos)
+    return History(plan, execs, b.inodes, b.ns_list, b.persists, b.name_changes, b.uncertain, b.lost,
+                   b.disagreements, threads)

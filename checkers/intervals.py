@@ -1,0 +1,85 @@
+"""A file's content as an interval map: byte ranges -> who wrote them.
+
+A source is a `Src` (the data op (seq, iter) generated for pattern file
+FILE_ID, shifted by DELTA bytes by collapse/insert ranges) or None (zeros:
+holes, punched, zeroed or truncated ranges).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Src:
+    file_id: int
+    seq: int
+    iter: int
+    delta: int = 0  # byte at file offset X is the pattern byte at X - delta
+
+    def shifted(self, by: int) -> "Src":
+        return Src(self.file_id, self.seq, self.iter, self.delta + by)
+
+
+Source = Src | None
+Piece = tuple[int, int, Source]
+
+
+class IntervalMap:
+    """Non-overlapping [start, end) -> source, sorted; unmapped ranges are zeros."""
+
+    def __init__(self, pieces: list[Piece] | None = None) -> None:
+        self.pieces: list[Piece] = pieces or []
+
+    def copy(self) -> "IntervalMap":
+        return IntervalMap(list(self.pieces))
+
+    def _cut(self, start: int, end: int) -> tuple[int, int, list[Piece]]:
+        """Index range of pieces overlapping [start, end) and the remnants outside it."""
+        starts = [p[0] for p in self.pieces]
+        i = bisect.bisect_right(starts, start) - 1
+        if i < 0 or self.pieces[i][1] <= start:
+            i += 1
+        j = i
+        keep: list[Piece] = []
+        while j < len(self.pieces) and self.pieces[j][0] < end:
+            s, e, src = self.pieces[j]
+            if s < start:
+                keep.append((s, start, src))
+            if e > end:
+                keep.append((end, e, src))
+            j += 1
+        return i, j, keep
+
+    def set(self, start: int, end: int, src: Source) -> None:
+        if end <= start:
+            return
+        i, j, keep = self._cut(start, end)
+        new = [p for p in keep if p[1] <= start]
+        if src is not None:
+            new.append((start, end, src))
+        new += [p for p in keep if p[0] >= end]
+        self.pieces[i:j] = new
+
+    def get(self, start: int, end: int) -> list[Piece]:
+        """Pieces clipped to [start, end), zeros omitted."""
+        i, j, _ = self._cut(start, end)
+        return [(max(s, start), min(e, end), src) for s, e, src in self.pieces[i:j]]
+
+    def truncate(self, size: int) -> None:
+        self.set(size, 1 << 63, None)
+
+    def collapse(self, offset: int, length: int) -> None:
+        """FALLOC_FL_COLLAPSE_RANGE: remove [offset, offset+length), shift the rest down."""
+        out = [p for p in self.get(0, offset)]
+        for s, e, src in self.get(offset + length, 1 << 63):
+            out.append((s - length, e - length, src.shifted(-length) if src else None))
+        self.pieces = out
+
+    def insert(self, offset: int, length: int) -> None:
+        """FALLOC_FL_INSERT_RANGE: open a hole of LENGTH at OFFSET, shift the rest up."""
+        out = [p for p in self.get(0, offset)]
+        for s, e, src in self.get(offset, 1 << 63):
+            out.append((s + length, e + length, src.shifted(length) if src else None))
+        self.pieces = out

@@ -1,0 +1,122 @@
+"""Latency of a run: per op kind (overall and per thread) statistics from the
+executor's records, and the latency budgets of the workload they violate."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from hdrh.histogram import HdrHistogram
+
+from workloads.format import Budget, Workload
+from workloads.plan import build_plan
+from workloads.results import OpRecord, Results
+
+HIGHEST_NS = 3600 * 10**9  # an hour: longer ops are clamped
+SIGNIFICANT_FIGURES = 3    # percentiles to within 0.1 %
+
+
+def _us(ns: float) -> float:
+    return round(ns / 1000, 3)
+
+
+def _stats(records: list[OpRecord], budget: Budget | None) -> dict[str, Any]:
+    ran = [r for r in records if not r.skipped]
+    hist = HdrHistogram(1, HIGHEST_NS, SIGNIFICANT_FIGURES)
+    for r in ran:
+        hist.record_value(min(max(r.duration_ns, 1), HIGHEST_NS))
+    durations = [r.duration_ns for r in ran]
+    top = max(durations, default=0)
+
+    def pct(p: float) -> float:  # a bucket's upper bound can pass the true max
+        return _us(min(hist.get_value_at_percentile(p), top))
+
+    p99 = pct(99)
+    over_max = 0
+    if budget and budget.max_us is not None:
+        over_max = sum(d > budget.max_us * 1000 for d in durations)
+    over_p99 = int(bool(ran and budget and budget.p99_us is not None and p99 > budget.p99_us))
+    return {
+        "count": len(ran),
+        "errors": sum(r.errno != 0 for r in ran),
+        "skipped": len(records) - len(ran),
+        "avg_us": _us(sum(durations) / len(ran)) if ran else 0.0,
+        "p50_us": pct(50),
+        "p99_us": p99,
+        "p999_us": pct(99.9),
+        "max_us": _us(top),
+        "deadline_misses": sum(r.deadline_miss for r in records),
+        "budget_violations": over_max + over_p99,
+    }
+
+
+def _by_kind(records: Iterable[OpRecord], workload: Workload) -> dict[str, dict[str, Any]]:
+    groups: dict[str, list[OpRecord]] = {}
+    for r in records:
+        groups.setdefault(r.kind, []).append(r)
+    return {k: _stats(rs, workload.budgets.get(k)) for k, rs in sorted(groups.items())}
+
+
+def _repeats(results: Results, workload: Workload) -> dict[str, dict[str, Any]]:
+    """Each periodic repeat (by op id, else "seq N"): how its iterations kept time."""
+    out = {}
+    for t, op in build_plan(workload).ops():
+        period = op.fields.get("period_us") if op.kind == "repeat" else 0
+        if not period:
+            continue
+        its = [r for r in results.records if r.seq == op.seq]
+        late = sorted(r.aux for r in its)  # a repeat record's aux: its lateness
+        out[op.id or f"seq {op.seq}"] = {
+            "thread": t.name,
+            "period_us": period,
+            "iterations": len(its),
+            "deadline_misses": sum(r.deadline_miss for r in its),
+            "p99_late_us": _us(late[min(len(late) - 1, len(late) * 99 // 100)]) if late else 0.0,
+            "max_late_us": _us(late[-1]) if late else 0.0,
+        }
+    return out
+
+
+def summarize(results: Results, workload: Workload) -> dict[str, Any]:
+    """Statistics per op kind, overall ("kinds") and per thread name ("threads").
+
+    Each: count (ops that ran), errors (of those, failed), skipped (fd never
+    opened), avg/p50/p99/p999/max in microseconds, deadline_misses (repeat
+    iterations), budget_violations (ops over max_us, plus one if p99 > p99_us).
+    "repeats" tells how each periodic repeat kept time.
+    """
+    return {
+        "overhead_ns": {"min": results.overhead_min_ns, "median": results.overhead_median_ns},
+        "duration_us": _us(results.end_ns - results.start_ns),
+        "deadline_misses": sum(r.deadline_miss for r in results.records),
+        "repeats": _repeats(results, workload),
+        "kinds": _by_kind(results.records, workload),
+        "threads": {
+            name: _by_kind((r for r in results.records if r.thread == i), workload)
+            for i, name in enumerate(results.thread_names)
+        },
+    }
+
+
+def findings(summary: dict[str, Any], workload: Workload) -> list[dict[str, Any]]:
+    """One finding of kind "latency" per violated budget (op kind x max_us/p99_us):
+    op, budget, limit_us, measured_us, ops (how many were measured), detail."""
+    out = []
+    for kind, budget in sorted(workload.budgets.items()):
+        stats = summary["kinds"].get(kind)
+        if not stats or not stats["count"]:
+            continue
+        for name in ("max_us", "p99_us"):
+            limit, measured = getattr(budget, name), stats[name]
+            if limit is None or measured <= limit:
+                continue
+            out.append({
+                "kind": "latency",
+                "op": kind,
+                "budget": name,
+                "limit_us": limit,
+                "measured_us": measured,
+                "ops": stats["count"],
+                "detail": f"{kind}: {name.removesuffix('_us')} latency {measured} us exceeds the budget of {limit} us",
+            })
+    return out

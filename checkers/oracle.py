@@ -1,0 +1,530 @@
+"""The content oracle: is this recovered crash image a state the guarantees allow?
+
+At a crash point the ops whose completion mark is in the log have returned;
+one op per thread may be in flight; the rest never started. From the
+history (checkers/history.py) and the rules (checkers/fsrules.py) this
+computes, per path, which inodes it may name, and per inode, which sizes and
+which writer of every byte are allowed; then it reads the mounted crash
+image and reports only what no allowed state explains:
+
+- `durability`: something a completed fsync/fdatasync/sync/O_SYNC write
+  guaranteed is missing, older, or shorter;
+- `stale-data`: bytes that were never written to that file at that offset;
+- `atomicity`: a rename left neither the old nor the new state.
+
+Whenever the model cannot be sure (paths it lost track of, ranges shifted by
+collapse/insert after the last guarantee), it checks nothing there.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from checkers.design import RecordsInvariant, check_records
+from checkers.findings import Finding
+from checkers.fsrules import rule
+from checkers.history import Exec, History, Inode, Persist
+from checkers.intervals import IntervalMap, Piece, Src
+from workloads.pattern import CHUNK, decode_chunk, generate
+
+ZERO_CHUNK = bytes(CHUNK)
+
+
+@dataclass
+class Guarantee:
+    """What completed ops made durable of an inode's data at a crash point."""
+
+    persist: Persist                 # the newest op giving a guarantee (for messages)
+    floor: int                       # whole-file guarantee prefix (-1: only ranges)
+    content: IntervalMap             # guaranteed content inside `ranges`
+    ranges: list[tuple[int, int]]    # where `content` is guaranteed
+    size: int                        # the size is at least this
+    metadata: Persist | None         # fsync/sync: size, xattrs and link count too
+
+
+@dataclass
+class PointView:
+    """What the model allows at one crash point."""
+
+    n_done: int                          # ops at positions < n_done had returned
+    allowed: set[int]                    # done and in-flight positions
+    versions_after: list[int]            # namespace versions beyond n_done reachable by in-flight ops
+    fuzzy: set[str] = field(default_factory=set)   # paths an unreachable in-flight op touched
+
+
+class ContentOracle:
+    def __init__(self, history: History, wid: int, fs: str, invariants: dict[str, Any] | None = None) -> None:
+        self.h = history
+        self.wid = wid
+        self.fs = fs
+        self.records = RecordsInvariant.from_workload(invariants or {})
+        self.loss_rows: list[dict[str, Any]] = []  # one per crash point and recording file
+        self._mark_positions = sorted((ex.mark, ex.pos) for ex in history.execs if ex.mark is not None)
+        self._marks = [m for m, _ in self._mark_positions]
+        self._content_cache: dict[tuple[int, int], tuple[IntervalMap, int]] = {}
+        self.all_paths = sorted({p for ns in history.ns for p in ns})
+
+    # -- the crash point -----------------------------------------------------
+    def view(self, crash_point: int) -> PointView:
+        n_done = bisect.bisect_right(self._marks, crash_point)
+        done = set(range(n_done))
+        inflight = set()
+        # The first unfinished op of each thread may be in flight (counting one
+        # that had not started yet as in flight only allows more states).
+        for positions in self.h.threads.values():
+            for pos in positions:
+                if pos not in done:
+                    inflight.add(pos)
+                    break
+        allowed = done | inflight
+        versions, fuzzy = [], set()
+        for pos in sorted(inflight):
+            if all(p in allowed for p in range(n_done, pos + 1)):
+                versions.append(pos + 1)
+            else:  # an op not yet started sits between: its names are not modelled here
+                fuzzy |= {p for c_pos, paths, _ in self.h.name_changes if c_pos == pos for p in paths}
+        return PointView(n_done, allowed, versions, fuzzy)
+
+    # -- guarantees ------------------------------------------------------------
+    def guarantee(self, ino: Inode, v: PointView) -> Guarantee | None:
+        done = [p for p in self.h.persists
+                if p.ex.pos < v.n_done and (p.ino is None or p.ino == ino.ino) and ino.created < p.prefix]
+        if not done:
+            return None
+        whole = max((p for p in done if p.range is None), key=lambda p: p.prefix, default=None)
+        floor = whole.prefix if whole else -1
+        key = (ino.ino, floor)
+        if key not in self._content_cache:
+            self._content_cache[key] = ino.content_at(floor) if whole else (IntervalMap(), 0)
+        base, size = self._content_cache[key]
+        content = base.copy()
+        ranges = [(0, size)] if whole else []
+        newest = whole
+        for p in sorted((p for p in done if p.range and p.prefix > floor), key=lambda p: p.prefix):
+            s, t = p.range  # type: ignore[misc]
+            m, _ = ino.content_at(p.prefix)
+            content.set(s, t, None)
+            for a, b, src in m.get(s, t):
+                content.set(a, b, src)
+            ranges.append((s, t))
+            size = max(size, t)
+            newest = p
+        metadata = whole if whole and whole.rule in ("fsync-data", "sync-all") else None
+        return Guarantee(newest or done[-1], floor, content, ranges, size, metadata)
+
+    def name_floor(self, path: str, v: PointView) -> tuple[int, Persist | None]:
+        """Version from which PATH's name is durable, and the op that made it so."""
+        floor, why = 0, None
+        for p in self.h.persists:
+            if p.ex.pos >= v.n_done or p.prefix <= floor:
+                continue
+            if p.ino is None or self.fsync_covers_name(p, path):
+                floor, why = p.prefix, p
+        return floor, why
+
+    def fsync_covers_name(self, p: Persist, path: str) -> bool:
+        """fsync-new-name: fsync of a file created in this run, untouched by
+        renames/links/unlinks since, makes its path (and new parents) durable.
+        fsync of a directory makes its entries durable."""
+        if p.rule != "fsync-data" or p.ino is None:
+            return False
+        ino = self.h.inodes[p.ino]
+        ns = self.h.ns[p.prefix]
+        if ino.kind == "dir":
+            dpaths = [q for q, i in ns.items() if i == ino.ino]
+            return any(os.path.dirname(path) == d for d in dpaths)
+        names = [q for q, i in ns.items() if i == ino.ino]
+        if len(names) != 1 or ino.created < 0:
+            return False
+        name = names[0]
+        if not (path == name or name.startswith(path + "/")):
+            return False
+        created_at = [q for q, i in self.h.ns[ino.created + 1].items() if i == ino.ino]
+        if created_at != [name]:
+            return False
+        ancestors = {name} | {name[:k] for k in range(len(name)) if name[k] == "/"}
+        for pos, paths, inodes in self.h.name_changes:
+            if ino.created < pos < p.prefix and (ino.ino in inodes or paths & ancestors):
+                return False
+        return True
+
+    def candidates(self, path: str, v: PointView) -> tuple[set[int | None], int, Persist | None]:
+        floor, why = self.name_floor(path, v)
+        versions = list(range(floor, v.n_done + 1)) + v.versions_after
+        return {self.h.ns[k].get(path) for k in versions}, floor, why
+
+    # -- checking the image ------------------------------------------------------
+    def inspect(self, mnt: str, crash_point: int, state_id: str | None = None) -> list[Finding]:
+        v = self.view(crash_point)
+        out: list[Finding] = []
+        if self.records:
+            rows, design = check_records(self.records, self.h, self.wid, mnt, v.n_done, v.allowed, crash_point)
+            self.loss_rows += [dict(r, state_id=state_id) if state_id else r for r in rows]
+            out += design
+        if self.h.lost:
+            return out
+        missing_dirs: list[str] = []
+        for path in self.all_paths:
+            if self.uncertain(path, v) or any(path.startswith(d + "/") for d in missing_dirs):
+                continue
+            f = self.check_path(mnt, path, v)
+            if f is not None:
+                if f.evidence.get("found") == "missing":
+                    missing_dirs.append(path)
+                out.append(f)
+        out += self.check_renames(mnt, v)
+        for f in out:
+            f.crash_point = crash_point
+            if state_id:
+                f.evidence["state_id"] = state_id
+        return out
+
+    def uncertain(self, path: str, v: PointView) -> bool:
+        parts = path.split("/")
+        prefixes = {"/".join(parts[:k]) for k in range(1, len(parts) + 1)}
+        return bool(prefixes & (self.h.uncertain | v.fuzzy))
+
+    def check_path(self, mnt: str, path: str, v: PointView) -> Finding | None:
+        cands, floor, why = self.candidates(path, v)
+        full = os.path.join(mnt, path)
+        try:
+            st = os.lstat(full)
+        except FileNotFoundError:
+            st = None
+        except NotADirectoryError:
+            st = None
+        if st is None:
+            parent = os.path.dirname(full)
+            if None in cands or not os.path.isdir(parent):
+                return None  # a missing parent is judged at the parent's own path
+            return self.name_finding(path, floor, why, v, "missing")
+        inodes = [self.h.inodes[i] for i in cands if i is not None]
+        kind = "dir" if stat.S_ISDIR(st.st_mode) else "symlink" if stat.S_ISLNK(st.st_mode) else "file"
+        same = [i for i in inodes if i.kind == kind]
+        if not same:
+            if not inodes and not any(self.h.ns[k].get(path) for k in range(v.n_done + 1)):
+                return Finding("stale-data", f"{path} exists before any op created it",
+                               evidence={"path": path, "rule": "no-stale-data", "found": kind,
+                                         "reference": rule("no-stale-data").reference})
+            if not inodes:
+                return self.name_finding(path, floor, why, v, f"a {kind} that was removed")
+            return self.name_finding(path, floor, why, v, f"a {kind}, not a {inodes[0].kind}")
+        if kind == "symlink":
+            target = os.readlink(full)
+            if any(i.target == target for i in same):
+                return None
+            return Finding("stale-data", f"{path}: symlink points to {target!r}, never a target of it",
+                           evidence={"path": path, "rule": "no-stale-data", "expected": [i.target for i in same],
+                                     "found": target})
+        if kind == "file":
+            return self.check_file(full, path, same, v) or self.check_metadata(full, path, same, st, v)
+        return None
+
+    def name_finding(self, path: str, floor: int, why: Persist | None, v: PointView, found: str) -> Finding:
+        renames = [pos for pos, paths, _ in self.h.name_changes
+                   if floor <= pos and pos in v.allowed and path in paths
+                   and self.h.execs[pos].kind == "rename"]
+        if renames and found == "missing":
+            ex = self.h.execs[renames[0]]
+            return Finding("atomicity", f"{path} is missing after {ex.describe()}: rename must leave the old or the new file",
+                           evidence={"path": path, "rule": "rename-atomic", "op": ex.describe(),
+                                     "op_mark": ex.mark, "expected": "present", "found": found,
+                                     "reference": rule("rename-atomic").reference})
+        if why is None:  # no guarantee, yet a state the path never had: a kind it never was
+            return Finding("stale-data", f"{path} is {found}, which it never was",
+                           evidence={"path": path, "rule": "no-stale-data", "found": found,
+                                     "reference": rule("no-stale-data").reference})
+        r = "sync-all" if why.ino is None else "fsync-new-name"
+        if found != "missing" and why.ino is None:
+            r = "no-resurrection"
+        expected = "absent" if None in {self.h.ns[floor].get(path)} else "present"
+        return Finding("durability", f"{path} is {found}, but {why.ex.describe()} made it {expected}: {rule(r).promise}",
+                       evidence={"path": path, "rule": r, "op": why.ex.describe(), "op_mark": why.ex.mark,
+                                 "expected": expected, "found": found, "reference": rule(r).reference})
+
+    # -- file content ------------------------------------------------------------
+    def check_file(self, full: str, path: str, inodes: list[Inode], v: PointView) -> Finding | None:
+        with open(full, "rb") as f:
+            data = f.read()
+        first: Finding | None = None
+        for ino in inodes:
+            problem = FileCheck(self, ino, v).check(data)
+            if problem is None:
+                return None
+            first = first or problem
+        assert first is not None
+        first.detail = f"{path}: {first.detail}"
+        first.evidence["path"] = path
+        return first
+
+    def check_metadata(self, full: str, path: str, inodes: list[Inode], st: os.stat_result,
+                       v: PointView) -> Finding | None:
+        """Link count and xattrs, where one inode is possible and fsync/sync made them durable."""
+        if len(inodes) != 1:
+            return None
+        ino = inodes[0]
+        g = self.guarantee(ino, v)
+        if g is None or g.metadata is None:
+            return None
+        q = g.metadata.prefix
+        later = [pos for pos, _, inos in self.h.name_changes if pos >= q and pos in v.allowed and ino.ino in inos]
+        if g.metadata.ino is None and not later:  # sync: the names, so the link count, are durable
+            want = sum(1 for i in self.h.ns[q].values() if i == ino.ino)
+            if want and st.st_nlink != want:
+                return self.meta_finding(path, g, "link count", want, st.st_nlink)
+        changed = {name for pos, x in ino.xattrs if pos >= q and pos in v.allowed for name in x} | {
+            name for pos, x in ino.xattrs if pos >= q and pos in v.allowed
+            for name in ino.xattrs_at(pos)}  # set or removed after the guarantee: either state
+        durable = ino.xattrs_at(q)
+        try:
+            present = {n for n in os.listxattr(full) if n.startswith("user.")}
+        except OSError:
+            return None
+        for name, (file_id, seq, it, length) in durable.items():
+            if name in changed:
+                continue
+            if name not in present:
+                return self.meta_finding(path, g, f"xattr {name}", "present", "missing")
+            want_v = generate(self.wid, file_id, seq, it, 0, length)
+            if os.getxattr(full, name) != want_v:
+                return self.meta_finding(path, g, f"xattr {name}", f"value of op {seq}", "another value")
+        for name in present - set(durable) - changed:
+            if any(name in x for _, x in ino.xattrs):  # removed before the guarantee, back again
+                return self.meta_finding(path, g, f"xattr {name}", "absent", "present")
+        return None
+
+    def meta_finding(self, path: str, g: Guarantee, what: str, expected: Any, found: Any) -> Finding:
+        p = g.metadata
+        assert p is not None
+        return Finding("durability", f"{path}: {what} is {found}, but {p.ex.describe()} made it {expected}",
+                       evidence={"path": path, "rule": p.rule, "op": p.ex.describe(), "op_mark": p.ex.mark,
+                                 "expected": str(expected), "found": str(found),
+                                 "reference": rule(p.rule).reference})
+
+    # -- renames -------------------------------------------------------------------
+    def check_renames(self, mnt: str, v: PointView) -> list[Finding]:
+        """rename-atomic, the half per-path checks cannot see: the renamed file
+        must be at the old or the new name, never lost between them."""
+        out = []
+        for pos, paths, _ in self.h.name_changes:
+            ex = self.h.execs[pos]
+            if ex.kind != "rename" or pos not in v.allowed or ex.f("flags"):
+                continue
+            src, dst = ex.f("from"), ex.f("to")
+            if {src, dst} & self.h.uncertain or self.uncertain(src, v) or self.uncertain(dst, v):
+                continue
+            moved = self.h.ns[pos].get(src)
+            if moved is None or self.h.inodes[moved].kind != "file":
+                continue
+            floor, _ = self.name_floor(src, v)
+            later = [p for p, ps, _ in self.h.name_changes if p > pos and p in v.allowed and ps & {src, dst}]
+            if floor > pos or self.h.ns[floor].get(src) != moved or later:
+                continue  # the old name was not durable, or later ops muddle it
+            if os.path.lexists(os.path.join(mnt, src)):
+                continue
+            ino = self.h.inodes[moved]
+            dpath = os.path.join(mnt, dst)
+            if os.path.isfile(dpath) and not os.path.islink(dpath):
+                with open(dpath, "rb") as f:
+                    if FileCheck(self, ino, v).check(f.read()) is None:
+                        continue
+            out.append(Finding("atomicity", f"the file renamed by {ex.describe()} is neither at {src} nor at {dst}",
+                               evidence={"path": dst, "rule": "rename-atomic", "op": ex.describe(), "op_mark": ex.mark,
+                                         "expected": f"{src} or {dst} holds the renamed file",
+                                         "found": f"{src} missing, {dst} " + ("missing" if not os.path.lexists(dpath)
+                                                                              else "holds other data"),
+                                         "reference": rule("rename-atomic").reference}))
+        return out
+
+
+class FileCheck:
+    """One inode's allowed sizes and bytes at a crash point, checked against a file's content."""
+
+    def __init__(self, oracle: ContentOracle, ino: Inode, v: PointView) -> None:
+        self.o = oracle
+        self.ino = ino
+        self.g = oracle.guarantee(ino, v)
+        floor = self.g.floor if self.g else -1
+        self.later = [e for e in ino.events if e.pos >= floor and e.pos in v.allowed]
+        self.history = [e for e in ino.events if e.pos in v.allowed]
+        self.shifted = any(e.kind in ("collapse", "insert") for e in self.later)
+        self.by_writer: dict[tuple[int, int, int], list[Any]] = {}
+        for e in self.later:
+            if e.kind == "data":
+                self.by_writer.setdefault((e.src.file_id, e.src.seq, e.src.iter), []).append(e)
+
+    def size_range(self) -> tuple[int, int]:
+        sizes = [e.size for e in self.later]
+        if self.g is None:
+            return 0, max(sizes, default=0)
+        sizes.append(self.g.size)
+        return min(sizes), max(sizes)
+
+    def check(self, data: bytes) -> Finding | None:
+        if self.shifted:
+            return None  # ranges moved after the last guarantee: not modelled precisely
+        lo, hi = self.size_range()
+        size = len(data)
+        if size < lo:
+            return self.finding("durability", f"size {size}, but {self.g.persist.ex.describe()} "  # type: ignore[union-attr]
+                                f"made size {self.g.size} durable and no later op shrank it below {lo}",  # type: ignore[union-attr]
+                                expected=f"size in [{lo}, {hi}]", found=f"size {size}")
+        for off in range(0, size, CHUNK):
+            sector = data[off:off + CHUNK]
+            if not self.sector_ok(off, sector):
+                return self.sector_finding(off, sector)
+        if size > hi and any(data[hi:]):
+            return self.finding("stale-data", f"size {size} is larger than the file ever was ({hi}) and holds data there",
+                                expected=f"size <= {hi}", found=f"size {size}")
+        return None
+
+    # -- one sector -----------------------------------------------------------------
+    def guaranteed_parts(self, start: int, end: int) -> list[tuple[int, int]]:
+        """The parts of [start, end) the guarantee covers."""
+        if self.g is None:
+            return []
+        parts = sorted((max(s, start), min(t, end)) for s, t in self.g.ranges if s < end and t > start)
+        merged: list[tuple[int, int]] = []
+        for s, t in parts:
+            if merged and s <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], t))
+            else:
+                merged.append((s, t))
+        return merged
+
+    def durable_pieces(self, start: int, end: int) -> list[Piece] | None:
+        """Guaranteed content of [start, end) (zeros omitted), None: no guarantee there."""
+        parts = self.guaranteed_parts(start, end)
+        if not parts:
+            return None
+        return [pc for s, t in parts for pc in self.g.content.get(s, t)]  # type: ignore[union-attr]
+
+    def zero_ok(self, start: int, end: int) -> bool:
+        pieces = self.durable_pieces(start, end)
+        if not pieces:
+            return True
+        zeros = [(e.start, e.end) for e in self.later if e.kind == "zero"]
+        return all(covered(s, t, zeros) for s, t, _ in pieces)
+
+    def sector_ok(self, off: int, sector: bytes) -> bool:
+        end = off + len(sector)
+        if sector == ZERO_CHUNK[:len(sector)]:
+            if self.zero_ok(off, end):
+                return True
+        elif len(sector) == CHUNK:
+            info = decode_chunk(sector)
+            if info is not None and info.wid == self.o.wid and self.whole_writer_ok(off, info):
+                return True
+        return self.bytes_ok(off, sector, self.allowed_layers(off, end, strict=True))
+
+    def whole_writer_ok(self, off: int, info: Any) -> bool:
+        """A whole chunk of one writer: allowed if that writer's allowed write covers the sector."""
+        key = (info.file_id, info.seq, info.iter)
+        for e in self.by_writer.get(key, ()):
+            if e.start <= off and off + CHUNK <= e.end and off - e.src.delta == info.offset:
+                return True
+        for s, t, src in self.durable_pieces(off, off + CHUNK) or ():
+            if (src.file_id, src.seq, src.iter) == key and s <= off and off + CHUNK <= t and off - src.delta == info.offset:
+                return True
+        return False
+
+    def allowed_layers(self, start: int, end: int, strict: bool) -> list[list[tuple[int, int, Src | None]]]:
+        """Layers of candidate content for [start, end): each byte may come from any
+        layer covering it. STRICT: the guarantee applies; else any past content."""
+        parts = self.guaranteed_parts(start, end) if strict else []
+        # Outside the guarantee anything goes back to zeros; inside, the
+        # guaranteed content (holes are zeros).
+        base: list[tuple[int, int, Src | None]] = []
+        cur = start
+        for s, t in parts:
+            if s > cur:
+                base.append((cur, s, None))
+            covered_to = s
+            for a, b, src in self.g.content.get(s, t):  # type: ignore[union-attr]
+                if a > covered_to:
+                    base.append((covered_to, a, None))
+                base.append((a, b, src))
+                covered_to = b
+            if covered_to < t:
+                base.append((covered_to, t, None))
+            cur = t
+        if cur < end:
+            base.append((cur, end, None))
+        layers = [base]
+        for e in (self.later if strict else self.history):
+            if e.kind in ("data", "zero") and e.start < end and e.end > start:
+                layers.append([(max(e.start, start), min(e.end, end), e.src)])
+        return layers
+
+    def bytes_ok(self, off: int, sector: bytes, layers: list[list[tuple[int, int, Src | None]]]) -> bool:
+        ok = bytearray(len(sector))
+        for layer in layers:
+            for s, t, src in layer:
+                want = bytes(t - s) if src is None else generate(self.o.wid, src.file_id, src.seq, src.iter,
+                                                                 s - src.delta, t - s)
+                got = sector[s - off:t - off]
+                for i, (a, b) in enumerate(zip(got, want)):
+                    if a == b:
+                        ok[s - off + i] = 1
+        return all(ok)
+
+    def sector_finding(self, off: int, sector: bytes) -> Finding:
+        end = off + len(sector)
+        old = self.bytes_ok(off, sector, self.allowed_layers(off, end, strict=False)) or sector == ZERO_CHUNK[:len(sector)]
+        if old and self.g is not None and self.durable_pieces(off, end) is not None:
+            return self.finding("durability", f"bytes {off}..{end} are older than what "
+                                f"{self.g.persist.ex.describe()} made durable",
+                                expected=self.describe_expected(off, end), found=describe_bytes(sector), offset=off,
+                                hexdump=hexdump(sector))
+        info = decode_chunk(sector) if len(sector) == CHUNK else None
+        what = (f"a chunk written by op {info.seq} iter {info.iter} at file offset {info.offset} of pattern file "
+                f"{info.file_id}" if info else "data that no op wrote there")
+        return self.finding("stale-data", f"bytes {off}..{end} hold {what}",
+                            expected=self.describe_expected(off, end), found=describe_bytes(sector), offset=off,
+                            hexdump=hexdump(sector), rule_name="no-stale-data")
+
+    def describe_expected(self, start: int, end: int) -> str:
+        names = []
+        for layer in self.allowed_layers(start, end, strict=True):
+            for s, t, src in layer:
+                names.append(f"{s}..{t}: " + ("zeros" if src is None else f"op {src.seq} iter {src.iter}"))
+        return "; ".join(dict.fromkeys(names))
+
+    def finding(self, kind: str, detail: str, *, expected: str, found: str, rule_name: str | None = None,
+                **extra: Any) -> Finding:
+        r = rule_name or (self.g.persist.rule if self.g else "no-stale-data")
+        ev: dict[str, Any] = {"rule": r, "expected": expected, "found": found, "reference": rule(r).reference, **extra}
+        if self.g is not None:
+            ev["op"] = self.g.persist.ex.describe()
+            ev["op_mark"] = self.g.persist.ex.mark
+        return Finding(kind, detail, evidence=ev)
+
+
+def covered(start: int, end: int, ranges: Iterable[tuple[int, int]]) -> bool:
+    """Whether the union of RANGES covers [start, end)."""
+    cur = start
+    for s, t in sorted(ranges):
+        if s > cur:
+            break
+        cur = max(cur, t)
+        if cur >= end:
+            return True
+    return cur >= end
+
+
+def describe_bytes(b: bytes) -> str:
+    if not any(b):
+        return "zeros"
+    info = decode_chunk(b) if len(b) == CHUNK else None
+    if info:
+        return f"chunk of op {info.seq} iter {info.iter}, pattern file {info.file_id}, written for offset {info.offset}"
+    return "data without a valid chunk header"
+
+
+def hexdump(b: bytes, n: int = 64) -> str:
+    return " ".join(f"{x:02x}" for x in b[:n])

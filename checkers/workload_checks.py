@@ -1,0 +1,56 @@
+"""The checks a JSON workload adds to a run: latency, live semantics and the
+content oracle, all from the executor's records and the log's marks."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from checkers import latency
+from checkers.design import summarize_loss
+from checkers.findings import Finding
+from checkers.history import build_history
+from checkers.oracle import ContentOracle
+from replay.logformat import LogReader
+from workloads.format import Workload
+from workloads.plan import Plan
+from workloads.results import read_records
+
+
+@dataclass
+class WorkloadChecks:
+    report: dict[str, Any] = field(default_factory=dict)   # sections for report.json
+    findings: list[Finding] = field(default_factory=list)  # latency and semantics findings
+    oracle: ContentOracle | None = None                    # content checks per crash image
+
+
+def log_marks(reader: LogReader) -> list[tuple[int, str]]:
+    return [(e.index, e.mark) for e in reader.entries() if e.is_mark and e.mark is not None]
+
+
+def prepare(workload: Workload, plan: Plan, records_path: str, reader: LogReader, fs: str) -> WorkloadChecks:
+    results = read_records(records_path, plan)
+    checks = WorkloadChecks()
+    checks.report["latency"] = latency.summarize(results, workload)
+    checks.findings += [Finding("latency", f["detail"], evidence={k: v for k, v in f.items() if k not in ("kind", "detail")})
+                        for f in latency.findings(checks.report["latency"], workload)]
+    history = build_history(plan, results, log_marks(reader))
+    for d in history.disagreements:
+        checks.findings.append(Finding("semantics", f"{d.ex.describe()}: {d.expected}",
+                                       evidence={"op": d.ex.describe(), "op_mark": d.ex.mark, "expected": d.expected}))
+    checks.oracle = ContentOracle(history, plan.wid, fs, dict(workload.invariants or {}))
+    checks.report["oracle"] = {"ops_modelled": len(history.execs), "lost_track": history.lost,
+                               "uncertain_paths": sorted(history.uncertain)}
+    return checks
+
+
+def finish(checks: WorkloadChecks) -> None:
+    """After the crash walk: what the oracle measured across crash points."""
+    if checks.oracle is not None and checks.oracle.records is not None:
+        checks.report["design"] = {"records": summarize_loss(sorted(checks.oracle.loss_rows,
+                                                                    key=lambda r: r["crash_point"]))}
+
+
+def records_path(out_dir: str, info: dict[str, Any]) -> str:
+    return os.path.join(out_dir, info["records"])

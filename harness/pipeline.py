@@ -1,0 +1,142 @@
+"""The run pipeline as a library: record a workload on a fresh file system,
+check every crash point, build the report. `powercut run`, fuzz campaigns and
+the corpus runner all call `run_workload`."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from checkers.crash_check import Inspect, check_crash_states
+from checkers.findings import Finding
+from checkers.oracle import ContentOracle
+from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
+from harness import ownership, sysres
+from harness.backends import backend_class
+from harness.errors import Terminated, UsageError
+from harness.filesystems import FsType, get_fs
+from harness.progress import CrashProgress
+from harness.report import build_report, write_report
+from harness.runstate import RunState
+from harness.session import record
+from harness.sparse import sparse_copy
+from harness.workload_runner import ExecutorWorkload, WorkloadRunner, load_runner
+from replay.crashpoints import DEFAULT as DEFAULT_POINTS, mark_range, parse_spec, select_crash_points
+from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER, CrashState, ReorderSpec
+from replay.logformat import LogReader
+
+
+@dataclass
+class RunConfig:
+    fs: str
+    backend: str = "fuse"
+    mkfs_opts: str = ""
+    mount_opts: str = ""
+    size_mib: int = 0               # 0: the file system's default
+    crash_points: str = DEFAULT_POINTS
+    start_mark: str | None = None   # crash points only from this mark ...
+    end_mark: str | None = None     # ... up to this one
+    reorder: str = DEFAULT_REORDER  # crash states per point: replay/crashstates.py
+    states_per_point: int = DEFAULT_PER_POINT
+    jobs: int = 0                   # parallel crash checks; 0: one per CPU
+    first_failure: bool = False
+    fault: str | None = None        # test-only recorder fault mode
+    keep_image: bool = False
+
+    def reorder_spec(self) -> ReorderSpec:
+        """The crash-walk options, checked (before a long recording, not after)."""
+        parse_spec(self.crash_points)
+        if self.jobs < 0:
+            raise UsageError(f"--jobs {self.jobs}: must be at least 1 (0: one per CPU)")
+        return ReorderSpec.parse(self.reorder, self.states_per_point)
+
+
+@contextmanager
+def terminate_as_exception() -> Iterator[None]:
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated("terminated")
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def keep_image(src: str, dst: str) -> None:
+    fd = ownership.create_file(dst)
+    try:
+        sparse_copy(src, fd)
+    finally:
+        os.close(fd)
+
+
+def check_tools(fs: FsType) -> None:
+    sysres.require_tools(fs.mkfs[0], fs.fsck[0], "mount", "umount", "losetup")
+
+
+def _state_inspector(oracle: ContentOracle) -> Inspect:
+    def inspect(mnt: str, cs: CrashState) -> list[Finding]:
+        return oracle.inspect(mnt, cs.point, cs.id)
+    return inspect
+
+
+def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -> dict[str, Any]:
+    """Record WORKLOAD under CFG into OUT_DIR (created, or reused if powercut made
+    it), check every crash point, write OUT_DIR/report.json; return the report
+    (with `report_path`). Everything the run created is torn down, whatever happens."""
+    fs = get_fs(cfg.fs)
+    size_mib = cfg.size_mib or fs.default_size_mib
+    if size_mib < fs.min_size_mib:
+        raise UsageError(f"--size {size_mib} MiB is too small for {fs.name} (minimum {fs.min_size_mib} MiB)")
+    if isinstance(workload, str):
+        workload = load_runner(workload)
+    reorder = cfg.reorder_spec()
+    check_tools(fs)
+    device_cls = backend_class(cfg.backend)
+    out_dir = ownership.make_dir(out_dir)
+    log_path = os.path.join(out_dir, "recording.log")
+
+    state = RunState.create(f"run {workload.name}")
+    try:
+        with terminate_as_exception():
+            device = device_cls(state, size_mib << 20, log_path, fault=cfg.fault)
+            rec = record(device, fs, cfg.mkfs_opts, cfg.mount_opts, workload, state, out_dir)
+            if cfg.keep_image and rec.final_image:
+                keep_image(rec.final_image, os.path.join(out_dir, "final.img"))
+            reader = LogReader(rec.log_path)
+            first, last = mark_range(reader, cfg.start_mark, cfg.end_mark)
+            points = select_crash_points(reader.entries(), cfg.crash_points, first=first, last=last)
+            checks = WorkloadChecks()
+            inspect: Inspect | None = None
+            if isinstance(workload, ExecutorWorkload):
+                checks = prepare(workload.workload, workload.plan, records_path(out_dir, rec.workload),
+                                 reader, fs.name)
+                if checks.oracle is not None:
+                    inspect = _state_inspector(checks.oracle)
+            with CrashProgress(f"checking {fs.name}") as progress:
+                result = check_crash_states(rec.log_path, points, fs=fs, mount_opts=cfg.mount_opts,
+                                            device_bytes=rec.device_bytes, state=state, reorder=reorder,
+                                            jobs=cfg.jobs, first_failure=cfg.first_failure, inspect=inspect,
+                                            progress=progress)
+    finally:
+        state.teardown_or_warn()
+
+    finish(checks)
+    findings = checks.findings + result.findings
+    report = build_report(fs=fs.name, mkfs_opts=cfg.mkfs_opts, mount_opts=cfg.mount_opts, backend=cfg.backend,
+                          workload={"name": workload.name, **rec.workload}, log_path=rec.log_path,
+                          log_entries=reader.nr_entries, device_bytes=rec.device_bytes,
+                          sector_size=rec.sector_size, crash_points=len(points),
+                          states_checked=result.states_checked, findings=findings,
+                          extra={**checks.report, "reorder": cfg.reorder, "crash_states_total": result.states_total,
+                                 "crash_states_duplicate": result.states_duplicate,
+                                 "stopped_at_first_failure": result.stopped_early})
+    report["report_path"] = write_report(out_dir, report)
+    return report
+
+
