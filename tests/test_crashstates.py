@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
+
+from conftest import POWERCUT, ROOT
 
 from harness.errors import UsageError
 from harness.ownership import create_file
@@ -157,3 +160,24 @@ def test_mark_range_limits_crash_points(log: Path) -> None:
     assert select_crash_points(reader.entries(), "write", first, last) == [3, 4, 5, 7, 8, 9, 10]
     with pytest.raises(UsageError, match="--end-mark 'nope'"):
         mark_range(reader, None, "nope")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--state", "p5-d9"], "not a droppable write of crash point 5"),
+    (["--state", "p5", "--size", "1024"], "--size 1024: the log writes up to byte"),
+    (["--state", "p5", "--size", "lots"], "--size 'lots' is not a number"),
+])
+def test_crash_image_bad_input_is_one_line(log: Path, tmp_path: Path, args: list[str], message: str) -> None:
+    argv = ["--log", str(log), "--size", str(SIZE), "--out", str(tmp_path / "x.img"), *args]
+    p = subprocess.run([*POWERCUT, "crash-image", *argv], capture_output=True, text=True, cwd=ROOT)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith("powercut: ") and message in lines[0], p.stderr
+
+
+def test_crash_image_refuses_a_file_it_did_not_create(log: Path, tmp_path: Path) -> None:
+    mine = tmp_path / "precious.img"
+    mine.write_bytes(b"user data")
+    p = subprocess.run([*POWERCUT, "crash-image", "--log", str(log), "--state", "p5", "--size", str(SIZE),
+                        "--out", str(mine)], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 2 and "not created by powercut" in p.stderr
+    assert mine.read_bytes() == b"user data"
