@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -166,20 +167,26 @@ def test_first_failure_stops_early(pc: PcEnv, monkeypatch: pytest.MonkeyPatch) -
     assert result.states_checked < result.states_total - result.states_duplicate
 
 
-def test_kill_9_during_parallel_walk_then_cleanup(pc: PcEnv) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT, signal.SIGTERM])
+def test_signal_during_parallel_walk_leaves_nothing(pc: PcEnv, sig: signal.Signals) -> None:
+    """Ctrl-C and SIGTERM tear the workers down; after kill -9, `powercut cleanup` does."""
     out = pc.tmp / "out"
     proc = subprocess.Popen([*POWERCUT, "run", str(WORKLOADS / "metadata_heavy.sh"), "--fs", "ext4",
                              "--mkfs-opts", "-O ^has_journal", "--crash-points", "write", "--reorder",
                              "exhaustive:6,sample:20", "--jobs", "2", "--out", str(out)],
-                            env=pc.env(), cwd=pc.tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            env=pc.env(), cwd=pc.tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while sum("worker" in x for x in pc.leftovers()) < 2:   # both workers' loop devices (or mounts) exist
         assert proc.poll() is None and time.monotonic() < deadline, "the walk never started"
         time.sleep(0.05)
     time.sleep(0.5)
-    proc.kill()
-    proc.wait()
-    pc.run("cleanup", check_rc=0)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    if sig == signal.SIGKILL:
+        pc.run("cleanup", check_rc=0)
+    else:
+        assert proc.returncode == {signal.SIGINT: 130, signal.SIGTERM: 143}[sig], err
+        assert err.strip().splitlines()[-1] in ("powercut: interrupted", "powercut: terminated")
     assert pc.leftovers() == []
     assert os.listdir(pc.state) == []
     assert not any(pc.scratch.iterdir())
