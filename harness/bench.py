@@ -51,12 +51,6 @@ SEQ1 = {
 
 
 @contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
-        yield
-
-
-@contextlib.contextmanager
 def _owned_file(path: str, size: int) -> Iterator[int]:
     fd = ownership.create_file(path, size)
     try:
@@ -79,8 +73,7 @@ def _mount_point(state: RunState, name: str) -> Iterator[str]:
 
 def _run(workload: str, out: str, **cfg: Any) -> dict[str, Any]:
     """A whole `powercut run` in this process; its report."""
-    with _quiet():
-        return run_workload(workload, RunConfig(**cfg), out)
+    return run_workload(workload, RunConfig(quiet=True, **cfg), out)
 
 
 def _record(fs: FsType, scratch: str, name: str) -> tuple[str, int]:

@@ -15,6 +15,7 @@ COMMAND_MODULES = [
     "harness.run_command",
     "harness.cleanup",
     "harness.bench",
+    "harness.corpus_command",
 ]
 
 
@@ -46,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("powercut: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into head & co.
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

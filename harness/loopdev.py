@@ -76,6 +76,7 @@ class LoopDevice:
                         continue
                     raise EnvError(f"LOOP_CONFIGURE /dev/loop{n} on {self.backing}: {e.strerror}") from e
                 self.path, self.fd = f"/dev/loop{n}", fd
+                sysres.reset_bdi(self.path)
                 return
         finally:
             os.close(ctl)

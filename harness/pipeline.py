@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,7 @@ class RunConfig:
     first_failure: bool = False
     fault: str | None = None        # test-only recorder fault mode
     keep_image: bool = False
+    quiet: bool = False             # no crash-walk progress (campaigns print their own)
 
     def reorder_spec(self) -> ReorderSpec:
         """The crash-walk options, checked (before a long recording, not after)."""
@@ -118,7 +119,7 @@ def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -
                                  reader, fs.name)
                 if checks.oracle is not None:
                     inspect = _state_inspector(checks.oracle)
-            with CrashProgress(f"checking {fs.name}") as progress:
+            with (nullcontext() if cfg.quiet else CrashProgress(f"checking {fs.name}")) as progress:
                 result = check_crash_states(rec.log_path, points, fs=fs, mount_opts=cfg.mount_opts,
                                             device_bytes=rec.device_bytes, state=state, reorder=reorder,
                                             jobs=cfg.jobs, first_failure=cfg.first_failure, inspect=inspect,
