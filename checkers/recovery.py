@@ -3,11 +3,15 @@
 fsck runs only after the kernel has replayed the journal/log: fsck on an
 unrecovered journaled image reports errors on healthy images (false
 positives, see block-recording.md). While the recovered image is mounted,
-an optional inspector looks at its content (the content oracle's hook).
+an optional inspector looks at its content (the content oracle's hook); if
+the kernel reports corruption while it reads, that is an `fsck` finding
+(the file system's in-kernel checks failed).
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,6 +53,18 @@ def first_problem(output: str) -> str:
     return (serious or lines or [""])[0]
 
 
+# How a mounted file system says that what it read back is corrupt (EBADMSG
+# is the kernel's EFSBADCRC, EUCLEAN its EFSCORRUPTED). Reordered crash
+# states reach these; an inspector reading the image then stops there.
+CORRUPTION_ERRNOS = {errno.EIO, errno.EBADMSG, errno.EUCLEAN}
+
+
+def corruption_finding(e: OSError, mnt: str) -> Finding:
+    path = os.path.relpath(str(e.filename), mnt) if e.filename else "?"
+    return Finding("fsck", f"after recovery, the kernel reports corruption reading {path}: {e.strerror}",
+                   evidence={"path": path, "read_error": errno.errorcode.get(e.errno or 0, str(e.errno))})
+
+
 def recover_and_check(loop: LoopDevice, fs: FsType, mount_opts: str, mnt: str,
                       inspect: Callable[[str], list[Finding]] | None = None) -> Verdict:
     """Mount LOOP's image (the kernel recovers it), inspect it, unmount, fsck the backing file.
@@ -62,6 +78,10 @@ def recover_and_check(loop: LoopDevice, fs: FsType, mount_opts: str, mnt: str,
         return Verdict(mount_ok=False, mount_error=str(e))
     try:
         inspected = inspect(mnt) if inspect else []
+    except OSError as e:
+        if e.errno not in CORRUPTION_ERRNOS:
+            raise
+        inspected = [corruption_finding(e, mnt)]
     finally:
         kmount.umount(mnt)
         loop.wait_unclaimed()

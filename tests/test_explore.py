@@ -3,6 +3,7 @@ the fast path checks the same images as a full rebuild, workers agree, kill -9 l
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -17,6 +18,7 @@ import pytest
 
 from checkers.crash_check import CrashCheckResult, check_crash_states
 from checkers.findings import Finding
+from checkers.recovery import CORRUPTION_ERRNOS, corruption_finding
 from conftest import POWERCUT, WORKLOADS, PcEnv, needs_root_stack
 from harness import runstate
 from harness.filesystems import get_fs
@@ -222,3 +224,11 @@ def test_bench_quick_writes_the_keys(pc: PcEnv) -> None:
     for key in ("crash_states_per_s", "crash_states_per_s_xfs", "floor_ms_per_state", "overhead_ratio",
                 "recorder_fsync_p50_ratio", "seq1_workloads_per_min"):
         assert result[key] > 0, key
+
+
+def test_corruption_the_inspector_hits_is_a_finding() -> None:
+    """EBADMSG/EUCLEAN/EIO while an inspector reads the recovered image: the kernel's own checks failed."""
+    f = corruption_finding(OSError(errno.EBADMSG, "Bad message", "/run/powercut/r/mnt-worker0/d/foo"),
+                           "/run/powercut/r/mnt-worker0")
+    assert (f.kind, f.evidence) == ("fsck", {"path": "d/foo", "read_error": "EBADMSG"})
+    assert errno.ENOENT not in CORRUPTION_ERRNOS
