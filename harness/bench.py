@@ -7,7 +7,7 @@ meaningful on a busy box even when absolute times do not:
   (tests/workloads/mixed.sh, every write entry a crash point, the default
   reorder mode, one worker per CPU); duplicates skipped by hash do not count.
 - floor_ms_per_state: kernel mount + umount (system calls, journal recovery
-  included) plus fsck, on one mid-workload crash image, medians.
+  included) plus fsck, alone, on crash images spread over the workload.
 - overhead_ratio: a one-worker walk's time per checked state / the floor.
 - recorder_fsync_p50_ratio: p50 of a 4 KiB append + fsync on ext4 through
   the FUSE recorder / the same on a plain loop device.
@@ -100,28 +100,37 @@ def _walk(log: str, fs: FsType, device_bytes: int, state: RunState, jobs: int) -
             "ms_per_state": round(1000 * seconds / r.states_checked, 2)}
 
 
+FLOOR_IMAGES = 5
+
+
 def _floor(log: str, fs: FsType, device_bytes: int, state: RunState, reps: int) -> dict[str, float]:
-    """Median kernel mount+umount and fsck of one mid-workload crash image, nothing else."""
+    """Kernel mount+umount and fsck alone, nothing else: the median of REPS runs on each of
+    FLOOR_IMAGES crash images spread over the workload (recovery work differs between them), averaged."""
     reader, points = _write_points(log)
     src, image = os.path.join(state.scratch, "floor-src.img"), os.path.join(state.scratch, "floor.img")
-    build_crash_image(reader, f"p{points[len(points) // 2]}", device_bytes, src)
-    mount_s, fsck_s = [], []
-    with (open(src, "rb") as s, _owned_file(image, device_bytes) as fd, recorded_loop(state, image) as loop,
+    mount_ms, fsck_ms = [], []
+    with (_owned_file(image, device_bytes) as fd, recorded_loop(state, image) as loop,
           _mount_point(state, "floor-mnt") as mnt):
-        for _ in range(reps):
-            sync_sparse(s.fileno(), fd, device_bytes)  # the unrecovered image again
-            loop.drop_caches()
-            t0 = time.perf_counter()
-            kmount.mount(loop.path, mnt, fs.name, ",".join(fs.recovery_opts))
-            kmount.umount(mnt)
-            loop.wait_unclaimed()
-            mount_s.append(time.perf_counter() - t0)
-            loop.drop_caches()
-            t0 = time.perf_counter()
-            fsck(image, fs)
-            fsck_s.append(time.perf_counter() - t0)
-    mount_ms, fsck_ms = 1000 * statistics.median(mount_s), 1000 * statistics.median(fsck_s)
-    return {"mount_umount_ms": round(mount_ms, 2), "fsck_ms": round(fsck_ms, 2), "ms": round(mount_ms + fsck_ms, 2)}
+        for k in range(1, FLOOR_IMAGES + 1):
+            build_crash_image(reader, f"p{points[k * len(points) // (FLOOR_IMAGES + 1)]}", device_bytes, src)
+            mount_s, fsck_s = [], []
+            with open(src, "rb") as s:
+                for _ in range(reps):
+                    sync_sparse(s.fileno(), fd, device_bytes)  # the unrecovered image again
+                    loop.drop_caches()
+                    t0 = time.perf_counter()
+                    kmount.mount(loop.path, mnt, fs.name, ",".join(fs.recovery_opts))
+                    kmount.umount(mnt)
+                    loop.wait_unclaimed()
+                    mount_s.append(time.perf_counter() - t0)
+                    loop.drop_caches()
+                    t0 = time.perf_counter()
+                    fsck(image, fs)
+                    fsck_s.append(time.perf_counter() - t0)
+            mount_ms.append(1000 * statistics.median(mount_s))
+            fsck_ms.append(1000 * statistics.median(fsck_s))
+    m, f = statistics.mean(mount_ms), statistics.mean(fsck_ms)
+    return {"mount_umount_ms": round(m, 2), "fsck_ms": round(f, 2), "ms": round(m + f, 2), "images": FLOOR_IMAGES}
 
 
 def _fsync_p50_us(directory: str, n: int) -> float:
@@ -181,7 +190,7 @@ def bench(quick: bool) -> dict[str, Any]:
         walks = [_walk(log, ext4, size, state, default_jobs()) for _ in range(reps)]
         ext4_walk = max(walks, key=lambda w: w["states_per_s"])
         one_job = min((_walk(log, ext4, size, state, 1) for _ in range(reps)), key=lambda w: w["ms_per_state"])
-        floor = _floor(log, ext4, size, state, 5 if quick else 20)
+        floor = _floor(log, ext4, size, state, 1 if quick else 5)
         xlog, xsize = _record(xfs, state.scratch, "xfs")
         xfs_walk = _walk(xlog, xfs, xsize, state, default_jobs())
         fsync = _recorder_vs_loop(state, 200 if quick else 1000)
