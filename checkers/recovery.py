@@ -5,7 +5,8 @@ unrecovered journaled image reports errors on healthy images (false
 positives, see block-recording.md). While the recovered image is mounted,
 an optional inspector looks at its content (the content oracle's hook); if
 the kernel reports corruption while it reads, that is an `fsck` finding
-(the file system's in-kernel checks failed).
+(the file system's in-kernel checks failed). A RecoveryEngine does the
+recovery somewhere else (the vm backend: the kernel under test in a guest).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from checkers.findings import Finding
 from harness import kmount
@@ -32,7 +34,7 @@ class Verdict:
     fsck_code: int = 0
     fsck_failed: bool = False
     fsck_output: str = ""
-    inspected: list[Finding] = field(default_factory=list)
+    content: list[Finding] = field(default_factory=list)   # the inspector's findings
 
 
 def fsck(image: str, fs: FsType) -> tuple[int, str]:
@@ -51,6 +53,13 @@ def first_problem(output: str) -> str:
     lines = [s for s in (line.strip() for line in output.splitlines()) if s and not s.startswith(chatter)]
     serious = [s for s in lines if not any(b in s for b in benign)]
     return (serious or lines or [""])[0]
+
+
+def fsck_verdict(image: str, fs: FsType, content: list[Finding] | None = None) -> Verdict:
+    """The verdict on an image the kernel has already recovered."""
+    code, out = fsck(image, fs)
+    return Verdict(mount_ok=True, fsck_ran=True, fsck_code=code, fsck_failed=fs.fsck_failed(code),
+                   fsck_output=out, content=content or [])
 
 
 # How a mounted file system says that what it read back is corrupt (EBADMSG
@@ -77,15 +86,32 @@ def recover_and_check(loop: LoopDevice, fs: FsType, mount_opts: str, mnt: str,
     except kmount.MountError as e:
         return Verdict(mount_ok=False, mount_error=str(e))
     try:
-        inspected = inspect(mnt) if inspect else []
+        content = inspect(mnt) if inspect else []
     except OSError as e:
         if e.errno not in CORRUPTION_ERRNOS:
             raise
-        inspected = [corruption_finding(e, mnt)]
+        content = [corruption_finding(e, mnt)]
     finally:
         kmount.umount(mnt)
         loop.wait_unclaimed()
         loop.drop_caches()
-    code, out = fsck(loop.backing, fs)
-    return Verdict(mount_ok=True, fsck_ran=True, fsck_code=code, fsck_failed=fs.fsck_failed(code),
-                   fsck_output=out, inspected=inspected)
+    return fsck_verdict(loop.backing, fs, content)
+
+
+class RecoveryEngine(Protocol):
+    """Who recovers and checks crash images when the host kernel does not (the vm backend).
+
+    submit() hands over the crash image for POINT, the caller's number for
+    one crash state (a file the caller keeps changing afterwards: copy what
+    you need now), and returns the verdicts that are ready, possibly for
+    earlier ones too; finish() returns the rest. An engine may batch: the vm
+    engine (checkers/vm_recovery.py) answers after one guest boot per batch.
+    Recovery by the host kernel is the crash walk's own parallel workers
+    (checkers/checkslot.py).
+    """
+
+    def submit(self, point: int, image: str) -> list[tuple[int, Verdict]]: ...
+
+    def finish(self) -> list[tuple[int, Verdict]]: ...
+
+    def close(self) -> None: ...

@@ -16,13 +16,12 @@ from checkers.findings import Finding
 from checkers.oracle import ContentOracle
 from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
 from harness import ownership, sysres
-from harness.backends import backend_class
+from harness.backends import open_backend
 from harness.errors import Terminated, UsageError
 from harness.filesystems import FsType, get_fs
 from harness.progress import CrashProgress
 from harness.report import build_report, write_report
 from harness.runstate import RunState
-from harness.session import record
 from harness.sparse import sparse_copy
 from harness.workload_runner import ExecutorWorkload, WorkloadRunner, load_runner
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS, mark_range, parse_spec, select_crash_points
@@ -46,6 +45,8 @@ class RunConfig:
     first_failure: bool = False
     fault: str | None = None        # test-only recorder fault mode
     keep_image: bool = False
+    kernel: str | None = None       # --backend vm: debian:PACKAGE or a kernel image path
+    kernel_modules: str | None = None
     quiet: bool = False             # no crash-walk progress (campaigns print their own)
 
     def reorder_spec(self) -> ReorderSpec:
@@ -98,15 +99,15 @@ def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -
         workload = load_runner(workload)
     reorder = cfg.reorder_spec()
     check_tools(fs)
-    device_cls = backend_class(cfg.backend)
+    backend = open_backend(cfg.backend, fs, workload, fault=cfg.fault, kernel=cfg.kernel,
+                           kernel_modules=cfg.kernel_modules)
     out_dir = ownership.make_dir(out_dir)
     log_path = os.path.join(out_dir, "recording.log")
 
     state = RunState.create(f"run {workload.name}")
     try:
         with terminate_as_exception():
-            device = device_cls(state, size_mib << 20, log_path, fault=cfg.fault)
-            rec = record(device, fs, cfg.mkfs_opts, cfg.mount_opts, workload, state, out_dir)
+            rec = backend.record(fs, cfg.mkfs_opts, cfg.mount_opts, workload, state, out_dir, size_mib << 20, log_path)
             if cfg.keep_image and rec.final_image:
                 keep_image(rec.final_image, os.path.join(out_dir, "final.img"))
             reader = LogReader(rec.log_path)
@@ -123,6 +124,7 @@ def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -
                 result = check_crash_states(rec.log_path, points, fs=fs, mount_opts=cfg.mount_opts,
                                             device_bytes=rec.device_bytes, state=state, reorder=reorder,
                                             jobs=cfg.jobs, first_failure=cfg.first_failure, inspect=inspect,
+                                            engine=backend.recovery(fs, cfg.mount_opts, state),
                                             progress=progress)
     finally:
         state.teardown_or_warn()
@@ -130,11 +132,12 @@ def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -
     finish(checks)
     findings = checks.findings + result.findings
     report = build_report(fs=fs.name, mkfs_opts=cfg.mkfs_opts, mount_opts=cfg.mount_opts, backend=cfg.backend,
-                          workload={"name": workload.name, **rec.workload}, log_path=rec.log_path,
+                          kernel=rec.kernel, workload={"name": workload.name, **rec.workload}, log_path=rec.log_path,
                           log_entries=reader.nr_entries, device_bytes=rec.device_bytes,
                           sector_size=rec.sector_size, crash_points=len(points),
                           states_checked=result.states_checked, findings=findings,
-                          extra={**checks.report, "reorder": cfg.reorder, "crash_states_total": result.states_total,
+                          extra={**checks.report, **backend.report_extra(), "reorder": cfg.reorder,
+                                 "crash_states_total": result.states_total,
                                  "crash_states_duplicate": result.states_duplicate,
                                  "stopped_at_first_failure": result.stopped_early})
     report["report_path"] = write_report(out_dir, report)
