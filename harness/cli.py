@@ -13,6 +13,7 @@ from harness.errors import PowercutError
 COMMAND_MODULES = [
     "replay.commands",
     "harness.run_command",
+    "harness.scenario_command",
     "harness.cleanup",
     "harness.bench",
     "harness.corpus_command",

@@ -1,11 +1,12 @@
 """The run pipeline as a library: record a workload on a fresh file system,
-check every crash point, build the report. `powercut run`, fuzz campaigns and
-the corpus runner all call `run_workload`."""
+check every crash point, build the report. `powercut run`, its comparisons
+(harness/compare.py), fuzz campaigns and the corpus runner all call `run_workload`."""
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -19,14 +20,18 @@ from harness import ownership, sysres
 from harness.backends import open_backend
 from harness.errors import Terminated, UsageError
 from harness.filesystems import FsType, get_fs
+from harness.plots import latency_plots
 from harness.progress import CrashProgress
 from harness.report import build_report, write_report
+from harness.report_md import write_markdown
 from harness.runstate import RunState
 from harness.sparse import sparse_copy
 from harness.workload_runner import ExecutorWorkload, WorkloadRunner, load_runner
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS, mark_range, parse_spec, select_crash_points
 from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER, CrashState, ReorderSpec
 from replay.logformat import LogReader
+from workloads import scenarios
+from workloads.results import read_records
 
 
 @dataclass
@@ -34,9 +39,9 @@ class RunConfig:
     fs: str
     backend: str = "fuse"
     mkfs_opts: str = ""
-    mount_opts: str = ""
-    size_mib: int = 0               # 0: the file system's default
-    crash_points: str = DEFAULT_POINTS
+    mount_opts: str | None = None   # None: the workload's suggestion (a scenario's), else none
+    size_mib: int = 0               # 0: the file system's default, or more if the workload asks
+    crash_points: str | None = None  # None: the workload's suggestion, else DEFAULT_POINTS
     start_mark: str | None = None   # crash points only from this mark ...
     end_mark: str | None = None     # ... up to this one
     reorder: str = DEFAULT_REORDER  # crash states per point: replay/crashstates.py
@@ -48,13 +53,17 @@ class RunConfig:
     kernel: str | None = None       # --backend vm: debian:PACKAGE or a kernel image path
     kernel_modules: str | None = None
     quiet: bool = False             # no crash-walk progress (campaigns print their own)
+    markdown: bool = False          # also write OUT/report.md with latency figures (powercut run)
 
     def reorder_spec(self) -> ReorderSpec:
-        """The crash-walk options, checked (before a long recording, not after)."""
-        parse_spec(self.crash_points)
+        """The crash-state options, checked (before a long recording, not after)."""
         if self.jobs < 0:
             raise UsageError(f"--jobs {self.jobs}: must be at least 1 (0: one per CPU)")
         return ReorderSpec.parse(self.reorder, self.states_per_point)
+
+
+def default_out_dir(name: str, fs: str) -> str:
+    return os.path.join("out", f"{name}-{fs}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
 @contextmanager
@@ -92,11 +101,14 @@ def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -
     it), check every crash point, write OUT_DIR/report.json; return the report
     (with `report_path`). Everything the run created is torn down, whatever happens."""
     fs = get_fs(cfg.fs)
-    size_mib = cfg.size_mib or fs.default_size_mib
-    if size_mib < fs.min_size_mib:
-        raise UsageError(f"--size {size_mib} MiB is too small for {fs.name} (minimum {fs.min_size_mib} MiB)")
     if isinstance(workload, str):
         workload = load_runner(workload)
+    size_mib = cfg.size_mib or max(fs.default_size_mib, workload.device.size_mib or 0)
+    if size_mib < fs.min_size_mib:
+        raise UsageError(f"--size {size_mib} MiB is too small for {fs.name} (minimum {fs.min_size_mib} MiB)")
+    mount_opts = cfg.mount_opts if cfg.mount_opts is not None else workload.run_defaults.get("mount_opts", "")
+    kinds = cfg.crash_points or workload.run_defaults.get("crash_points", DEFAULT_POINTS)
+    parse_spec(kinds)  # a bad spec fails before anything is recorded
     reorder = cfg.reorder_spec()
     check_tools(fs)
     backend = open_backend(cfg.backend, fs, workload, fault=cfg.fault, kernel=cfg.kernel,
@@ -107,12 +119,12 @@ def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -
     state = RunState.create(f"run {workload.name}")
     try:
         with terminate_as_exception():
-            rec = backend.record(fs, cfg.mkfs_opts, cfg.mount_opts, workload, state, out_dir, size_mib << 20, log_path)
+            rec = backend.record(fs, cfg.mkfs_opts, mount_opts, workload, state, out_dir, size_mib << 20, log_path)
             if cfg.keep_image and rec.final_image:
                 keep_image(rec.final_image, os.path.join(out_dir, "final.img"))
             reader = LogReader(rec.log_path)
             first, last = mark_range(reader, cfg.start_mark, cfg.end_mark)
-            points = select_crash_points(reader.entries(), cfg.crash_points, first=first, last=last)
+            points = select_crash_points(reader.entries(), kinds, first=first, last=last)
             checks = WorkloadChecks()
             inspect: Inspect | None = None
             if isinstance(workload, ExecutorWorkload):
@@ -121,26 +133,36 @@ def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -
                 if checks.oracle is not None:
                     inspect = _state_inspector(checks.oracle)
             with (nullcontext() if cfg.quiet else CrashProgress(f"checking {fs.name}")) as progress:
-                result = check_crash_states(rec.log_path, points, fs=fs, mount_opts=cfg.mount_opts,
+                result = check_crash_states(rec.log_path, points, fs=fs, mount_opts=mount_opts,
                                             device_bytes=rec.device_bytes, state=state, reorder=reorder,
                                             jobs=cfg.jobs, first_failure=cfg.first_failure, inspect=inspect,
-                                            engine=backend.recovery(fs, cfg.mount_opts, state),
+                                            engine=backend.recovery(fs, mount_opts, state),
                                             progress=progress)
     finally:
         state.teardown_or_warn()
 
     finish(checks)
     findings = checks.findings + result.findings
-    report = build_report(fs=fs.name, mkfs_opts=cfg.mkfs_opts, mount_opts=cfg.mount_opts, backend=cfg.backend,
+    extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report, **backend.report_extra(),
+             "reorder": cfg.reorder, "crash_states_total": result.states_total,
+             "crash_states_duplicate": result.states_duplicate, "stopped_at_first_failure": result.stopped_early}
+    if isinstance(workload, ExecutorWorkload):
+        results = read_records(records_path(out_dir, rec.workload), workload.plan)
+        section = scenarios.section(workload.workload, results,
+                                    {"sysctls": rec.workload.get("sysctls", {}), "device_tuning": rec.device_tuning})
+        if section:
+            extra["scenario"] = section
+        if cfg.markdown:
+            limits = {k: b.max_us for k, b in workload.workload.budgets.items() if b.max_us is not None}
+            extra["latency"]["plots"] = latency_plots(results, out_dir, limits)
+    report = build_report(fs=fs.name, mkfs_opts=cfg.mkfs_opts, mount_opts=mount_opts, backend=cfg.backend,
                           kernel=rec.kernel, workload={"name": workload.name, **rec.workload}, log_path=rec.log_path,
                           log_entries=reader.nr_entries, device_bytes=rec.device_bytes,
                           sector_size=rec.sector_size, crash_points=len(points),
-                          states_checked=result.states_checked, findings=findings,
-                          extra={**checks.report, **backend.report_extra(), "reorder": cfg.reorder,
-                                 "crash_states_total": result.states_total,
-                                 "crash_states_duplicate": result.states_duplicate,
-                                 "stopped_at_first_failure": result.stopped_early})
+                          states_checked=result.states_checked, findings=findings, extra=extra)
     report["report_path"] = write_report(out_dir, report)
+    if cfg.markdown:
+        report["markdown_path"] = write_markdown(out_dir, report)
     return report
 
 

@@ -75,4 +75,6 @@ def summary(report: dict[str, Any], report_path: str) -> str:
         if len(findings) > SUMMARY_FINDINGS:
             lines.append(f"    ... {len(findings) - SUMMARY_FINDINGS} more in the report")
     lines.append(f"  report: {report_path}")
+    if report.get("markdown_path"):
+        lines.append(f"  markdown: {report['markdown_path']}")
     return "\n".join(lines)

@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import os
-import time
 
 from checkers.crash_check import default_jobs
 from harness.backends import BACKENDS
-from harness.pipeline import RunConfig, run_workload
+from harness.compare import run_matrix
+from harness.pipeline import RunConfig, default_out_dir, run_workload
 from harness.report import summary
 from harness.workload_runner import load_runner
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS
 from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER
-
-
-def default_out_dir(name: str, fs: str) -> str:
-    return os.path.join("out", f"{name}-{fs}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -24,8 +19,11 @@ def run(args: argparse.Namespace) -> int:
                     size_mib=args.size, crash_points=args.crash_points, start_mark=args.start_mark,
                     end_mark=args.end_mark, reorder=args.reorder, states_per_point=args.states_per_point,
                     jobs=args.jobs, first_failure=args.first_failure, fault=args.fault, keep_image=args.keep_image,
-                    kernel=args.kernel, kernel_modules=args.kernel_modules)
-    workload = load_runner(args.workload)
+                    kernel=args.kernel, kernel_modules=args.kernel_modules, markdown=True)
+    if args.mount_opts_matrix or args.param_matrix:
+        return run_matrix(args.workload, cfg, args.scale, args.param, args.out,
+                          mount_opts_matrix=args.mount_opts_matrix, param_matrix=args.param_matrix)
+    workload = load_runner(args.workload, args.scale, args.param)
     report = run_workload(workload, cfg, args.out or default_out_dir(workload.name, args.fs))
     print(summary(report, report["report_path"]))
     return 1 if report["findings"] else 0
@@ -35,8 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("run", help="record a workload and check every crash point",
                        description="Record WORKLOAD on a fresh file system and check every crash point. "
                                    "Exit 0: nothing found, 1: findings, 2: usage or environment error.")
-    p.add_argument("workload", help="a workload: a powercut-workload/1 .json file (run by the timing executor), "
-                                    "or an executable, .sh or .py program run in the mounted directory")
+    p.add_argument("workload", help="a workload: a powercut-workload/1 .json file or scenario:NAME (run by the "
+                                    "timing executor), or an executable, .sh or .py program run in the mounted directory")
     p.add_argument("--fs", required=True, help="ext4, xfs or btrfs")
     p.add_argument("--backend", default="fuse", help=f"recorded-device backend: {', '.join(BACKENDS)} (default: fuse)")
     p.add_argument("--kernel", default=None, metavar="debian:PACKAGE|PATH",
@@ -45,12 +43,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--kernel-modules", default=None, metavar="DIR",
                    help="--backend vm with --kernel PATH: its lib/modules/VERSION directory (with modules.dep)")
     p.add_argument("--mkfs-opts", default="", help="extra mkfs options, e.g. \"-O ^has_journal\"")
-    p.add_argument("--mount-opts", default="", help="mount options, e.g. data=writeback,barrier=0")
-    p.add_argument("--size", type=int, default=0, help="device size in MiB (default: per file system)")
+    p.add_argument("--mount-opts", default=None,
+                   help="mount options, e.g. data=writeback,barrier=0 (default: none, or the scenario's)")
+    p.add_argument("--size", type=int, default=0,
+                   help="device size in MiB (default: per file system, or more if the workload asks)")
     p.add_argument("--out", default="", help="output directory (default: out/NAME-FS-TIME)")
-    p.add_argument("--crash-points", default=DEFAULT_POINTS, metavar="KINDS",
+    p.add_argument("--crash-points", default=None, metavar="KINDS",
                    help="where to crash: comma-separated flush, fua, mark, write, or N for every Nth entry "
-                        f"(default: {DEFAULT_POINTS}; the end of the log always)")
+                        f"(default: {DEFAULT_POINTS}, or the scenario's; the end of the log always)")
     p.add_argument("--start-mark", metavar="MARK", help="crash points start at the first mark MARK")
     p.add_argument("--end-mark", metavar="MARK", help="crash points end at the first mark MARK after the start")
     p.add_argument("--reorder", default=DEFAULT_REORDER, metavar="MODES",
@@ -68,4 +68,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="save the device's final image as OUT/final.img (sparse)")
     p.add_argument("--fault", choices=["drop-flush"], default=None,
                    help="test-only: make the recorder lie (drop-flush: flushes are acknowledged but not logged)")
+    p.add_argument("--scale", type=float, default=None,
+                   help="scenario:NAME only: size of the experiment, 1.0 = the paper's counts (default 1.0)")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="scenario:NAME only: set a scenario parameter (`powercut scenario list` shows them)")
+    matrix = p.add_mutually_exclusive_group()
+    matrix.add_argument("--mount-opts-matrix", default="", metavar="\"OPTS;OPTS;...\"",
+                        help="run once per ';'-separated mount option set and compare them in one report")
+    matrix.add_argument("--param-matrix", default="", metavar="\"KEY=V1;V2;...\"",
+                        help="scenario:NAME only: run once per value of scenario parameter KEY and compare them")
     p.set_defaults(func=run)

@@ -13,6 +13,7 @@ from typing import Any
 
 from harness import sysres
 from harness.device import RecordedDevice
+from harness.device_tuning import apply_tuning
 from harness.errors import EnvError
 from harness.filesystems import FsType
 from harness.runstate import RunState
@@ -31,11 +32,13 @@ class Recording:
     workload: dict[str, Any] = field(default_factory=dict)
     final_image: str | None = None
     kernel: str = field(default_factory=platform.release)  # the kernel that wrote the log
+    device_tuning: dict[str, str] = field(default_factory=dict)  # sysfs attribute -> value in force
 
 
 def record(device: RecordedDevice, fs: FsType, mkfs_opts: str, mount_opts: str,
            workload: WorkloadRunner, state: RunState, out_dir: str) -> Recording:
     with device:
+        tuning = apply_tuning(device.block_device, workload.device)
         p = sysres.run(fs.mkfs_cmd(device.block_device, mkfs_opts), check=False, timeout=600)
         if p.returncode != 0:
             raise EnvError(f"mkfs.{fs.name} {mkfs_opts} failed: {(p.stderr or p.stdout).strip().splitlines()[-1:]}")
@@ -53,7 +56,7 @@ def record(device: RecordedDevice, fs: FsType, mkfs_opts: str, mount_opts: str,
         finally:
             state.release(mount_res)
         log = device.stop()
-    return Recording(log, device.size_bytes, device.sector_size, info, device.final_image())
+    return Recording(log, device.size_bytes, device.sector_size, info, device.final_image(), device_tuning=tuning)
 
 
 @dataclass

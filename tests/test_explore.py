@@ -118,6 +118,22 @@ def test_reordering_loses_fsynced_data_only_without_barriers(pc: PcEnv, monkeypa
     assert all(dropped[f.state_id].dropped or dropped[f.state_id].torn for f in lost)
 
 
+@pytest.mark.parametrize("barrier", ["1", "0"])
+def test_the_content_oracle_finds_a_missing_flush(pc: PcEnv, barrier: str) -> None:
+    """The same with the real content oracle (a JSON workload run by the executor, fsync in a loop):
+    with barrier=0, fsync'd data is lost in reordered states, never in an in-order one; with barrier=1, never."""
+    out = pc.tmp / "out"
+    p = pc.run("run", "scenario:fsync-loop", "--fs", "ext4", "--scale", "0.005", "--mount-opts", f"barrier={barrier}",
+               "--out", str(out))
+    r = json.loads((out / "report.json").read_text())
+    lost = [f for f in r["findings"] if f["kind"] == "durability"]
+    if barrier == "1":
+        assert p.returncode == 0 and r["findings"] == [], p.stdout
+        return
+    assert p.returncode == 1 and lost, p.stdout
+    assert all("-" in f["state_id"] for f in lost), [f["state_id"] for f in lost if "-" not in f["state_id"]]
+
+
 def sha256(path: str | Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
