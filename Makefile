@@ -20,6 +20,7 @@ all: deps
 help:
 	@echo "make test        install what is missing, build, run the test suite"
 	@echo "make deps        only install/build (apt packages, venv, C programs)"
+	@echo "make bench       measure crash states/s and overheads; writes $(BUILD)/bench.json"
 	@echo "make clean       remove build products and the venv"
 
 deps: apt venv cbuild
@@ -57,6 +58,9 @@ cbuild: $(CPROGS)
 
 test: deps
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
+
+bench: deps
+	$(PC) bench --json $(BUILD)/bench.json
 
 clean:
 	rm -rf $(BUILD) $(VENV)

@@ -15,6 +15,7 @@ COMMAND_MODULES = [
     "harness.run_command",
     "harness.scenario_command",
     "harness.cleanup",
+    "harness.bench",
     "harness.corpus_command",
 ]
 

@@ -89,7 +89,7 @@ def render(compare: dict[str, Any]) -> str:
     vs = compare["variants"]
     lines = [f"# powercut compare: {compare['workload']} on {compare['fs']}, by {compare['dimension']}", "",
              *table(["variant", "mount options", "crash states checked", "findings", "workload s", "report"],
-                    [[v["label"], v["mount_opts"] or "defaults", f"{v['crash_states_checked']} of {v['crash_points']}",
+                    [[v["label"], v["mount_opts"] or "defaults", f"{v['crash_states_checked']} at {v['crash_points']} points",
                       ", ".join(f"{k} {n}" for k, n in sorted(v["finding_kinds"].items())) or "none",
                       v["workload_s"], f"[report.md]({v['dir']}/report.md)"] for v in vs])]
     kinds = sorted({k for v in vs for k in v["latency"]})

@@ -6,30 +6,30 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from checkers.crash_check import check_crash_points
+from checkers.crash_check import Inspect, check_crash_states
+from checkers.findings import Finding
+from checkers.oracle import ContentOracle
 from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
 from harness import ownership, sysres
 from harness.backends import open_backend
-from harness.errors import UsageError
+from harness.errors import Terminated, UsageError
 from harness.filesystems import FsType, get_fs
 from harness.plots import latency_plots
 from harness.progress import CrashProgress
 from harness.report import build_report, write_report
 from harness.report_md import write_markdown
 from harness.runstate import RunState
-from harness.session import MARK_MKFS
 from harness.sparse import sparse_copy
 from harness.workload_runner import ExecutorWorkload, WorkloadRunner, load_runner
-from replay.crashpoints import DEFAULT as DEFAULT_POINTS, parse_spec, select_crash_points
+from replay.crashpoints import DEFAULT as DEFAULT_POINTS, mark_range, parse_spec, select_crash_points
+from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER, CrashState, ReorderSpec
 from replay.logformat import LogReader
-from replay.replayer import find_mark
 from workloads import scenarios
 from workloads.results import read_records
 
@@ -42,6 +42,12 @@ class RunConfig:
     mount_opts: str | None = None   # None: the workload's suggestion (a scenario's), else none
     size_mib: int = 0               # 0: the file system's default, or more if the workload asks
     crash_points: str | None = None  # None: the workload's suggestion, else DEFAULT_POINTS
+    start_mark: str | None = None   # crash points only from this mark ...
+    end_mark: str | None = None     # ... up to this one
+    reorder: str = DEFAULT_REORDER  # crash states per point: replay/crashstates.py
+    states_per_point: int = DEFAULT_PER_POINT
+    jobs: int = 0                   # parallel crash checks; 0: one per CPU
+    first_failure: bool = False
     fault: str | None = None        # test-only recorder fault mode
     keep_image: bool = False
     kernel: str | None = None       # --backend vm: debian:PACKAGE or a kernel image path
@@ -49,19 +55,21 @@ class RunConfig:
     quiet: bool = False             # no crash-walk progress (campaigns print their own)
     markdown: bool = False          # also write OUT/report.md with latency figures (powercut run)
 
+    def reorder_spec(self) -> ReorderSpec:
+        """The crash-state options, checked (before a long recording, not after)."""
+        if self.jobs < 0:
+            raise UsageError(f"--jobs {self.jobs}: must be at least 1 (0: one per CPU)")
+        return ReorderSpec.parse(self.reorder, self.states_per_point)
+
 
 def default_out_dir(name: str, fs: str) -> str:
     return os.path.join("out", f"{name}-{fs}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
-class Terminated(Exception):
-    """SIGTERM, turned into an exception so every teardown path runs."""
-
-
 @contextmanager
 def terminate_as_exception() -> Iterator[None]:
     def handler(signum: int, frame: object) -> None:
-        raise Terminated()
+        raise Terminated("terminated")
 
     old = signal.signal(signal.SIGTERM, handler)
     try:
@@ -82,6 +90,12 @@ def check_tools(fs: FsType) -> None:
     sysres.require_tools(fs.mkfs[0], fs.fsck[0], "mount", "umount", "losetup")
 
 
+def _state_inspector(oracle: ContentOracle) -> Inspect:
+    def inspect(mnt: str, cs: CrashState) -> list[Finding]:
+        return oracle.inspect(mnt, cs.point, cs.id)
+    return inspect
+
+
 def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -> dict[str, Any]:
     """Record WORKLOAD under CFG into OUT_DIR (created, or reused if powercut made
     it), check every crash point, write OUT_DIR/report.json; return the report
@@ -95,6 +109,7 @@ def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -
     mount_opts = cfg.mount_opts if cfg.mount_opts is not None else workload.run_defaults.get("mount_opts", "")
     kinds = cfg.crash_points or workload.run_defaults.get("crash_points", DEFAULT_POINTS)
     parse_spec(kinds)  # a bad spec fails before anything is recorded
+    reorder = cfg.reorder_spec()
     check_tools(fs)
     backend = open_backend(cfg.backend, fs, workload, fault=cfg.fault, kernel=cfg.kernel,
                            kernel_modules=cfg.kernel_modules)
@@ -108,24 +123,29 @@ def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -
             if cfg.keep_image and rec.final_image:
                 keep_image(rec.final_image, os.path.join(out_dir, "final.img"))
             reader = LogReader(rec.log_path)
-            points = select_crash_points(reader.entries(), kinds, first=find_mark(reader, MARK_MKFS))
+            first, last = mark_range(reader, cfg.start_mark, cfg.end_mark)
+            points = select_crash_points(reader.entries(), kinds, first=first, last=last)
             checks = WorkloadChecks()
+            inspect: Inspect | None = None
             if isinstance(workload, ExecutorWorkload):
                 checks = prepare(workload.workload, workload.plan, records_path(out_dir, rec.workload),
                                  reader, fs.name)
+                if checks.oracle is not None:
+                    inspect = _state_inspector(checks.oracle)
             with (nullcontext() if cfg.quiet else CrashProgress(f"checking {fs.name}")) as progress:
-                result = check_crash_points(rec.log_path, points, fs=fs, mount_opts=mount_opts,
-                                            device_bytes=rec.device_bytes, state=state, progress=progress,
-                                            inspect=checks.oracle.inspect if checks.oracle else None,
-                                            engine=backend.recovery(fs, mount_opts, state))
+                result = check_crash_states(rec.log_path, points, fs=fs, mount_opts=mount_opts,
+                                            device_bytes=rec.device_bytes, state=state, reorder=reorder,
+                                            jobs=cfg.jobs, first_failure=cfg.first_failure, inspect=inspect,
+                                            engine=backend.recovery(fs, mount_opts, state),
+                                            progress=progress)
     finally:
-        failed = state.teardown(log=lambda m: print(m, file=sys.stderr))
-        if failed:
-            print(f"powercut: {len(failed)} resource(s) left behind: run `powercut cleanup`", file=sys.stderr)
+        state.teardown_or_warn()
 
     finish(checks)
     findings = checks.findings + result.findings
-    extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report, **backend.report_extra()}
+    extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report, **backend.report_extra(),
+             "reorder": cfg.reorder, "crash_states_total": result.states_total,
+             "crash_states_duplicate": result.states_duplicate, "stopped_at_first_failure": result.stopped_early}
     if isinstance(workload, ExecutorWorkload):
         results = read_records(records_path(out_dir, rec.workload), workload.plan)
         section = scenarios.section(workload.workload, results,

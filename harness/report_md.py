@@ -62,8 +62,8 @@ def _run_section(report: dict[str, Any], out_dir: str) -> list[str]:
         ["device", device],
         ["workload", what + (f" (exit {w['exit_code']})" if w.get("exit_code") else "")],
         ["log", f"{report['log']}: {report['log_entries']} entries"],
-        ["crash states checked", f"{report['crash_states_checked']} of {report['crash_points']} crash points "
-                                 f"({report.get('crash_point_kinds', 'default')})"],
+        ["crash states checked", f"{report['crash_states_checked']} at {report['crash_points']} crash points "
+                                 f"({report.get('crash_point_kinds', 'default')}; reorder: {report.get('reorder', 'none')})"],
         ["findings", ", ".join(f"{k} {n}" for k, n in sorted(Counter(f["kind"] for f in report["findings"]).items()))
          or "none"],
     ]

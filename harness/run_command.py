@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import argparse
 
+from checkers.crash_check import default_jobs
 from harness.backends import BACKENDS
 from harness.compare import run_matrix
 from harness.pipeline import RunConfig, default_out_dir, run_workload
 from harness.report import summary
 from harness.workload_runner import load_runner
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS
+from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = RunConfig(fs=args.fs, backend=args.backend, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts,
-                    size_mib=args.size, crash_points=args.crash_points, fault=args.fault, keep_image=args.keep_image,
+                    size_mib=args.size, crash_points=args.crash_points, start_mark=args.start_mark,
+                    end_mark=args.end_mark, reorder=args.reorder, states_per_point=args.states_per_point,
+                    jobs=args.jobs, first_failure=args.first_failure, fault=args.fault, keep_image=args.keep_image,
                     kernel=args.kernel, kernel_modules=args.kernel_modules, markdown=True)
     if args.mount_opts_matrix or args.param_matrix:
         return run_matrix(args.workload, cfg, args.scale, args.param, args.out,
@@ -47,6 +51,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--crash-points", default=None, metavar="KINDS",
                    help="where to crash: comma-separated flush, fua, mark, write, or N for every Nth entry "
                         f"(default: {DEFAULT_POINTS}, or the scenario's; the end of the log always)")
+    p.add_argument("--start-mark", metavar="MARK", help="crash points start at the first mark MARK")
+    p.add_argument("--end-mark", metavar="MARK", help="crash points end at the first mark MARK after the start")
+    p.add_argument("--reorder", default=DEFAULT_REORDER, metavar="MODES",
+                   help="crash states per crash point besides the in-order prefix, comma-separated: none, "
+                        "drop-one (each write of the epoch dropped), torn[:512|:4096] (one write torn), "
+                        "sample:N (N random subsets), exhaustive:K (all subsets of epochs <= K writes) "
+                        f"(default: {DEFAULT_REORDER})")
+    p.add_argument("--states-per-point", type=int, default=DEFAULT_PER_POINT, metavar="N",
+                   help=f"at most N states per reorder mode and crash point, a seeded sample beyond "
+                        f"(default: {DEFAULT_PER_POINT})")
+    p.add_argument("--jobs", type=int, default=0, metavar="N",
+                   help=f"crash states checked in parallel (default: one per CPU, here {default_jobs()})")
+    p.add_argument("--first-failure", action="store_true", help="stop checking at the first finding")
     p.add_argument("--keep-image", action="store_true",
                    help="save the device's final image as OUT/final.img (sparse)")
     p.add_argument("--fault", choices=["drop-flush"], default=None,

@@ -41,7 +41,8 @@ def test_data_writeback_exposes_stale_data_and_ordered_does_not(pc: PcEnv) -> No
 def test_recorder_loss_window_at_every_crash_point(pc: PcEnv, fs: str) -> None:
     r = run_report(pc, WORKLOADS / "mini_recorder.json", "--fs", fs, rc=0)
     d = r["design"]["records"]
-    assert d["crash_points"] == r["crash_states_checked"]
+    # One row per crash state checked (a crash point has its in-order state and reordered ones).
+    assert len(d["rows"]) == r["crash_states_checked"] and d["crash_points"] <= r["crash_points"]
     rows = d["rows"]
     # Before the final fsync nothing durable was promised: some crash points lose records;
     # after it, all 48 records are back.
