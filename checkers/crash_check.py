@@ -61,9 +61,10 @@ def check_crash_points(log_path: str, points: list[int], *, fs: FsType, mount_op
                        inspect: PointInspect | None = None,
                        engine: RecoveryEngine | None = None) -> CrashCheckResult:
     """ENGINE recovers and checks each crash image; default: the host kernel (HostRecovery),
-    which also lets INSPECT read each mounted, recovered image."""
+    which also lets INSPECT read each mounted, recovered image. Another engine
+    takes its INSPECT when it is made (Backend.recovery)."""
     if engine is not None and inspect is not None:
-        raise ValueError("content inspection needs the host recovery engine")
+        raise ValueError("give INSPECT to the engine (Backend.recovery), not to check_crash_points")
     reader = LogReader(log_path)
     marks = last_marks(reader)
     replay_path = os.path.join(state.scratch, "replay.img")

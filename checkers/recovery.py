@@ -57,6 +57,27 @@ def recover(image: str, fs: FsType, mount_opts: str, mnt: str, state: RunState,
         state.release(loop_res)
 
 
+def inspect_read_only(image: str, fs: FsType, mnt: str, state: RunState, inspect: Inspect) -> list[Finding]:
+    """Let INSPECT read IMAGE, already recovered by another kernel: a read-only
+    loop device and a read-only mount, so the host kernel replays and writes nothing."""
+    loop_res = state.record("loop", backing=image)
+    try:
+        dev = sysres.loop_attach(image, read_only=True)
+        mount_res = state.record("mount", path=mnt)
+        p = sysres.mount(dev, mnt, fs.name, join_opts("ro", fs.recovery_opts))
+        if p.returncode != 0:
+            state.released(mount_res)
+            err = (p.stderr or p.stdout).strip()
+            return [Finding("mount", f"read-only host mount of the recovered image (for the content checks) failed: {err}",
+                            evidence={"mount_error": err})]
+        try:
+            return inspect(mnt)
+        finally:
+            state.release(mount_res)
+    finally:
+        state.release(loop_res)
+
+
 def fsck(image: str, fs: FsType) -> tuple[int, str]:
     try:
         p = subprocess.run(fs.fsck_cmd(image), capture_output=True, text=True, timeout=FSCK_TIMEOUT_S)

@@ -113,11 +113,12 @@ def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -
             if isinstance(workload, ExecutorWorkload):
                 checks = prepare(workload.workload, workload.plan, records_path(out_dir, rec.workload),
                                  reader, fs.name)
+            inspect = checks.oracle.inspect if checks.oracle else None
+            engine = backend.recovery(fs, mount_opts, state, inspect)
             with (nullcontext() if cfg.quiet else CrashProgress(f"checking {fs.name}")) as progress:
                 result = check_crash_points(rec.log_path, points, fs=fs, mount_opts=mount_opts,
                                             device_bytes=rec.device_bytes, state=state, progress=progress,
-                                            inspect=checks.oracle.inspect if checks.oracle else None,
-                                            engine=backend.recovery(fs, mount_opts, state))
+                                            inspect=inspect if engine is None else None, engine=engine)
     finally:
         failed = state.teardown(log=lambda m: print(m, file=sys.stderr))
         if failed:
