@@ -8,7 +8,10 @@
 #   OUT      output directory (default out/ci-kernel): host/, kernel/, diff.md
 set -uo pipefail
 cd "$(dirname "$0")/.."
-: "${KERNEL:?set KERNEL=debian:PACKAGE, e.g. debian:linux-image-6.12-amd64}"
+if [ -z "${KERNEL:-}" ]; then
+    echo "kernel-upgrade-job: set KERNEL=debian:PACKAGE, e.g. debian:linux-image-6.12-amd64" >&2
+    exit 2
+fi
 OUT=${OUT:-out/ci-kernel}
 args=(KERNEL="$KERNEL" OUT="$OUT")
 [ -n "${ENTRIES:-}" ] && args+=(ENTRIES="$ENTRIES")
