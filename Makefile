@@ -13,7 +13,7 @@ FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null)
 FS         ?= ext4
 PC          = $(VENV)/bin/powercut
 
-.PHONY: all deps apt venv cbuild test bench clean help
+.PHONY: all deps apt venv cbuild test bench clean help ci-kernel
 
 all: deps
 
@@ -22,6 +22,8 @@ help:
 	@echo "make deps        only install/build (apt packages, venv, C programs)"
 	@echo "make bench       measure crash states/s and overheads; writes $(BUILD)/bench.json"
 	@echo "make clean       remove build products and the venv"
+	@echo "make ci-kernel KERNEL=debian:PKG [ENTRIES=globs] [ROWS=rows] [OUT=dir]"
+	@echo "                 corpus sample on that kernel (vm backend) vs the host kernel, diffed"
 
 deps: apt venv cbuild
 
@@ -61,6 +63,21 @@ test: deps
 
 bench: deps
 	$(PC) bench --json $(BUILD)/bench.json
+# Kernel upgrade check: the same corpus sample on the host kernel (fuse
+# backend) and on KERNEL (vm backend), then `powercut corpus diff`: the
+# Markdown diff is OUT/diff.md, its exit status (1: a verdict changed) is
+# OUT/diff.rc (make itself exits 2 on any failure).
+ci-kernel: ENTRIES ?= append-fsync,rename-over-durable,fsync-directory
+ci-kernel: ROWS ?= ext4-ordered
+ci-kernel: OUT ?= out/ci-kernel
+ci-kernel: deps
+	@test -n "$(KERNEL)" || { echo "make ci-kernel: set KERNEL=debian:PACKAGE (e.g. debian:linux-image-6.12-amd64)" >&2; exit 2; }
+	@rm -f $(OUT)/diff.rc
+	$(PC) corpus run --entries '$(ENTRIES)' --rows '$(ROWS)' --out $(OUT)/host || [ $$? = 1 ]
+	$(PC) corpus run --backend vm --kernel '$(KERNEL)' --entries '$(ENTRIES)' --rows '$(ROWS)' \
+	    --out $(OUT)/kernel || [ $$? = 1 ]
+	$(PC) corpus diff $(OUT)/host/results.json $(OUT)/kernel/results.json --out $(OUT)/diff.md; \
+	    rc=$$?; echo $$rc > $(OUT)/diff.rc; exit $$rc
 
 clean:
 	rm -rf $(BUILD) $(VENV)

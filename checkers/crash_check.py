@@ -203,11 +203,13 @@ def _check_with_engine(walk: _Walk, engine: RecoveryEngine, reader: LogReader, d
     """Every state's image, built in one file by deltas, to ENGINE (which copies what it needs)."""
     path = os.path.join(state.scratch, "crash-state.img")
     fd = ownership.create_file(path, device_bytes)
-    pending: dict[int, CrashState] = {}
+    # The engine gets each CrashState as its key (and hands it to the inspector
+    # it was made with); the walk's sequence number is kept here.
+    pending: dict[int, tuple[int, CrashState]] = {}
 
-    def collect(verdicts: list[tuple[int, Verdict]]) -> None:
-        for seq, v in verdicts:
-            cs = pending.pop(seq)
+    def collect(verdicts: list[tuple[CrashState, Verdict]]) -> None:
+        for key, v in verdicts:
+            seq, cs = pending.pop(id(key))
             walk.checked(seq, cs, verdict_findings(v, cs, walk.fs))
         walk.tick()
 
@@ -215,8 +217,8 @@ def _check_with_engine(walk: _Walk, engine: RecoveryEngine, reader: LogReader, d
         with StateImage(reader, fd) as image:
             for seq, cs in walk.unique_states():
                 image.load(cs)
-                pending[seq] = cs
-                collect(engine.submit(seq, path))
+                pending[id(cs)] = (seq, cs)
+                collect(engine.submit(cs, path))
             collect(engine.finish())
     finally:
         os.close(fd)
@@ -232,8 +234,8 @@ def check_crash_states(log_path: str, points: list[int], *, fs: FsType, mount_op
     ENGINE (a backend's own recovery, e.g. in a guest) replaces the host
     workers; INSPECT and BEFORE_MOUNT need the host's mounts.
     """
-    if engine is not None and (inspect or before_mount):
-        raise ValueError("content inspection needs recovery by the host kernel")
+    if engine is not None and before_mount:
+        raise ValueError("before_mount needs recovery by the host kernel")
     reorder = reorder or ReorderSpec.parse(DEFAULT_REORDER)
     with LogReader(log_path) as reader:
         plan = plan_for_log(reader, points, reorder)

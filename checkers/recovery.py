@@ -16,7 +16,7 @@ import os
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from checkers.findings import Finding
 from harness import kmount
@@ -35,6 +35,27 @@ class Verdict:
     fsck_failed: bool = False
     fsck_output: str = ""
     content: list[Finding] = field(default_factory=list)   # the inspector's findings
+
+
+def inspect_read_only(image: str, fs: FsType, mnt: str, state: RunState, inspect: Inspect) -> list[Finding]:
+    """Let INSPECT read IMAGE, already recovered by another kernel: a read-only
+    loop device and a read-only mount, so the host kernel replays and writes nothing."""
+    loop_res = state.record("loop", backing=image)
+    try:
+        dev = sysres.loop_attach(image, read_only=True)
+        mount_res = state.record("mount", path=mnt)
+        p = sysres.mount(dev, mnt, fs.name, join_opts("ro", fs.recovery_opts))
+        if p.returncode != 0:
+            state.released(mount_res)
+            err = (p.stderr or p.stdout).strip()
+            return [Finding("mount", f"read-only host mount of the recovered image (for the content checks) failed: {err}",
+                            evidence={"mount_error": err})]
+        try:
+            return inspect(mnt)
+        finally:
+            state.release(mount_res)
+    finally:
+        state.release(loop_res)
 
 
 def fsck(image: str, fs: FsType) -> tuple[int, str]:
@@ -101,17 +122,18 @@ def recover_and_check(loop: LoopDevice, fs: FsType, mount_opts: str, mnt: str,
 class RecoveryEngine(Protocol):
     """Who recovers and checks crash images when the host kernel does not (the vm backend).
 
-    submit() hands over the crash image for POINT, the caller's number for
-    one crash state (a file the caller keeps changing afterwards: copy what
-    you need now), and returns the verdicts that are ready, possibly for
+    submit() hands over the crash image for KEY, the caller's handle of one
+    crash state (the walk passes the CrashState, which the engine also hands
+    to its inspector), in a file the caller keeps changing afterwards: copy
+    what you need now. It returns the verdicts that are ready, possibly for
     earlier ones too; finish() returns the rest. An engine may batch: the vm
     engine (checkers/vm_recovery.py) answers after one guest boot per batch.
     Recovery by the host kernel is the crash walk's own parallel workers
     (checkers/checkslot.py).
     """
 
-    def submit(self, point: int, image: str) -> list[tuple[int, Verdict]]: ...
+    def submit(self, key: Any, image: str) -> list[tuple[Any, Verdict]]: ...
 
-    def finish(self) -> list[tuple[int, Verdict]]: ...
+    def finish(self) -> list[tuple[Any, Verdict]]: ...
 
     def close(self) -> None: ...

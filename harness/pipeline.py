@@ -136,7 +136,7 @@ def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -
                 result = check_crash_states(rec.log_path, points, fs=fs, mount_opts=mount_opts,
                                             device_bytes=rec.device_bytes, state=state, reorder=reorder,
                                             jobs=cfg.jobs, first_failure=cfg.first_failure, inspect=inspect,
-                                            engine=backend.recovery(fs, mount_opts, state),
+                                            engine=backend.recovery(fs, mount_opts, state, inspect),
                                             progress=progress)
     finally:
         state.teardown_or_warn()

@@ -11,6 +11,7 @@ import platform
 from dataclasses import dataclass, field
 from typing import Any
 
+from checkers.recovery import PointInspect
 from harness import sysres
 from harness.device import RecordedDevice
 from harness.device_tuning import tuned
@@ -71,7 +72,7 @@ class DeviceBackend:
         device = self.device_cls(state, device_bytes, log_path, fault=self.fault)
         return record(device, fs, mkfs_opts, mount_opts, workload, state, out_dir)
 
-    def recovery(self, fs: FsType, mount_opts: str, state: RunState) -> None:
+    def recovery(self, fs: FsType, mount_opts: str, state: RunState, inspect: PointInspect | None = None) -> None:
         return None  # the host kernel recovers crash images (checkers/recovery.py)
 
     def report_extra(self) -> dict[str, Any]:

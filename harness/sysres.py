@@ -88,8 +88,10 @@ def loop_backing(dev: str) -> str | None:
         return None
 
 
-def loop_attach(backing: str, *, sector_size: int = 512, direct_io: bool = False) -> str:
+def loop_attach(backing: str, *, sector_size: int = 512, direct_io: bool = False, read_only: bool = False) -> str:
     cmd = ["losetup", "--find", "--show", f"--sector-size={sector_size}"]
+    if read_only:
+        cmd.append("--read-only")
     if direct_io:
         cmd.append("--direct-io=on")
     dev = run(cmd + [backing], timeout=60).stdout.strip()

@@ -28,6 +28,8 @@ from workloads.plan import build_plan, render_plan
 INTERPRETERS = {".sh": ["bash"], ".py": [sys.executable]}
 SCENARIO_PREFIX = "scenario:"
 SAVED_WORKLOAD = "workload.json"
+PLAN_FILE = "plan.txt"
+RECORDS_FILE = "records.bin"
 # Writeback settings in force during a run: they shape write() latency (seed experiment 5).
 SYSCTLS = ("dirty_ratio", "dirty_background_ratio", "dirty_bytes", "dirty_background_bytes",
            "dirty_expire_centisecs", "dirty_writeback_centisecs")
@@ -107,25 +109,40 @@ class ExecutorWorkload:
         if generated:
             self.run_defaults = generated[0].RUN_DEFAULTS
 
-    def run(self, directory: str, mark_file: str, out_dir: str, state: RunState) -> dict[str, Any]:
-        exe = paths.c_program("pc-exec")
+    def save_inputs(self, out_dir: str) -> str:
+        """Write OUT/workload.json and the compiled plan OUT/plan.txt; return the plan's path."""
         with open(os.path.join(out_dir, SAVED_WORKLOAD), "w") as f:
             json.dump(self.doc, f, indent=1)
             f.write("\n")
-        sysctls = read_sysctls()
-        plan_path = os.path.join(out_dir, "plan.txt")
-        records = os.path.join(out_dir, "records.bin")
+        plan_path = os.path.join(out_dir, PLAN_FILE)
         with open(plan_path, "w") as f:
             f.write(render_plan(self.plan))
+        return plan_path
+
+    def info(self, sysctls: Mapping[str, str]) -> dict[str, Any]:
+        """The report's workload facts once OUT/records.bin is written."""
+        return {"type": "json", **self.source, "saved": SAVED_WORKLOAD, "records": RECORDS_FILE,
+                "plan": PLAN_FILE, "sysctls": dict(sysctls)}
+
+    def run(self, directory: str, mark_file: str, out_dir: str, state: RunState) -> dict[str, Any]:
+        exe = paths.c_program("pc-exec")
+        plan_path = self.save_inputs(out_dir)
+        sysctls = read_sysctls()
+        records = os.path.join(out_dir, RECORDS_FILE)
         err_path = os.path.join(out_dir, "executor.err")
         with open(err_path, "w") as err:
             code = run_child([exe, "--plan", plan_path, "--dir", directory, "--out", records,
                               "--mark-file", mark_file], state, "pc-exec", stdout=err)
-        if code != 0:
-            lines = [ln for ln in open(err_path).read().splitlines() if "warning" not in ln]
-            raise EnvError(f"pc-exec failed (exit {code}): {lines[0] if lines else 'no message'}")
-        return {"type": "json", **self.source, "saved": SAVED_WORKLOAD, "records": os.path.basename(records),
-                "plan": os.path.basename(plan_path), "sysctls": sysctls}
+        check_executor_exit(code, err_path)
+        return self.info(sysctls)
+
+
+def check_executor_exit(code: int, err_path: str) -> None:
+    """Raise the executor's first error line if it failed (ERR_PATH: its output)."""
+    if code != 0:
+        with open(err_path, errors="replace") as f:
+            lines = [ln for ln in f.read().splitlines() if ln.strip() and "warning" not in ln]
+        raise EnvError(f"pc-exec failed (exit {code}): {lines[0] if lines else 'no message'}")
 
 
 def load_runner(spec: str, scale: float | None = None, params: Sequence[str] = ()) -> WorkloadRunner:
