@@ -24,6 +24,10 @@ from harness.filesystems import FsType, join_opts
 from harness.loopdev import LoopDevice
 
 FSCK_TIMEOUT_S = 600
+# Reads one mounted, recovered image.
+MountInspect = Callable[[str], list[Finding]]
+# Reads the mounted image of one crash state: (mount dir, the walk's CrashState).
+PointInspect = Callable[[str, Any], list[Finding]]
 
 
 @dataclass
@@ -37,7 +41,7 @@ class Verdict:
     content: list[Finding] = field(default_factory=list)   # the inspector's findings
 
 
-def inspect_read_only(image: str, fs: FsType, mnt: str, state: RunState, inspect: Inspect) -> list[Finding]:
+def inspect_read_only(image: str, fs: FsType, mnt: str, state: RunState, inspect: MountInspect) -> list[Finding]:
     """Let INSPECT read IMAGE, already recovered by another kernel: a read-only
     loop device and a read-only mount, so the host kernel replays and writes nothing."""
     loop_res = state.record("loop", backing=image)
