@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from checkers.findings import Finding
-from harness import kmount
+from harness import kmount, sysres
 from harness.filesystems import FsType, join_opts
 from harness.loopdev import LoopDevice
 

@@ -127,7 +127,7 @@ def test_json_workload_runs_in_the_guest(pc: PcEnv) -> None:
     assert r["latency"]["kinds"]["write"]["count"] == 48
     assert r["oracle"]["ops_modelled"] > 0 and not r["oracle"]["lost_track"]
     # The oracle read every recovered image (read-only host mount after the guest's recovery).
-    assert r["design"]["records"]["crash_points"] == r["crash_states_checked"] > 0
+    assert 0 < r["design"]["records"]["crash_points"] <= r["crash_states_checked"]
     assert "read-only host mount" in r["vm"]["content_checks"]
     marks = [e.mark for e in LogReader(str(out / "recording.log")).entries() if e.is_mark]
     assert marks[-1] == END_MARK and len(marks) > 50  # the executor marks every op
