@@ -4,103 +4,42 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from checkers.crash_check import check_crash_points
-from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
-from harness import ownership, sysres
-from harness.backends import backend_class
-from harness.errors import UsageError
-from harness.filesystems import FsType, get_fs
+
+from harness import ownership
+from harness.pipeline import RunConfig, recheck, run_workload
 from harness.progress import CrashProgress
-from harness.report import build_report, summary, write_report
-from harness.runstate import RunState
-from harness.session import MARK_MKFS, record
-from harness.sparse import sparse_copy
-from harness.workload_runner import ExecutorWorkload, load_runner
-from replay.crashpoints import DEFAULT as DEFAULT_POINTS, select_crash_points
-from replay.logformat import LogReader
-from replay.replayer import find_mark
-
-
-class Terminated(Exception):
-    """SIGTERM, turned into an exception so every teardown path runs."""
-
-
-@contextmanager
-def terminate_as_exception() -> Iterator[None]:
-    def handler(signum: int, frame: object) -> None:
-        raise Terminated()
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
-def keep_image(src: str, dst: str) -> None:
-    fd = ownership.create_file(dst)
-    try:
-        sparse_copy(src, fd)
-    finally:
-        os.close(fd)
-
-
-def check_tools(fs: FsType) -> None:
-    sysres.require_tools(fs.mkfs[0], fs.fsck[0], "mount", "umount", "losetup")
+from harness.report import summary, write_report
+from harness.workload_runner import load_runner
+from replay.crashpoints import DEFAULT as DEFAULT_POINTS
 
 
 def default_out_dir(name: str, fs: str) -> str:
     return os.path.join("out", f"{name}-{fs}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    return RunConfig(fs=args.fs, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts, backend=args.backend,
+                     size_mib=args.size, crash_points=args.crash_points, fault=args.fault,
+                     keep_image=args.keep_image)
+
+
 def run(args: argparse.Namespace) -> int:
-    fs = get_fs(args.fs)
-    size_mib = args.size or fs.default_size_mib
-    if size_mib < fs.min_size_mib:
-        raise UsageError(f"--size {size_mib} MiB is too small for {fs.name} (minimum {fs.min_size_mib} MiB)")
+    cfg = config_from_args(args)
+    fs = cfg.fs_type()
     workload = load_runner(args.workload)
-    check_tools(fs)
-    device_cls = backend_class(args.backend)
     out_dir = ownership.make_dir(args.out or default_out_dir(workload.name, fs.name))
-    log_path = os.path.join(out_dir, "recording.log")
+    with CrashProgress(f"checking {fs.name}") as progress:
+        result = run_workload(workload, cfg, out_dir, progress=progress)
+    path = write_report(out_dir, result.report)
+    print(summary(result.report, path))
+    return 1 if result.findings else 0
 
-    state = RunState.create(f"run {args.workload}")
-    try:
-        with terminate_as_exception():
-            device = device_cls(state, size_mib << 20, log_path, fault=args.fault)
-            rec = record(device, fs, args.mkfs_opts, args.mount_opts, workload, state, out_dir)
-            if args.keep_image and rec.final_image:
-                keep_image(rec.final_image, os.path.join(out_dir, "final.img"))
-            reader = LogReader(rec.log_path)
-            points = select_crash_points(reader.entries(), args.crash_points, first=find_mark(reader, MARK_MKFS))
-            checks = WorkloadChecks()
-            if isinstance(workload, ExecutorWorkload):
-                checks = prepare(workload.workload, workload.plan, records_path(out_dir, rec.workload),
-                                 reader, fs.name)
-            with CrashProgress(f"checking {fs.name}") as progress:
-                result = check_crash_points(rec.log_path, points, fs=fs, mount_opts=args.mount_opts,
-                                            device_bytes=rec.device_bytes, state=state, progress=progress,
-                                            inspect=checks.oracle.inspect if checks.oracle else None)
-    finally:
-        failed = state.teardown(log=lambda m: print(m, file=sys.stderr))
-        if failed:
-            print(f"powercut: {len(failed)} resource(s) left behind: run `powercut cleanup`", file=sys.stderr)
 
-    finish(checks)
-    findings = checks.findings + result.findings
-    report = build_report(fs=fs.name, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts, backend=args.backend,
-                          workload={"name": workload.name, **rec.workload}, log_path=rec.log_path,
-                          log_entries=reader.nr_entries, device_bytes=rec.device_bytes,
-                          sector_size=rec.sector_size, crash_points=len(points),
-                          states_checked=result.states_checked, findings=findings, extra=checks.report)
-    path = write_report(out_dir, report)
-    print(summary(report, path))
-    return 1 if findings else 0
+def recheck_cmd(args: argparse.Namespace) -> int:
+    result = recheck(args.run_dir, args.crash_point)
+    print(summary(result.report, None))
+    return 1 if result.findings else 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -123,3 +62,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--fault", choices=["drop-flush"], default=None,
                    help="test-only: make the recorder lie (drop-flush: flushes are acknowledged but not logged)")
     p.set_defaults(func=run)
+
+    r = sub.add_parser("recheck", help="check one crash point of a saved run again, from its log",
+                       description="Rebuild crash point N of the run saved in RUN_DIR from its log, let the "
+                                   "kernel recover it, fsck it and run the content oracle: the exact crash state "
+                                   "a finding came from. Exit 0: clean, 1: findings, 2: error.")
+    r.add_argument("run_dir", help="a `powercut run` output directory (report.json, recording.log, records)")
+    r.add_argument("--crash-point", type=int, required=True, metavar="N", help="log entry index of the crash point")
+    r.set_defaults(func=recheck_cmd)
