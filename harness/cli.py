@@ -7,6 +7,7 @@ import importlib
 import sys
 
 from harness.errors import PowercutError
+from harness.pipeline import Terminated
 
 # Modules that expose register(subparsers): each adds its subcommands and sets
 # `func` (args -> exit code) on them.
@@ -14,6 +15,7 @@ COMMAND_MODULES = [
     "replay.commands",
     "harness.run_command",
     "harness.cleanup",
+    "fuzz.commands",
 ]
 
 
@@ -45,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("powercut: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("powercut: terminated", file=sys.stderr)
+        return 143
 
 
 if __name__ == "__main__":

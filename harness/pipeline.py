@@ -36,8 +36,10 @@ from replay.logformat import LogReader
 from replay.replayer import find_mark
 
 
-class Terminated(Exception):
-    """SIGTERM, turned into an exception so every teardown path runs."""
+class Terminated(BaseException):
+    """SIGTERM, turned into an exception so every teardown path runs. A BaseException,
+    like KeyboardInterrupt, so that nothing mistakes it for a failure of the work
+    (Hypothesis would shrink it)."""
 
 
 @contextmanager
