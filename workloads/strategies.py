@@ -19,7 +19,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from workloads.format import workload_doc
-from workloads.vocab import KINDS, PERSIST_KINDS, OpListBuilder, Tiers
+from workloads.vocab import KIND_TIERS, PERSIST_KINDS, OpListBuilder, Tiers
 
 
 def _picker(draw: st.DrawFn):  # type: ignore[no-untyped-def]
@@ -35,7 +35,7 @@ def op_lists(draw: st.DrawFn, min_ops: int = 5, max_ops: int = 20) -> list[dict[
     pick = _picker(draw)
     b = OpListBuilder()
     while len(b.ops) < n:
-        b.add(draw(st.sampled_from(KINDS)), pick)
+        b.add(pick(KIND_TIERS), pick)
         # Persist after most ops; "no persistence op" is listed first so shrinking drops them.
         persist = draw(st.sampled_from([None, *PERSIST_KINDS]))
         if persist and len(b.ops) < n:

@@ -27,10 +27,17 @@ MAX_FDS = 3
 
 Tiers = Sequence[Sequence[Any]]
 
-# Simple first. Data and persistence ops dominate: that is where the bugs are.
+# Every op kind, simple first (opcodec's kind byte indexes this list).
 KINDS = ["pwrite", "fsync", "open", "close", "write", "fdatasync", "sync", "ftruncate", "rename", "unlink",
          "mkdir", "fallocate", "link", "truncate", "syncfs", "sync_file_range", "rmdir", "symlink",
          "setxattr", "removexattr", "mmap_write", "read", "pread"]
+# The same kinds in tiers, for generators that pick a tier first: data ops and
+# what frees blocks (truncate, close, unlink) weigh most, that is where
+# crash bugs are; persistence ops come after ops on their own.
+KIND_TIERS: Tiers = [["pwrite", "write", "ftruncate"],
+                     ["close", "unlink", "open", "truncate", "rename", "fallocate", "mmap_write", "link"],
+                     ["mkdir", "rmdir", "symlink", "setxattr", "removexattr", "syncfs", "sync_file_range",
+                      "read", "pread"]]
 PERSIST_KINDS = ["fsync", "fdatasync", "sync"]
 FD_KINDS = {"pwrite", "fsync", "close", "write", "fdatasync", "ftruncate", "fallocate", "syncfs",
             "sync_file_range", "mmap_write", "read", "pread"}
@@ -68,21 +75,31 @@ class OpListBuilder:
     def __init__(self) -> None:
         self.ops: list[dict[str, Any]] = []
         self.fds: list[str] = []
+        self.last_fd: str | None = None   # the fd the last fd op used: persist / reuse it first
+        self.opened: list[str] = []       # paths opened so far: unlink / truncate / rename those first
         self._next_fd = 0
+
+    def _fd_tiers(self) -> Tiers:
+        return [[self.last_fd], self.fds] if self.last_fd in self.fds else [self.fds]
+
+    def _path_tiers(self, paths: list[str]) -> Tiers:
+        return [self.opened, paths] if self.opened else [paths]
 
     def add(self, kind: str, pick: Picker) -> None:
         if kind in FD_KINDS and not self.fds:
             kind = "open"
         if kind == "open":
             if len(self.fds) < MAX_FDS:
-                name = f"f{self._next_fd}"
+                name = self.last_fd = f"f{self._next_fd}"
                 self._next_fd += 1
-                self.ops.append({"op": "open", "path": pick(one(FILES)), "flags": pick(one(OPEN_FLAGS)), "fd": name})
+                path = pick(self._path_tiers(FILES))
+                self.ops.append({"op": "open", "path": path, "flags": pick(one(OPEN_FLAGS)), "fd": name})
                 self.fds.append(name)
+                self.opened.append(path)
             return
         op: dict[str, Any] = {"op": kind}
         if kind in FD_KINDS:
-            op["fd"] = pick(one(self.fds))
+            op["fd"] = self.last_fd = pick(self._fd_tiers())
         if kind == "close":
             self.fds.remove(op["fd"])
         elif kind in ("pwrite", "pread", "mmap_write"):
@@ -98,13 +115,13 @@ class OpListBuilder:
         elif kind in ("ftruncate", "truncate"):
             op["length"] = pick(TRUNCATE_LENGTHS)
             if kind == "truncate":
-                op["path"] = pick(one(FILES))
+                op["path"] = pick(self._path_tiers(FILES))
         elif kind in ("rename", "link"):
-            op.update({"from": pick(one(PATHS)), "to": pick(one(PATHS))})
+            op.update({"from": pick(self._path_tiers(PATHS)), "to": pick(one(PATHS))})
         elif kind == "symlink":
             op.update(target=pick(one(SYMLINK_TARGETS)), path=pick(one(FILES)))
         elif kind == "unlink":
-            op["path"] = pick(one(FILES))
+            op["path"] = pick(self._path_tiers(FILES))
         elif kind in ("mkdir", "rmdir"):
             op["path"] = pick(one(DIRS))
         elif kind == "setxattr":
