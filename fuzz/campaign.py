@@ -153,8 +153,9 @@ class Campaign:
                 f"saved {len(self.store.dirs())}, elapsed {clock(r['elapsed_s'])}, remaining {clock(remaining)}")
 
     def space(self) -> int:
-        seq, cap = self.spec.options["seq"], self.spec.options["seq_cap"]
-        return min(exhaustive.space_size(seq), cap or exhaustive.space_size(seq))
+        seq, cap, names = self.spec.options["seq"], self.spec.options["seq_cap"], self.spec.options.get("core_ops")
+        total = exhaustive.space_size(seq, names)
+        return min(total, cap or total)
 
     def report(self, failed_workers: list[str]) -> dict[str, Any]:
         t = self.cdir.totals()

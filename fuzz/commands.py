@@ -19,6 +19,7 @@ from fuzz.layout import CampaignDir
 from fuzz.minimize import MAX_RUNS, Shrinker
 from fuzz.trial import op_count, run_doc
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS
+from workloads import exhaustive
 from workloads.format import load_workload
 
 _DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s?)?")
@@ -53,13 +54,17 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
 def _spec(args: argparse.Namespace) -> CampaignSpec:
     if args.seq not in (1, 2, 3):
         raise UsageError(f"--seq {args.seq}: 1, 2 or 3")
+    core = args.core_ops.split(",") if args.core_ops else None
+    unknown = sorted(set(core or []) - set(exhaustive.CORE_NAMES))
+    if unknown:
+        raise UsageError(f"--core-ops: unknown {', '.join(unknown)}; choose from {', '.join(exhaustive.CORE_NAMES)}")
     if not 1 <= args.min_ops <= args.max_ops:
         raise UsageError("--min-ops/--max-ops: need 1 <= min <= max")
     options: dict[str, Any] = {
         "seq": args.seq, "seq_cap": args.seq_cap if args.seq_cap is not None else (SEQ3_CAP if args.seq == 3 else 0),
         "shard": parse_shard(args.shard), "hypothesis_db": args.hypothesis_db, "afl_sync_dir": args.afl_sync_dir,
         "afl_prefix": args.afl_prefix, "afl_secondary": args.afl_secondary, "min_ops": args.min_ops,
-        "max_ops": args.max_ops, "shrink_seconds": args.shrink_seconds,
+        "max_ops": args.max_ops, "shrink_seconds": args.shrink_seconds, "core_ops": core,
     }
     return CampaignSpec(args.engine, 0.0, 1, args.seed if args.seed is not None else int(time.time()) & 0xFFFFFF,
                         options=options)
@@ -150,6 +155,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     g.add_argument("--seq", type=int, default=1, help="sequence length: 1, 2 or 3 core ops (default 1)")
     g.add_argument("--seq-cap", type=int, default=None, metavar="N",
                    help=f"visit N evenly spread workloads of a larger space (default: all; {SEQ3_CAP} for --seq 3)")
+    g.add_argument("--core-ops", metavar="NAMES", help="bound the space to these core ops, comma-separated "
+                   f"(default all: {', '.join(exhaustive.CORE_NAMES)})")
     g.add_argument("--shard", default="0/1", metavar="K/N", help="only workloads with index %% N == K (several machines)")
     g = p.add_argument_group("afl engine")
     g.add_argument("--afl-sync-dir", metavar="DIR", help="AFL++ sync directory shared with other machines "

@@ -66,7 +66,7 @@ def environment(w: Worker) -> dict[str, str]:
                 PYTHONPATH=paths.ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                 AFL_DISABLE_TRIM="1", AFL_FAST_CAL="1", AFL_NO_UI="1", AFL_SKIP_CPUFREQ="1",
                 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES="1", AFL_NO_AFFINITY="1", AFL_AUTORESUME="1",
-                AFL_KILL_SIGNAL=str(int(signal.SIGTERM)), AFL_NO_STARTUP_CALIBRATION="1")
+                AFL_KILL_SIGNAL=str(int(signal.SIGTERM)))
 
 
 def command(w: Worker, sync_dir: str, instance: str) -> list[str]:
@@ -97,15 +97,44 @@ def run(w: Worker) -> None:
             if proc.poll() is not None and not w.should_stop():
                 raise EnvError(f"afl-fuzz exited with {proc.returncode}: see {log.name}")
         finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)  # AFL++ stops the running target with AFL_KILL_SIGNAL
-                proc.wait(timeout=STOP_WAIT_S)
+            stop_afl(proc)
             state.released(res)
             wait_for_target(os.path.join(w.campaign.sub("work"), f"{w.name}-target", PIDFILE))
         triage_crashes(w, os.path.join(sync_dir, instance, "crashes"), seen)
     finally:
         log.close()
         state.teardown(log=lambda m: print(m, file=sys.stderr))
+
+
+def stop_afl(proc: subprocess.Popen[bytes]) -> None:
+    """SIGINT: AFL++ stops, sending the running target AFL_KILL_SIGNAL (SIGTERM: it tears down).
+    A child forked but not yet exec'd is still afl-fuzz, with its handler for SIGTERM: it
+    would wait for ever; it holds nothing, so it gets SIGKILL."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGINT)
+    end = time.monotonic() + STOP_WAIT_S
+    while proc.poll() is None and time.monotonic() < end:
+        time.sleep(0.5)
+        for pid in children(proc.pid):
+            try:
+                if os.path.basename(os.readlink(f"/proc/{pid}/exe")) == "afl-fuzz":
+                    os.kill(pid, signal.SIGKILL)
+            except OSError:
+                continue
+    proc.wait(timeout=STOP_WAIT_S)
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
 
 
 def wait_for_target(pidfile: str) -> None:

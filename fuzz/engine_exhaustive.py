@@ -14,10 +14,10 @@ from workloads import exhaustive
 
 
 def indices(w: Worker) -> list[int]:
-    seq, cap = w.options["seq"], w.options["seq_cap"]
+    seq, cap, names = w.options["seq"], w.options["seq_cap"], w.options.get("core_ops")
     shard, shards = w.options.get("shard", (0, 1))
     done = w.campaign.totals().indices
-    mine = [i for k, i in enumerate(exhaustive.capped(seq, cap)) if k % w.jobs == w.number]
+    mine = [i for k, i in enumerate(exhaustive.capped(seq, cap, names)) if k % w.jobs == w.number]
     return [i for i in mine if i % shards == shard and i not in done]
 
 
@@ -26,6 +26,6 @@ def run(w: Worker) -> None:
     for i in indices(w):
         if w.should_stop():
             return
-        trial = w.run(exhaustive.workload(seq, i), engine="exhaustive", index=i)
+        trial = w.run(exhaustive.workload(seq, i, w.options.get("core_ops")), engine="exhaustive", index=i)
         if trial is not None:
             w.triage(trial)

@@ -1,8 +1,10 @@
 """Bounded exhaustive workloads in the spirit of ACE (CrashMonkey, OSDI'18).
 
-A workload of sequence length k is a fixed set-up (dirs A and A/C, files foo
-and A/foo with 16 KiB of data and an xattr, then sync) followed by k core
-ops, each followed by one persistence op. All such workloads are enumerated
+A workload of sequence length k is a fixed set-up (dirs A and A/C, file foo
+with 16 KiB of data and an xattr, file A/foo with 1 MiB: a deleted large
+file is what exposes freed blocks; then sync) followed by k core ops, each
+followed by one persistence op: fsync or fdatasync of what it changed,
+fsync of that one's parent directory, or sync. All such workloads are enumerated
 in a fixed order: workload i of `seq k` is the i-th tuple of (core op,
 persistence op) pairs in lexicographic order, so a campaign is resumable by
 index and splittable across machines by index. Core ops and their
@@ -13,6 +15,7 @@ spread, deterministic subset of it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +30,7 @@ SETUP: list[dict[str, Any]] = [
     {"op": "pwrite", "fd": "s0", "offset": 0, "length": 16384},
     {"op": "close", "fd": "s0"},
     {"op": "open", "path": "A/foo", "flags": ["O_CREAT", "O_RDWR"], "fd": "s1"},
-    {"op": "pwrite", "fd": "s1", "offset": 0, "length": 16384},
+    {"op": "pwrite", "fd": "s1", "offset": 0, "length": 1 << 20},
     {"op": "close", "fd": "s1"},
     {"op": "setxattr", "path": "foo", "name": "user.b", "length": 8},
     {"op": "sync"},
@@ -75,16 +78,23 @@ CORE: list[Core] = [
     Core("setxattr", ({"op": "setxattr", "path": "foo", "name": "user.a", "length": 100},), data=False),
     Core("removexattr", ({"op": "removexattr", "path": "foo", "name": "user.b"},), data=False),
 ]
-PERSIST = ["fsync", "fdatasync", "sync"]
+PERSIST = ["fsync", "fdatasync", "fsync-dir", "sync"]
+CORE_NAMES = [c.name for c in CORE]
 
 
-def steps() -> list[tuple[Core, str]]:
-    """Every (core op, persistence op) pair; fdatasync only after data ops."""
-    return [(c, p) for c in CORE for p in PERSIST if p != "fdatasync" or c.data]
+def steps(names: list[str] | None = None) -> list[tuple[Core, str]]:
+    """Every (core op, persistence op) pair of the core ops NAMES (default all);
+    fdatasync only after data ops, fsync-dir only where that is another file."""
+    return [(c, p) for c in CORE if names is None or c.name in names for p in PERSIST
+            if (p != "fdatasync" or c.data) and (p != "fsync-dir" or _parent(c.persist_on) != c.persist_on)]
 
 
-def space_size(seq: int) -> int:
-    return len(steps()) ** seq
+def _parent(path: str) -> str:
+    return os.path.dirname(path) or "."
+
+
+def space_size(seq: int, names: list[str] | None = None) -> int:
+    return len(steps(names)) ** seq
 
 
 def _ops_for(step: tuple[Core, str], n: int) -> list[dict[str, Any]]:
@@ -95,21 +105,23 @@ def _ops_for(step: tuple[Core, str], n: int) -> list[dict[str, Any]]:
     if core.path:
         ops.append({"op": "open", "path": core.path, "flags": list(core.flags), "fd": c})
     ops += [{**op, "fd": c} if "fd" in op else dict(op) for op in core.ops]
+    target = _parent(core.persist_on) if persist == "fsync-dir" else core.persist_on
+    persist = "fsync" if persist == "fsync-dir" else persist
     if persist == "sync":
         ops.append({"op": "sync"})
-    elif core.path and core.path == core.persist_on:
+    elif core.path and core.path == target:
         ops.append({"op": persist, "fd": c})
     else:  # open what the op changed (a directory read-only), persist it
-        ops += [{"op": "open", "path": core.persist_on, "flags": ["O_RDONLY"], "fd": p},
+        ops += [{"op": "open", "path": target, "flags": ["O_RDONLY"], "fd": p},
                 {"op": persist, "fd": p}, {"op": "close", "fd": p}]
     if core.path:
         ops.append({"op": "close", "fd": c})
     return ops
 
 
-def workload(seq: int, index: int) -> dict[str, Any]:
-    """Workload INDEX (0-based) of the seq-SEQ space."""
-    all_steps = steps()
+def workload(seq: int, index: int, names: list[str] | None = None) -> dict[str, Any]:
+    """Workload INDEX (0-based) of the seq-SEQ space (over the core ops NAMES, default all)."""
+    all_steps = steps(names)
     chosen, rest = [], index
     for _ in range(seq):
         rest, k = divmod(rest, len(all_steps))
@@ -119,13 +131,13 @@ def workload(seq: int, index: int) -> dict[str, Any]:
     for n, step in enumerate(chosen):
         ops += _ops_for(step, n)
     doc = workload_doc(ops, name=f"seq{seq}-" + "-".join(f"{c.name}.{p}" for c, p in chosen))
-    doc["description"] = f"ACE-style seq-{seq} workload #{index} of {space_size(seq)}"
+    doc["description"] = f"ACE-style seq-{seq} workload #{index} of {space_size(seq, names)}"
     return doc
 
 
-def capped(seq: int, cap: int) -> Iterator[int]:
+def capped(seq: int, cap: int, names: list[str] | None = None) -> Iterator[int]:
     """Indices to visit: all of them, or CAP evenly spread ones when the space is larger."""
-    total = space_size(seq)
+    total = space_size(seq, names)
     if cap <= 0 or total <= cap:
         yield from range(total)
         return
