@@ -18,8 +18,7 @@ from typing import Any
 from checkers.crash_check import PointInspect
 from checkers.findings import KINDS, Finding
 from fuzz.layout import fresh_dir
-from harness.pipeline import RunConfig, RunResult, run_workload
-from harness.report import write_report
+from harness.pipeline import RunConfig, RunResult, run_checked
 from harness.workload_runner import ExecutorWorkload
 from workloads.marks import parse_mark
 from workloads.plan import Plan
@@ -93,6 +92,5 @@ def run_doc(doc: dict[str, Any], cfg: RunConfig, work_dir: str,
         json.dump(doc, f, indent=1)
     workload = ExecutorWorkload(path)
     t0 = time.monotonic()
-    result = run_workload(workload, cfg, out, inspect_extra=inspect_extra)
-    write_report(out, result.report)
+    result = run_checked(workload, cfg, out, inspect_extra)
     return Trial(doc, out, result, workload.plan, time.monotonic() - t0)

@@ -1,11 +1,10 @@
-"""One workload through the whole pipeline, as a library.
-
-`run_workload` records a workload on a fresh file system and checks every
-crash point (recovery mount, fsck, content oracle); `powercut run` is this
-plus argument parsing and the summary, `powercut fuzz` calls it in-process
-for every workload it generates. `recheck` runs only the checking half on a
-saved run directory, for one crash point: the exact crash state a finding
-came from, rebuilt from the saved log.
+"""The run pipeline as a library: record a workload on a fresh file system,
+check every crash point, build the report. `powercut run`, fuzz campaigns and
+the corpus runner all call `run_workload` (the report) or `run_checked` (the
+report and what it was built from: findings, the oracle's model, the crash
+points). `recheck` runs only the checking half on a saved run directory, for
+one crash point: the exact crash state a finding came from, rebuilt from the
+saved log.
 """
 
 from __future__ import annotations
@@ -15,25 +14,61 @@ import os
 import signal
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from checkers.crash_check import PointInspect, Progress, check_crash_points
+from checkers.crash_check import PointInspect, check_crash_points
 from checkers.findings import Finding
 from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
 from harness import ownership, sysres
 from harness.backends import backend_class
 from harness.errors import UsageError
 from harness.filesystems import FsType, get_fs
-from harness.report import build_report
+from harness.progress import CrashProgress
+from harness.report import build_report, write_report
 from harness.runstate import RunState
 from harness.session import MARK_MKFS, Recording, record
 from harness.sparse import sparse_copy
-from harness.workload_runner import ExecutorWorkload, WorkloadRunner
+from harness.workload_runner import ExecutorWorkload, WorkloadRunner, load_runner
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS, parse_spec, select_crash_points
 from replay.logformat import LogReader
 from replay.replayer import find_mark
+
+
+@dataclass
+class RunConfig:
+    fs: str
+    backend: str = "fuse"
+    mkfs_opts: str = ""
+    mount_opts: str = ""
+    size_mib: int = 0               # 0: the file system's default
+    crash_points: str = DEFAULT_POINTS
+    fault: str | None = None        # test-only recorder fault mode
+    keep_image: bool = False
+    quiet: bool = False             # no crash-walk progress (campaigns print their own)
+
+    def fs_type(self) -> FsType:
+        """The file system, after checking the options that need no run (UsageError)."""
+        fs = get_fs(self.fs)
+        size_mib = self.size_mib or fs.default_size_mib
+        if size_mib < fs.min_size_mib:
+            raise UsageError(f"--size {size_mib} MiB is too small for {fs.name} (minimum {fs.min_size_mib} MiB)")
+        parse_spec(self.crash_points)
+        backend_class(self.backend)
+        return fs
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+@dataclass
+class RunResult:
+    report: dict[str, Any]
+    findings: list[Finding]
+    checks: WorkloadChecks          # the oracle (and its model of the workload) for JSON workloads
+    log_path: str
+    points: list[int]               # the crash points checked
 
 
 class Terminated(BaseException):
@@ -54,45 +89,6 @@ def terminate_as_exception() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
-@dataclass(frozen=True)
-class RunConfig:
-    """Everything about a run but the workload: the file system set-up and the crash walk."""
-
-    fs: str
-    mkfs_opts: str = ""
-    mount_opts: str = ""
-    backend: str = "fuse"
-    size_mib: int = 0                  # 0: the file system's default
-    crash_points: str = DEFAULT_POINTS
-    fault: str | None = None           # test-only recorder fault (pc-recorder --fault)
-    keep_image: bool = False
-
-    def fs_type(self) -> FsType:
-        """The file system, after checking the options that do not need a run (UsageError)."""
-        fs = get_fs(self.fs)
-        if self.size_mib and self.size_mib < fs.min_size_mib:
-            raise UsageError(f"--size {self.size_mib} MiB is too small for {fs.name} (minimum {fs.min_size_mib} MiB)")
-        parse_spec(self.crash_points)
-        backend_class(self.backend)
-        return fs
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(vars(self))
-
-
-@dataclass
-class RunResult:
-    report: dict[str, Any]
-    findings: list[Finding]
-    checks: WorkloadChecks
-    log_path: str
-    points: list[int]
-
-
-def check_tools(fs: FsType) -> None:
-    sysres.require_tools(fs.mkfs[0], fs.fsck[0], "mount", "umount", "losetup")
-
-
 def keep_image(src: str, dst: str) -> None:
     fd = ownership.create_file(dst)
     try:
@@ -101,40 +97,58 @@ def keep_image(src: str, dst: str) -> None:
         os.close(fd)
 
 
-def run_workload(workload: WorkloadRunner, cfg: RunConfig, out_dir: str, *, progress: Progress | None = None,
-                 inspect_extra: PointInspect | None = None) -> RunResult:
-    """Record WORKLOAD on a fresh file system, check its crash points; OUT_DIR gets log, records and
-    (written by the caller) the report. INSPECT_EXTRA also reads every recovered crash image."""
+def check_tools(fs: FsType) -> None:
+    sysres.require_tools(fs.mkfs[0], fs.fsck[0], "mount", "umount", "losetup")
+
+
+def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -> dict[str, Any]:
+    """Record WORKLOAD under CFG into OUT_DIR (created, or reused if powercut made
+    it), check every crash point, write OUT_DIR/report.json; return the report
+    (with `report_path`). Everything the run created is torn down, whatever happens."""
+    return run_checked(workload, cfg, out_dir).report
+
+
+def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
+                inspect_extra: PointInspect | None = None) -> RunResult:
+    """run_workload, returning what the report was built from too. INSPECT_EXTRA
+    also reads every recovered crash image (after the content oracle)."""
     fs = cfg.fs_type()
+    if isinstance(workload, str):
+        workload = load_runner(workload)
     check_tools(fs)
     device_cls = backend_class(cfg.backend)
+    out_dir = ownership.make_dir(out_dir)
+    log_path = os.path.join(out_dir, "recording.log")
+
     state = RunState.create(f"run {workload.name}")
     try:
         with terminate_as_exception():
-            device = device_cls(state, (cfg.size_mib or fs.default_size_mib) << 20,
-                                os.path.join(out_dir, "recording.log"), fault=cfg.fault)
+            device = device_cls(state, (cfg.size_mib or fs.default_size_mib) << 20, log_path, fault=cfg.fault)
             rec = record(device, fs, cfg.mkfs_opts, cfg.mount_opts, workload, state, out_dir)
             if cfg.keep_image and rec.final_image:
                 keep_image(rec.final_image, os.path.join(out_dir, "final.img"))
-            return _check(rec, workload, fs, cfg, state, None, progress, inspect_extra)
+            result = _check(rec, workload, fs, cfg, state, None, inspect_extra)
     finally:
         failed = state.teardown(log=lambda m: print(m, file=sys.stderr))
         if failed:
             print(f"powercut: {len(failed)} resource(s) left behind: run `powercut cleanup`", file=sys.stderr)
+    result.report["report_path"] = write_report(out_dir, result.report)
+    return result
 
 
 def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig, state: RunState,
-           points: list[int] | None, progress: Progress | None, inspect_extra: PointInspect | None) -> RunResult:
+           points: list[int] | None, inspect_extra: PointInspect | None) -> RunResult:
     reader = LogReader(rec.log_path)
     if points is None:
         points = select_crash_points(reader.entries(), cfg.crash_points, first=find_mark(reader, MARK_MKFS))
     checks = WorkloadChecks()
-    out_dir = os.path.dirname(rec.log_path)
     if isinstance(workload, ExecutorWorkload):
-        checks = prepare(workload.workload, workload.plan, records_path(out_dir, rec.workload), reader, fs.name)
+        checks = prepare(workload.workload, workload.plan, records_path(os.path.dirname(rec.log_path), rec.workload),
+                         reader, fs.name)
     inspect = _combine(checks.oracle.inspect if checks.oracle else None, inspect_extra)
-    result = check_crash_points(rec.log_path, points, fs=fs, mount_opts=cfg.mount_opts,
-                                device_bytes=rec.device_bytes, state=state, progress=progress, inspect=inspect)
+    with (nullcontext() if cfg.quiet else CrashProgress(f"checking {fs.name}")) as progress:
+        result = check_crash_points(rec.log_path, points, fs=fs, mount_opts=cfg.mount_opts,
+                                    device_bytes=rec.device_bytes, state=state, progress=progress, inspect=inspect)
     finish(checks)
     findings = checks.findings + result.findings
     report = build_report(fs=fs.name, mkfs_opts=cfg.mkfs_opts, mount_opts=cfg.mount_opts, backend=cfg.backend,
@@ -158,7 +172,7 @@ def recheck(run_dir: str, crash_point: int) -> RunResult:
             saved = json.load(f)
         info = saved["workload"]
         cfg = RunConfig(fs=saved["fs"], mkfs_opts=saved["mkfs_opts"], mount_opts=saved["mount_opts"],
-                        backend=saved["backend"])
+                        backend=saved["backend"], quiet=True)
     except (OSError, json.JSONDecodeError, KeyError) as e:
         raise UsageError(f"{run_dir}: not a powercut run directory ({e})") from None
     if info.get("type") != "json":
@@ -174,6 +188,6 @@ def recheck(run_dir: str, crash_point: int) -> RunResult:
     state = RunState.create(f"recheck {run_dir}")
     try:
         with terminate_as_exception():
-            return _check(rec, workload, fs, cfg, state, [crash_point], None, None)
+            return _check(rec, workload, fs, cfg, state, [crash_point], None)
     finally:
         state.teardown(log=lambda m: print(m, file=sys.stderr))

@@ -6,10 +6,8 @@ import argparse
 import os
 import time
 
-from harness import ownership
 from harness.pipeline import RunConfig, recheck, run_workload
-from harness.progress import CrashProgress
-from harness.report import summary, write_report
+from harness.report import summary
 from harness.workload_runner import load_runner
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS
 
@@ -18,22 +16,13 @@ def default_out_dir(name: str, fs: str) -> str:
     return os.path.join("out", f"{name}-{fs}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
-def config_from_args(args: argparse.Namespace) -> RunConfig:
-    return RunConfig(fs=args.fs, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts, backend=args.backend,
-                     size_mib=args.size, crash_points=args.crash_points, fault=args.fault,
-                     keep_image=args.keep_image)
-
-
 def run(args: argparse.Namespace) -> int:
-    cfg = config_from_args(args)
-    fs = cfg.fs_type()
+    cfg = RunConfig(fs=args.fs, backend=args.backend, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts,
+                    size_mib=args.size, crash_points=args.crash_points, fault=args.fault, keep_image=args.keep_image)
     workload = load_runner(args.workload)
-    out_dir = ownership.make_dir(args.out or default_out_dir(workload.name, fs.name))
-    with CrashProgress(f"checking {fs.name}") as progress:
-        result = run_workload(workload, cfg, out_dir, progress=progress)
-    path = write_report(out_dir, result.report)
-    print(summary(result.report, path))
-    return 1 if result.findings else 0
+    report = run_workload(workload, cfg, args.out or default_out_dir(workload.name, args.fs))
+    print(summary(report, report["report_path"]))
+    return 1 if report["findings"] else 0
 
 
 def recheck_cmd(args: argparse.Namespace) -> int:

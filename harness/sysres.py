@@ -92,7 +92,24 @@ def loop_attach(backing: str, *, sector_size: int = 512, direct_io: bool = False
     cmd = ["losetup", "--find", "--show", f"--sector-size={sector_size}"]
     if direct_io:
         cmd.append("--direct-io=on")
-    return run(cmd + [backing], timeout=60).stdout.strip()
+    dev = run(cmd + [backing], timeout=60).stdout.strip()
+    reset_bdi(dev)
+    return dev
+
+
+# Writeback limits of a loop device's bdi survive detach and re-attach: reset
+# them so every recording starts like a fresh disk, whatever ran before.
+BDI_DEFAULTS = {"strict_limit": "0", "min_ratio": "0", "max_ratio": "100"}
+
+
+def reset_bdi(dev: str) -> None:
+    st = os.stat(dev)
+    bdi = f"/sys/class/bdi/{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+    for name, value in BDI_DEFAULTS.items():
+        path = os.path.join(bdi, name)
+        if os.path.exists(path):
+            with open(path, "w") as f:
+                f.write(value)
 
 
 def loop_detach_backed_by(backing: str) -> None:

@@ -25,7 +25,7 @@ def run_report(pc: PcEnv, workload: Path, *args: str, rc: int | None = None) -> 
 
 def test_data_writeback_exposes_stale_data_and_ordered_does_not(pc: PcEnv) -> None:
     wl = WORKLOADS / "stale_writeback.json"
-    r = run_report(pc, wl, "--fs", "ext4", "--mount-opts", "data=writeback,nodelalloc", rc=1)
+    r = run_report(pc, wl, "--fs", "ext4", "--size", "32", "--mount-opts", "data=writeback,nodelalloc", rc=1)
     stale = [f for f in r["findings"] if f["kind"] == "stale-data"]
     assert stale and {f["kind"] for f in r["findings"]} == {"stale-data"}
     f = stale[0]
@@ -34,7 +34,7 @@ def test_data_writeback_exposes_stale_data_and_ordered_does_not(pc: PcEnv) -> No
     assert "op 1 " in f["evidence"]["found"] and f["evidence"]["hexdump"]
     assert f["crash_point"] is not None and f["crash_mark"].startswith("op ")
     shutil.rmtree(pc.tmp / "out")
-    assert run_report(pc, wl, "--fs", "ext4", rc=0)["findings"] == []
+    assert run_report(pc, wl, "--fs", "ext4", "--size", "32", rc=0)["findings"] == []
 
 
 @pytest.mark.parametrize("fs", ["ext4", "xfs"])

@@ -1,0 +1,128 @@
+"""The regression corpus: entries, matrix, expected verdicts, baselines, JUnit."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, WORKLOADS, PcEnv, needs_root_stack
+from harness.corpus import CORPUS_DIR, load_corpus, load_entry, load_matrix
+from harness.corpus_run import Case, compare_baseline
+from harness.errors import UsageError
+from workloads.format import OP_KINDS
+
+
+def test_seed_corpus_loads_and_covers_every_op() -> None:
+    entries = load_corpus()
+    assert len(entries) >= 50
+    used = set()
+
+    def walk(ops: list[dict]) -> None:
+        for op in ops:
+            used.add(op["op"])
+            walk(op.get("ops", []))
+
+    for e in entries:
+        for t in e.workload["threads"]:
+            walk(t["ops"])
+    assert set(OP_KINDS) - used <= {"fiemap"}, set(OP_KINDS) - used
+    assert {r.name for r in load_matrix(CORPUS_DIR / "matrix.json")} >= {"ext4-ordered", "xfs-default", "btrfs-default"}
+
+
+@pytest.mark.parametrize("doc,message", [
+    ({"format": "nope"}, "not a corpus entry"),
+    ({"format": "powercut-corpus/1", "name": "x", "why": "y"}, "missing 'workload'"),
+    ({"format": "powercut-corpus/1", "name": "x", "why": "y", "expect": {"default": ["bogus"]},
+      "workload": {"format": "powercut-workload/1", "name": "x", "threads": [{"name": "m", "ops": [{"op": "sync"}]}]}},
+     "a verdict is"),
+    ({"format": "powercut-corpus/1", "name": "x", "why": "y",
+      "workload": {"format": "powercut-workload/1", "name": "x", "threads": [{"name": "m", "ops": [{"op": "fsync"}]}]}},
+     "threads[0].ops[0]"),
+])
+def test_malformed_entries_are_one_line_errors(tmp_path: Path, doc: dict, message: str) -> None:
+    p = tmp_path / "e.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(UsageError) as e:
+        load_entry(p)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_latency_regression_against_baseline() -> None:
+    case = Case("e", "r", "ext4", "", "", [], verdict=[], latency={"fsync": {"p99_us": 900.0, "max_us": 1000.0},
+                                                                    "pwrite": {"p99_us": 30.0, "max_us": 50.0}})
+    same = {"cases": {case.key: {"verdict": [], "latency": {"fsync": {"p99_us": 800.0, "max_us": 950.0}}}}}
+    compare_baseline([case], same, factor=2.0, floor_us=200)
+    assert case.regressions == [] and not case.failed
+    faster = {"cases": {case.key: {"verdict": [], "latency": {"fsync": {"p99_us": 100.0, "max_us": 950.0},
+                                                                "pwrite": {"p99_us": 1.0, "max_us": 1.0}}}}}
+    compare_baseline([case], faster, factor=2.0, floor_us=200)
+    # fsync p99 regressed; pwrite got 30x worse but stays under the noise floor.
+    assert case.regressions == ["fsync p99_us 900 us > 2 x baseline 100 us"] and case.failed
+
+
+@pytest.mark.e2e
+@needs_root_stack
+def test_corpus_run_expected_verdicts_and_an_injected_mount_option_change(pc: PcEnv) -> None:
+    entries = "stale-freed-blocks"
+    out = pc.tmp / "ok"
+    p = pc.run("corpus", "run", "--entries", entries, "--rows", "ext4-ordered,ext4-writeback", "--out", str(out),
+               "--junit", str(pc.tmp / "ok.xml"), check_rc=0)
+    results = json.loads((out / "results.json").read_text())
+    cases = results["cases"]
+    assert cases["stale-freed-blocks@ext4-ordered"]["verdict"] == []
+    assert cases["stale-freed-blocks@ext4-writeback"]["verdict"] == ["stale-data"]
+    assert results["summary"]["unexpected"] == 0 and "0 unexpected" in p.stdout
+    suite = ET.parse(pc.tmp / "ok.xml").getroot()
+    assert suite.get("tests") == "2" and suite.get("failures") == "0"
+
+    # The product's row switches to data=writeback: the expectation for the row did not change.
+    matrix = pc.tmp / "matrix.json"
+    matrix.write_text(json.dumps({"format": "powercut-matrix/1", "rows": [
+        {"name": "ext4-ordered", "fs": "ext4", "mount_opts": "data=writeback,nodelalloc"}]}))
+    bad = pc.tmp / "bad"
+    p = pc.run("corpus", "run", "--entries", entries, "--matrix", str(matrix), "--out", str(bad),
+               "--junit", str(pc.tmp / "bad.xml"), check_rc=1)
+    assert "1 unexpected" in p.stdout
+    suite = ET.parse(pc.tmp / "bad.xml").getroot()
+    failure = suite.find("testcase/failure")
+    assert suite.get("failures") == "1" and "expected clean, got stale-data" in failure.get("message")
+    assert "**stale-freed-blocks**" in (bad / "summary.md").read_text()
+
+
+@pytest.mark.e2e
+@needs_root_stack
+def test_latency_regression_fails_the_run(pc: PcEnv) -> None:
+    out = pc.tmp / "first"
+    pc.run("corpus", "run", "--entries", "create-pwrite-fsync", "--rows", "ext4-ordered", "--out", str(out), check_rc=0)
+    baseline = json.loads((out / "results.json").read_text())
+    for case in baseline["cases"].values():  # a synthetic baseline 1000x faster than this machine
+        for stats in case["latency"].values():
+            for k in stats:
+                stats[k] /= 1000
+    (pc.tmp / "baseline.json").write_text(json.dumps(baseline))
+    p = pc.run("corpus", "run", "--entries", "create-pwrite-fsync", "--rows", "ext4-ordered",
+               "--baseline", str(pc.tmp / "baseline.json"), "--latency-floor-us", "0", "--out", str(pc.tmp / "second"),
+               check_rc=1)
+    assert "latency regressions" in p.stdout
+    results = json.loads((pc.tmp / "second" / "results.json").read_text())
+    regs = results["cases"]["create-pwrite-fsync@ext4-ordered"]["regressions"]
+    assert any(r.startswith("fsync ") for r in regs)
+
+
+@pytest.mark.e2e
+@needs_root_stack
+def test_promote_a_run_into_the_corpus(pc: PcEnv) -> None:
+    run = pc.tmp / "run"
+    pc.run("run", str(WORKLOADS / "stale_writeback.json"), "--fs", "ext4", "--size", "32",
+           "--mount-opts", "data=writeback,nodelalloc", "--out", str(run), check_rc=1)
+    corpus = pc.tmp / "corpus"
+    corpus.mkdir()
+    p = pc.run("corpus", "promote", str(run), "--why", "stale data under writeback", "--corpus", str(corpus),
+               "--name", "promoted-stale", check_rc=0)
+    entry = load_entry(corpus / "promoted" / "promoted-stale.json")
+    assert entry.expect == {"ext4-writeback": ["stale-data"], "default": []} and entry.fs == ["ext4"]
+    assert "ext4-writeback" in p.stdout
+    assert (ROOT / "corpus" / "matrix.json").exists()
