@@ -15,11 +15,8 @@ COMMAND_MODULES = [
     "replay.commands",
     "harness.run_command",
     "harness.cleanup",
-<<<<<<< HEAD
-    "fuzz.commands",
-=======
     "harness.corpus_command",
->>>>>>> main
+    "fuzz.commands",
 ]
 
 
@@ -51,15 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("powercut: interrupted", file=sys.stderr)
         return 130
-<<<<<<< HEAD
     except Terminated:
         print("powercut: terminated", file=sys.stderr)
         return 143
-=======
     except BrokenPipeError:  # output piped into head & co.
         sys.stderr.close()
         return 0
->>>>>>> main
 
 
 if __name__ == "__main__":
