@@ -24,6 +24,7 @@ from workloads.plan import Plan, PlanOp
 from workloads.results import OpRecord, Results
 
 PERSIST_INODE = {"fsync": "fsync-data", "fdatasync": "fdatasync-data"}
+ROOT, ROOT_INO = ".", 0
 O_SYNC_FLAGS = {"O_SYNC", "O_DSYNC"}
 
 
@@ -150,8 +151,10 @@ class _Builder:
     def __init__(self, plan: Plan, execs: list[Exec]) -> None:
         self.plan = plan
         self.execs = execs
-        self.inodes: dict[int, Inode] = {}
-        self.ns: dict[str, int] = {}
+        # The mount's root directory exists from the start, named "." (a workload may
+        # open it, e.g. to fsync it); every other path is relative to it.
+        self.inodes: dict[int, Inode] = {ROOT_INO: Inode(ROOT_INO, "dir", -1)}
+        self.ns: dict[str, int] = {ROOT: ROOT_INO}
         self.ns_list: list[dict[str, int]] = [self.ns]
         self.fds: dict[tuple[int, int], tuple[int, bool, bool]] = {}   # (thread, slot) -> (ino, o_sync, o_append)
         self.persists: list[Persist] = []

@@ -155,8 +155,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     g.add_argument("--seq", type=int, default=1, help="sequence length: 1, 2 or 3 core ops (default 1)")
     g.add_argument("--seq-cap", type=int, default=None, metavar="N",
                    help=f"visit N evenly spread workloads of a larger space (default: all; {SEQ3_CAP} for --seq 3)")
-    g.add_argument("--core-ops", metavar="NAMES", help="bound the space to these core ops, comma-separated "
-                   f"(default all: {', '.join(exhaustive.CORE_NAMES)})")
+    g.add_argument("--core-ops", metavar="NAMES", help="bound the space to these core ops, comma-separated, enumerated "
+                   f"in that order (default all: {', '.join(exhaustive.CORE_NAMES)})")
     g.add_argument("--shard", default="0/1", metavar="K/N", help="only workloads with index %% N == K (several machines)")
     g = p.add_argument_group("afl engine")
     g.add_argument("--afl-sync-dir", metavar="DIR", help="AFL++ sync directory shared with other machines "

@@ -8,7 +8,7 @@ target kind:
 1. cut every op after the one in flight at the finding's crash point (ops
    that had not started cannot matter to that crash state);
 2. remove chunks of ops, halving the chunk size down to single ops, from
-   the end backward (ddmin's complement removal, greedy);
+   the end backward (ddmin's complement removal, greedy, one pass per size);
 3. make op fields plainer: lengths to 4096, offsets to 0.
 
 Every candidate is repaired first so it stays valid (an op on an fd whose
@@ -45,12 +45,14 @@ class Shrinker:
     best_dir: str                   # where the best failing run is kept
     max_runs: int = MAX_RUNS
     deadline: float = float("inf")  # time.monotonic() value
+    stopped: Callable[[], bool] = lambda: False  # the campaign is stopping: keep the best so far
     runs: int = 0
     cache: dict[str, bool] = field(default_factory=dict)
 
     def fails(self, doc: dict[str, Any]) -> Trial | None:
         key = json.dumps(doc["threads"], sort_keys=True)
-        if key in self.cache or self.runs >= self.max_runs or time.monotonic() > self.deadline:
+        if (key in self.cache or self.runs >= self.max_runs or time.monotonic() > self.deadline
+                or self.stopped()):
             return None
         try:
             parse_workload(doc)
@@ -85,22 +87,22 @@ class Shrinker:
         return self._try(trial, units) or trial
 
     def _remove_chunks(self, best: Trial) -> Trial:
+        """One pass per chunk size, n/2 down to 1 (not repeated to a fixpoint: each run
+        costs seconds, and one pass of single-op removals leaves a handful of ops)."""
         units = all_units(best.doc)
         chunk = max(1, len(units) // 2)
-        while True:
+        while chunk >= 1:
             i = len(units) - chunk
-            changed = False
             while i >= 0:
                 cand = units[:i] + units[i + chunk:]
                 got = self._try(best, cand) if cand else None
                 if got is not None:
-                    best, units, changed = got, all_units(got.doc), True
+                    best, units = got, all_units(got.doc)
                     i = min(i, len(units)) - chunk
                 else:
                     i -= chunk
-            if chunk == 1 and not changed:
-                return best
-            chunk = max(1, chunk // 2)
+            chunk //= 2
+        return best
 
     def _plainer_fields(self, best: Trial) -> Trial:
         for ti, thread in enumerate(best.doc["threads"]):

@@ -72,7 +72,8 @@ class Worker:
             if not self.store.claim(sig):
                 continue
             shrinker = Shrinker(self._shrink_run, sig.kind, os.path.join(self.work, "best"),
-                                deadline=time.monotonic() + float(self.options.get("shrink_seconds", 600)))
+                                deadline=time.monotonic() + float(self.options.get("shrink_seconds", 600)),
+                                stopped=self.stop.is_set)
             remove_owned(shrinker.best_dir)
             os.replace(trial.out_dir, shrinker.best_dir)
             trial.out_dir = shrinker.best_dir

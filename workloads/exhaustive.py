@@ -83,9 +83,11 @@ CORE_NAMES = [c.name for c in CORE]
 
 
 def steps(names: list[str] | None = None) -> list[tuple[Core, str]]:
-    """Every (core op, persistence op) pair of the core ops NAMES (default all);
-    fdatasync only after data ops, fsync-dir only where that is another file."""
-    return [(c, p) for c in CORE if names is None or c.name in names for p in PERSIST
+    """Every (core op, persistence op) pair of the core ops NAMES (default all, in that
+    order); fdatasync only after data ops, fsync-dir only where that is another file."""
+    by_name = {c.name: c for c in CORE}
+    cores = [by_name[n] for n in names] if names else CORE
+    return [(c, p) for c in cores for p in PERSIST
             if (p != "fdatasync" or c.data) and (p != "fsync-dir" or _parent(c.persist_on) != c.persist_on)]
 
 
