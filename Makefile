@@ -16,7 +16,8 @@ PC          = $(VENV)/bin/powercut
 # make fuzz / make soak
 ENGINE     ?= hypothesis
 DURATION   ?= 10m
-JOBS       ?= $(shell nproc)
+# Workers mostly wait on the kernel (mount, fsync, the FUSE recorder): two per core pay off.
+JOBS       ?= $(shell echo $$(( $$(nproc) * 2 )))
 MOUNT_OPTS ?=
 MKFS_OPTS  ?=
 FUZZ_ARGS  ?=

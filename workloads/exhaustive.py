@@ -1,7 +1,7 @@
 """Bounded exhaustive workloads in the spirit of ACE (CrashMonkey, OSDI'18).
 
 A workload of sequence length k is a fixed set-up (dirs A and A/C, file foo
-with 16 KiB of data and an xattr, file A/foo with 1 MiB: a deleted large
+with 16 KiB of data and an xattr, file A/foo with 256 KiB: a deleted large
 file is what exposes freed blocks; then sync) followed by k core ops, each
 followed by one persistence op: fsync or fdatasync of what it changed,
 fsync of that one's parent directory, or sync. All such workloads are enumerated
@@ -30,7 +30,7 @@ SETUP: list[dict[str, Any]] = [
     {"op": "pwrite", "fd": "s0", "offset": 0, "length": 16384},
     {"op": "close", "fd": "s0"},
     {"op": "open", "path": "A/foo", "flags": ["O_CREAT", "O_RDWR"], "fd": "s1"},
-    {"op": "pwrite", "fd": "s1", "offset": 0, "length": 1 << 20},
+    {"op": "pwrite", "fd": "s1", "offset": 0, "length": 256 << 10},
     {"op": "close", "fd": "s1"},
     {"op": "setxattr", "path": "foo", "name": "user.b", "length": 8},
     {"op": "sync"},
