@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness import ownership
+from harness import jsonl, ownership
 from harness.errors import UsageError
 
 CONFIG = "campaign.json"
@@ -88,33 +88,25 @@ class CampaignDir:
         return self.sub("journal", f"{worker}.jsonl")
 
     def append(self, worker: str, entry: dict[str, Any]) -> None:
-        with open(self.journal_path(worker), "a") as f:
-            f.write(json.dumps(entry) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        jsonl.append(self.journal_path(worker), entry)
 
     def totals(self) -> Totals:
         t = Totals()
         jdir = self.sub("journal")
         for name in sorted(os.listdir(jdir)) if os.path.isdir(jdir) else []:
-            with open(os.path.join(jdir, name)) as f:
-                for line in f:
-                    try:
-                        e = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue  # a line cut by kill -9
-                    if "error" in e:
-                        t.errors += 1
-                        continue
-                    if e.get("shrink"):
-                        t.shrink_runs += 1
-                    else:
-                        t.workloads += 1
-                    t.states += e.get("states", 0)
-                    t.seconds += e.get("seconds", 0.0)
-                    t.kinds.update(e.get("kinds", {}))
-                    if e.get("index") is not None:
-                        t.indices.add(e["index"])
+            for e in jsonl.read(os.path.join(jdir, name)):
+                if "error" in e:
+                    t.errors += 1
+                    continue
+                if e.get("shrink"):
+                    t.shrink_runs += 1
+                else:
+                    t.workloads += 1
+                t.states += e.get("states", 0)
+                t.seconds += e.get("seconds", 0.0)
+                t.kinds.update(e.get("kinds", {}))
+                if e.get("index") is not None:
+                    t.indices.add(e["index"])
         return t
 
     # -- scratch -------------------------------------------------------------

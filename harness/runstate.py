@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness import ownership, sysres
+from harness import jsonl, ownership, sysres
 from harness.errors import EnvError
 
 STATE_ROOT = os.environ.get("POWERCUT_STATE_DIR", "/run/powercut")
@@ -101,10 +101,7 @@ class RunState:
         self._append({"released": res.rid})
 
     def _append(self, obj: dict[str, Any]) -> None:
-        with open(self._journal, "a") as f:
-            f.write(json.dumps(obj) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        jsonl.append(self._journal, obj)
 
     def make_dir(self, path: str) -> str:
         """Create a scratch directory, recorded for removal."""
@@ -118,19 +115,14 @@ class RunState:
         if not os.path.exists(self._journal):
             return []
         made: dict[int, Resource] = {}
-        with open(self._journal) as f:
-            for line in f:
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut by kill -9
-                if "released" in obj:
-                    made.pop(obj["released"], None)
-                else:
-                    rid = obj.pop("rid")
-                    kind = obj.pop("kind")
-                    made[rid] = Resource(rid, kind, obj)
-                    self._next = max(self._next, rid + 1)
+        for obj in jsonl.read(self._journal):
+            if "released" in obj:
+                made.pop(obj["released"], None)
+            else:
+                rid = obj.pop("rid")
+                kind = obj.pop("kind")
+                made[rid] = Resource(rid, kind, obj)
+                self._next = max(self._next, rid + 1)
         return sorted(made.values(), key=lambda r: r.rid)
 
     def release(self, res: Resource) -> None:
