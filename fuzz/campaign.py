@@ -172,7 +172,24 @@ class Campaign:
         }
         if self.spec.engine == "exhaustive":
             report["exhaustive"] = {"seq": self.spec.options["seq"], "space": self.space(), "done": len(t.indices)}
+        if self.spec.engine == "afl":
+            report["afl"] = afl_stats(self.spec.options.get("afl_sync_dir") or self.cdir.sub("afl"))
         return report
+
+
+AFL_STATS = ("corpus_count", "execs_done", "saved_crashes", "stability", "bitmap_cvg")
+
+
+def afl_stats(sync_dir: str) -> dict[str, dict[str, str]]:
+    """Each AFL++ instance's fuzzer_stats (the ones this report needs)."""
+    out = {}
+    for name in sorted(os.listdir(sync_dir)) if os.path.isdir(sync_dir) else []:
+        path = os.path.join(sync_dir, name, "fuzzer_stats")
+        if os.path.isfile(path):
+            with open(path) as f:
+                stats = {k.strip(): v.strip() for k, v in (ln.split(":", 1) for ln in f if ":" in ln)}
+            out[name] = {k: stats[k] for k in AFL_STATS if k in stats}
+    return out
 
 
 def summary(report: dict[str, Any], path: str) -> str:
@@ -187,6 +204,9 @@ def summary(report: dict[str, Any], path: str) -> str:
     if "exhaustive" in report:
         e = report["exhaustive"]
         lines.append(f"  seq-{e['seq']} space: {e['done']} of {e['space']} workloads done")
+    for name, st in report.get("afl", {}).items():
+        lines.append(f"  afl {name}: corpus {st.get('corpus_count')}, execs {st.get('execs_done')}, "
+                     f"crashes {st.get('saved_crashes')}, stability {st.get('stability')}")
     for s in report["saved_findings"]:
         lines.append(f"  saved {s['dir']}: {s['signature']}, {s['ops']} ops, crash state {s['state_id']}")
     if report["failed_workers"]:
