@@ -54,6 +54,7 @@ venv: $(VENV)/.deps-ok
 
 RECORDER_SRC := $(wildcard harness/recorder/*.c)
 EXEC_SRC     := $(wildcard workloads/executor/*.c)
+MARKFS_SRC   := $(wildcard harness/vm/markfs/*.c)
 
 $(BUILD)/pc-recorder: $(RECORDER_SRC) $(wildcard harness/recorder/*.h) | $(BUILD)/.apt-ok
 	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(RECORDER_SRC) $(FUSE_LIBS) -lpthread
@@ -61,7 +62,12 @@ $(BUILD)/pc-recorder: $(RECORDER_SRC) $(wildcard harness/recorder/*.h) | $(BUILD
 $(BUILD)/pc-exec: $(EXEC_SRC) $(wildcard workloads/executor/*.h) | $(BUILD)/.apt-ok
 	$(CC) $(CFLAGS) -o $@ $(EXEC_SRC) -lpthread -lm
 
-CPROGS := $(if $(RECORDER_SRC),$(BUILD)/pc-recorder) $(if $(EXEC_SRC),$(BUILD)/pc-exec)
+# pc-markfs runs inside the vm backend's guest ($POWERCUT_MARK_FILE there).
+$(BUILD)/pc-markfs: $(MARKFS_SRC) | $(BUILD)/.apt-ok
+	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(MARKFS_SRC) $(FUSE_LIBS)
+
+CPROGS := $(if $(RECORDER_SRC),$(BUILD)/pc-recorder) $(if $(EXEC_SRC),$(BUILD)/pc-exec) \
+          $(if $(MARKFS_SRC),$(BUILD)/pc-markfs)
 cbuild: $(CPROGS)
 
 # afl++ is optional (only the afl engine needs it): installed on demand.

@@ -12,17 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from checkers.findings import Finding
-from checkers.recovery import first_problem, recover_and_check
+from checkers.recovery import HostRecovery, PointInspect, RecoveryEngine, Verdict, first_problem
 from harness import ownership
 from harness.filesystems import FsType
 from harness.runstate import RunState
-from harness.sparse import sparse_copy
 from replay.logformat import LogReader
 from replay.replayer import Replayer
 
 Progress = Callable[[int, int, int], None]  # (done, total, findings so far)
-# Reads the mounted, recovered crash image at a crash point: (mount dir, crash point) -> findings.
-PointInspect = Callable[[str, int], list[Finding]]
 
 
 @dataclass
@@ -44,38 +41,50 @@ def mark_before(marks: dict[int, str], index: int) -> str | None:
     return best[1] if best else None
 
 
+def verdict_findings(verdict: Verdict, fs: FsType, point: int, mark: str | None) -> list[Finding]:
+    where = {"crash_point": point, "crash_mark": mark}
+    found = []
+    if not verdict.mount_ok:
+        found.append(Finding("mount", f"recovery mount failed: {verdict.mount_error}", **where,
+                             evidence={"mount_error": verdict.mount_error}))
+    elif verdict.fsck_failed:
+        found.append(Finding("fsck", f"{fs.fsck[0]} exit {verdict.fsck_code} after recovery: {first_problem(verdict.fsck_output)}", **where,
+                             evidence={"fsck_code": verdict.fsck_code, "fsck_output": verdict.fsck_output[-4000:]}))
+    for f in verdict.content:
+        f.crash_mark = mark
+        found.append(f)
+    return found
+
+
 def check_crash_points(log_path: str, points: list[int], *, fs: FsType, mount_opts: str,
                        device_bytes: int, state: RunState, progress: Progress | None = None,
-                       inspect: PointInspect | None = None) -> CrashCheckResult:
+                       inspect: PointInspect | None = None,
+                       engine: RecoveryEngine | None = None) -> CrashCheckResult:
+    """ENGINE recovers and checks each crash image; default: the host kernel (HostRecovery),
+    which also lets INSPECT read each mounted, recovered image."""
+    if engine is not None and inspect is not None:
+        raise ValueError("content inspection needs the host recovery engine")
     reader = LogReader(log_path)
     marks = last_marks(reader)
     replay_path = os.path.join(state.scratch, "replay.img")
-    crash_path = os.path.join(state.scratch, "crash.img")
     replay_fd = ownership.create_file(replay_path, device_bytes)
-    crash_fd = ownership.create_file(crash_path, device_bytes)
-    mnt = state.subdir("check-mnt")
+    engine = engine or HostRecovery(fs, mount_opts, state, device_bytes, inspect)
     result = CrashCheckResult()
+
+    def collect(verdicts: list[tuple[int, Verdict]]) -> None:
+        for point, v in verdicts:
+            result.states_checked += 1
+            result.findings += verdict_findings(v, fs, point, mark_before(marks, point))
+        if verdicts and progress:
+            progress(result.states_checked, len(points), len(result.findings))
+
     try:
         replayer = Replayer(reader, replay_fd)
-        for n, point in enumerate(points):
+        for point in points:
             replayer.replay_through(point)
-            sparse_copy(replay_path, crash_fd)
-            at_point = (lambda m, p=point: inspect(m, p)) if inspect else None
-            v = recover_and_check(crash_path, fs, mount_opts, mnt, state, at_point)
-            result.states_checked += 1
-            where = {"crash_point": point, "crash_mark": mark_before(marks, point)}
-            if not v.mount_ok:
-                result.findings.append(Finding("mount", f"recovery mount failed: {v.mount_error}", **where,
-                                               evidence={"mount_error": v.mount_error}))
-            elif v.fsck_failed:
-                result.findings.append(Finding("fsck", f"{fs.fsck[0]} exit {v.fsck_code} after recovery: {first_problem(v.fsck_output)}", **where,
-                                               evidence={"fsck_code": v.fsck_code, "fsck_output": v.fsck_output[-4000:]}))
-            for f in v.content:
-                f.crash_mark = where["crash_mark"]
-                result.findings.append(f)
-            if progress:
-                progress(n + 1, len(points), len(result.findings))
+            collect(engine.submit(point, replay_path))
+        collect(engine.finish())
     finally:
         os.close(replay_fd)
-        os.close(crash_fd)
+        engine.close()
     return result

@@ -8,6 +8,8 @@ from harness.errors import EnvError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("POWERCUT_BUILD", os.path.join(ROOT, "build"))
+# Downloads and derived files kept across runs (the vm backend's kernels and initramfs archives).
+CACHE = os.environ.get("POWERCUT_CACHE", "/var/cache/powercut")
 
 
 def c_program(name: str) -> str:

@@ -4,8 +4,7 @@ the corpus runner all call `run_workload` (the report) or `run_checked` (the
 report and what it was built from: findings, the oracle's model, the crash
 points). `recheck` runs only the checking half on a saved run directory, for
 one crash point: the exact crash state a finding came from, rebuilt from the
-saved log.
-"""
+saved log."""
 
 from __future__ import annotations
 
@@ -22,13 +21,13 @@ from checkers.crash_check import PointInspect, check_crash_points
 from checkers.findings import Finding
 from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
 from harness import ownership, sysres
-from harness.backends import backend_class
+from harness.backends import Backend, open_backend
 from harness.errors import UsageError
 from harness.filesystems import FsType, get_fs
 from harness.progress import CrashProgress
 from harness.report import build_report, write_report
 from harness.runstate import RunState
-from harness.session import MARK_MKFS, Recording, record
+from harness.session import MARK_MKFS, Recording
 from harness.sparse import sparse_copy
 from harness.workload_runner import ExecutorWorkload, WorkloadRunner, load_runner
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS, parse_spec, select_crash_points
@@ -46,6 +45,8 @@ class RunConfig:
     crash_points: str = DEFAULT_POINTS
     fault: str | None = None        # test-only recorder fault mode
     keep_image: bool = False
+    kernel: str | None = None       # --backend vm: debian:PACKAGE or a kernel image path
+    kernel_modules: str | None = None
     quiet: bool = False             # no crash-walk progress (campaigns print their own)
 
     def fs_type(self) -> FsType:
@@ -55,7 +56,6 @@ class RunConfig:
         if size_mib < fs.min_size_mib:
             raise UsageError(f"--size {size_mib} MiB is too small for {fs.name} (minimum {fs.min_size_mib} MiB)")
         parse_spec(self.crash_points)
-        backend_class(self.backend)
         return fs
 
     def to_json(self) -> dict[str, Any]:
@@ -116,18 +116,19 @@ def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
     if isinstance(workload, str):
         workload = load_runner(workload)
     check_tools(fs)
-    device_cls = backend_class(cfg.backend)
+    backend = open_backend(cfg.backend, fs, workload, fault=cfg.fault, kernel=cfg.kernel,
+                           kernel_modules=cfg.kernel_modules)
     out_dir = ownership.make_dir(out_dir)
     log_path = os.path.join(out_dir, "recording.log")
 
     state = RunState.create(f"run {workload.name}")
     try:
         with terminate_as_exception():
-            device = device_cls(state, (cfg.size_mib or fs.default_size_mib) << 20, log_path, fault=cfg.fault)
-            rec = record(device, fs, cfg.mkfs_opts, cfg.mount_opts, workload, state, out_dir)
+            rec = backend.record(fs, cfg.mkfs_opts, cfg.mount_opts, workload, state, out_dir,
+                                 (cfg.size_mib or fs.default_size_mib) << 20, log_path)
             if cfg.keep_image and rec.final_image:
                 keep_image(rec.final_image, os.path.join(out_dir, "final.img"))
-            result = _check(rec, workload, fs, cfg, state, None, inspect_extra)
+            result = _check(rec, workload, fs, cfg, backend, state, None, inspect_extra)
     finally:
         failed = state.teardown(log=lambda m: print(m, file=sys.stderr))
         if failed:
@@ -136,8 +137,8 @@ def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
     return result
 
 
-def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig, state: RunState,
-           points: list[int] | None, inspect_extra: PointInspect | None) -> RunResult:
+def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig, backend: Backend,
+           state: RunState, points: list[int] | None, inspect_extra: PointInspect | None) -> RunResult:
     reader = LogReader(rec.log_path)
     if points is None:
         points = select_crash_points(reader.entries(), cfg.crash_points, first=find_mark(reader, MARK_MKFS))
@@ -148,14 +149,16 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
     inspect = _combine(checks.oracle.inspect if checks.oracle else None, inspect_extra)
     with (nullcontext() if cfg.quiet else CrashProgress(f"checking {fs.name}")) as progress:
         result = check_crash_points(rec.log_path, points, fs=fs, mount_opts=cfg.mount_opts,
-                                    device_bytes=rec.device_bytes, state=state, progress=progress, inspect=inspect)
+                                    device_bytes=rec.device_bytes, state=state, progress=progress, inspect=inspect,
+                                    engine=backend.recovery(fs, cfg.mount_opts, state))
     finish(checks)
     findings = checks.findings + result.findings
     report = build_report(fs=fs.name, mkfs_opts=cfg.mkfs_opts, mount_opts=cfg.mount_opts, backend=cfg.backend,
-                          workload={"name": workload.name, **rec.workload}, log_path=rec.log_path,
+                          kernel=rec.kernel, workload={"name": workload.name, **rec.workload}, log_path=rec.log_path,
                           log_entries=reader.nr_entries, device_bytes=rec.device_bytes,
                           sector_size=rec.sector_size, crash_points=len(points),
-                          states_checked=result.states_checked, findings=findings, extra=checks.report)
+                          states_checked=result.states_checked, findings=findings,
+                          extra={**checks.report, **backend.report_extra()})
     return RunResult(report, findings, checks, rec.log_path, points)
 
 
@@ -166,13 +169,13 @@ def _combine(a: PointInspect | None, b: PointInspect | None) -> PointInspect | N
 
 
 def recheck(run_dir: str, crash_point: int) -> RunResult:
-    """Check one crash point of the run saved in RUN_DIR again, from its log (no new recording)."""
+    """Check one crash point of the run saved in RUN_DIR again, from its log (no new
+    recording), recovered by this host's kernel."""
     try:
         with open(os.path.join(run_dir, "report.json")) as f:
             saved = json.load(f)
         info = saved["workload"]
-        cfg = RunConfig(fs=saved["fs"], mkfs_opts=saved["mkfs_opts"], mount_opts=saved["mount_opts"],
-                        backend=saved["backend"], quiet=True)
+        cfg = RunConfig(fs=saved["fs"], mkfs_opts=saved["mkfs_opts"], mount_opts=saved["mount_opts"], quiet=True)
     except (OSError, json.JSONDecodeError, KeyError) as e:
         raise UsageError(f"{run_dir}: not a powercut run directory ({e})") from None
     if info.get("type") != "json":
@@ -182,12 +185,14 @@ def recheck(run_dir: str, crash_point: int) -> RunResult:
     workload = ExecutorWorkload(local if os.path.exists(local) else info["file"])
     fs = cfg.fs_type()
     check_tools(fs)
-    rec = Recording(os.path.join(run_dir, saved["log"]), saved["device_bytes"], saved["sector_size"], info)
+    rec = Recording(os.path.join(run_dir, saved["log"]), saved["device_bytes"], saved["sector_size"], info,
+                    kernel=saved["kernel"])
     if not 0 <= crash_point < saved["log_entries"]:
         raise UsageError(f"--crash-point {crash_point}: the log has entries 0..{saved['log_entries'] - 1}")
+    backend = open_backend(cfg.backend, fs, workload)
     state = RunState.create(f"recheck {run_dir}")
     try:
         with terminate_as_exception():
-            return _check(rec, workload, fs, cfg, state, [crash_point], None)
+            return _check(rec, workload, fs, cfg, backend, state, [crash_point], None)
     finally:
         state.teardown(log=lambda m: print(m, file=sys.stderr))

@@ -13,7 +13,7 @@ from checkers.findings import Finding
 SUMMARY_FINDINGS = 8
 
 
-def build_report(*, fs: str, mkfs_opts: str, mount_opts: str, backend: str, workload: dict[str, Any],
+def build_report(*, fs: str, mkfs_opts: str, mount_opts: str, backend: str, kernel: str, workload: dict[str, Any],
                  log_path: str, log_entries: int, device_bytes: int, sector_size: int,
                  crash_points: int, states_checked: int, findings: list[Finding],
                  extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -23,7 +23,8 @@ def build_report(*, fs: str, mkfs_opts: str, mount_opts: str, backend: str, work
         "mkfs_opts": mkfs_opts,
         "mount_opts": mount_opts,
         "backend": backend,
-        "kernel": platform.release(),
+        "kernel": kernel,                  # the kernel under test (a vm guest's, or the host's)
+        "host_kernel": platform.release(),
         "workload": workload,
         "log": os.path.basename(log_path),
         "log_entries": log_entries,

@@ -6,6 +6,7 @@ import argparse
 import os
 import time
 
+from harness.backends import BACKENDS
 from harness.pipeline import RunConfig, recheck, run_workload
 from harness.report import summary
 from harness.workload_runner import load_runner
@@ -18,7 +19,8 @@ def default_out_dir(name: str, fs: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     cfg = RunConfig(fs=args.fs, backend=args.backend, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts,
-                    size_mib=args.size, crash_points=args.crash_points, fault=args.fault, keep_image=args.keep_image)
+                    size_mib=args.size, crash_points=args.crash_points, fault=args.fault, keep_image=args.keep_image,
+                    kernel=args.kernel, kernel_modules=args.kernel_modules)
     workload = load_runner(args.workload)
     report = run_workload(workload, cfg, args.out or default_out_dir(workload.name, args.fs))
     print(summary(report, report["report_path"]))
@@ -38,7 +40,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("workload", help="a workload: a powercut-workload/1 .json file (run by the timing executor), "
                                     "or an executable, .sh or .py program run in the mounted directory")
     p.add_argument("--fs", required=True, help="ext4, xfs or btrfs")
-    p.add_argument("--backend", default="fuse", help="recorded-device backend (default: fuse)")
+    p.add_argument("--backend", default="fuse", help=f"recorded-device backend: {', '.join(BACKENDS)} (default: fuse)")
+    p.add_argument("--kernel", default=None, metavar="debian:PACKAGE|PATH",
+                   help="--backend vm: the kernel under test, a Debian kernel package "
+                        "(e.g. debian:linux-image-6.12-amd64) or a vmlinux/bzImage file")
+    p.add_argument("--kernel-modules", default=None, metavar="DIR",
+                   help="--backend vm with --kernel PATH: its lib/modules/VERSION directory (with modules.dep)")
     p.add_argument("--mkfs-opts", default="", help="extra mkfs options, e.g. \"-O ^has_journal\"")
     p.add_argument("--mount-opts", default="", help="mount options, e.g. data=writeback,barrier=0")
     p.add_argument("--size", type=int, default=0, help="device size in MiB (default: per file system)")

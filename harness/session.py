@@ -7,6 +7,7 @@ replayed onto a zeroed device of the same size rebuilds every state.
 
 from __future__ import annotations
 
+import platform
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,7 @@ class Recording:
     sector_size: int
     workload: dict[str, Any] = field(default_factory=dict)
     final_image: str | None = None
+    kernel: str = field(default_factory=platform.release)  # the kernel that wrote the log
 
 
 def record(device: RecordedDevice, fs: FsType, mkfs_opts: str, mount_opts: str,
@@ -53,3 +55,21 @@ def record(device: RecordedDevice, fs: FsType, mkfs_opts: str, mount_opts: str,
         log = device.stop()
     return Recording(log, device.size_bytes, device.sector_size, info, device.final_image())
 
+
+@dataclass
+class DeviceBackend:
+    """A host-side backend: it supplies the recorded device, the host does the rest."""
+
+    device_cls: type[RecordedDevice]
+    fault: str | None = None
+
+    def record(self, fs: FsType, mkfs_opts: str, mount_opts: str, workload: WorkloadRunner,
+               state: RunState, out_dir: str, device_bytes: int, log_path: str) -> Recording:
+        device = self.device_cls(state, device_bytes, log_path, fault=self.fault)
+        return record(device, fs, mkfs_opts, mount_opts, workload, state, out_dir)
+
+    def recovery(self, fs: FsType, mount_opts: str, state: RunState) -> None:
+        return None  # the host kernel recovers crash images (checkers/recovery.py)
+
+    def report_extra(self) -> dict[str, Any]:
+        return {}

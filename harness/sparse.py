@@ -6,21 +6,37 @@ import errno
 import os
 
 
-def data_extents(fd: int, size: int) -> list[tuple[int, int]]:
-    """(offset, length) of every data region of FD, via SEEK_DATA/SEEK_HOLE."""
+def data_extents(fd: int, size: int, start: int = 0) -> list[tuple[int, int]]:
+    """(offset, length) of every data region of FD in [start, size), via SEEK_DATA/SEEK_HOLE."""
     out = []
-    pos = 0
+    pos = start
     while pos < size:
         try:
-            start = os.lseek(fd, pos, os.SEEK_DATA)
+            begin = os.lseek(fd, pos, os.SEEK_DATA)
         except OSError as e:
             if e.errno == errno.ENXIO:  # only a hole remains
                 break
             raise
-        end = os.lseek(fd, start, os.SEEK_HOLE)
-        out.append((start, end - start))
+        if begin >= size:
+            break
+        end = min(os.lseek(fd, begin, os.SEEK_HOLE), size)
+        out.append((begin, end - begin))
         pos = end
     return out
+
+
+def copy_range(src_fd: int, dst_fd: int, src_offset: int, length: int, dst_offset: int) -> None:
+    """Copy the data regions of SRC[src_offset, +length) to DST at dst_offset.
+
+    Holes are skipped, not written: DST must already read as zeros there.
+    """
+    for off, n in data_extents(src_fd, src_offset + length, src_offset):
+        done = 0
+        while done < n:
+            c = os.copy_file_range(src_fd, dst_fd, n - done, off + done, dst_offset + off - src_offset + done)
+            if c == 0:
+                break
+            done += c
 
 
 def sparse_copy(src: str, dst_fd: int) -> None:
@@ -29,10 +45,4 @@ def sparse_copy(src: str, dst_fd: int) -> None:
         size = os.fstat(f.fileno()).st_size
         os.ftruncate(dst_fd, 0)
         os.ftruncate(dst_fd, size)
-        for off, length in data_extents(f.fileno(), size):
-            done = 0
-            while done < length:
-                n = os.copy_file_range(f.fileno(), dst_fd, length - done, off + done, off + done)
-                if n == 0:
-                    break
-                done += n
+        copy_range(f.fileno(), dst_fd, 0, size, 0)

@@ -17,11 +17,11 @@ from harness.errors import EnvError
 
 
 def run(cmd: list[str], *, check: bool = True, timeout: float | None = 300,
-        input: bytes | None = None) -> subprocess.CompletedProcess[str]:
+        input: bytes | None = None, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run a tool; on failure raise EnvError with its first stderr line."""
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                           input=input.decode() if input else None)
+                           input=input.decode() if input else None, cwd=cwd)
     except FileNotFoundError as e:
         raise EnvError(f"{cmd[0]} not found: run `make deps` to install it") from e
     if check and p.returncode != 0:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Mixed workload: create, write, fsync, rename, unlink, truncate, fallocate, many files.
+# Runs under bash and under busybox sh (the vm backend's guest): POSIX sh only.
 set -eu
 mark() { [ -n "${POWERCUT_MARK_FILE:-}" ] && printf '%s' "$1" > "$POWERCUT_MARK_FILE" || true; }
 mkdir -p A/C B
@@ -15,9 +16,11 @@ for i in $(seq 11 20); do rm "A/f$i"; done
 truncate -s 3000 A/f21
 truncate -s 1M A/f22
 fallocate -l 256k B/pre
-touch B/keep; fallocate -n -l 512k B/keep
+# Busybox's fallocate has no -n (keep size): there the file grows instead.
+touch B/keep; fallocate -n -l 512k B/keep 2>/dev/null || fallocate -l 512k B/keep
 mark before-sync
 sync
 echo data > B/after
 sync B/after
+echo workload finished
 mark done

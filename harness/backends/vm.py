@@ -1,0 +1,112 @@
+"""The `vm` backend: the real dm-log-writes, in a QEMU guest running the kernel under test.
+
+One boot records: dm-log-writes over two virtio disks (data, log), mkfs,
+the marks, mount, the workload, umount, target removal (the kernel appends
+`dm-log-writes-end`), power off (guest side: harness/vm/guest/record.sh).
+The host then reads the log disk with the same LogReader as any other log,
+replays crash states itself, and hands them back to the guest kernel for
+recovery (checkers/vm_recovery.py). Only program workloads run in the
+guest, under busybox sh.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from typing import Any
+
+from checkers.vm_recovery import VmRecovery
+from harness import ownership
+from harness.errors import EnvError, UsageError
+from harness.filesystems import FsType
+from harness.runstate import RunState
+from harness.session import MARK_MKFS, MARK_MOUNTED, MARK_WORKLOAD_END, Recording
+from harness.vm import initramfs, kernel as vmkernel, packages
+from harness.vm.qemu import Disk, Guest
+from harness.workload_runner import ExternalProgram, WorkloadRunner
+from replay.logformat import END_MARK, LogReader
+
+# Every guest boot must end within this (seconds); override with POWERCUT_VM_TIMEOUT.
+BOOT_TIMEOUT_S = float(os.environ.get("POWERCUT_VM_TIMEOUT", "900"))
+SECTOR_SIZE = 512  # virtio-blk's default logical block size: the log's sectorsize
+
+
+def log_disk_bytes(device_bytes: int) -> int:
+    # Sparse, so generous is free; a full log disk makes dm-log-writes stop
+    # logging, which finish_log reports.
+    return max(1 << 30, 8 * device_bytes)
+
+
+def guest_command(workload: ExternalProgram) -> str:
+    """How the guest runs the workload file (copied to /pc/workload)."""
+    ext = os.path.splitext(workload.path)[1]
+    if ext == ".py":
+        raise UsageError(f"workload {workload.path}: the vm guest has no Python; use a busybox sh script")
+    return "sh /pc/workload" if ext == ".sh" else "/pc/workload"
+
+
+def finish_log(path: str) -> None:
+    """Check the kernel closed the log, then cut the log file after its last entry."""
+    with LogReader(path) as reader:
+        last = None
+        for last in reader.entries():
+            pass
+        if last is None or last.mark != END_MARK:
+            raise EnvError(f"{path}: the guest's log does not end with {END_MARK!r} "
+                           "(dm-log-writes stopped early: log disk full?)")
+        end = last.next_offset(reader.sectorsize)
+    os.truncate(path, end)
+
+
+class VmBackend:
+    def __init__(self, fs: FsType, workload: WorkloadRunner, kernel: str | None,
+                 kernel_modules: str | None, fault: str | None) -> None:
+        if fault:
+            raise UsageError("--fault is a test mode of the fuse recorder; the vm backend records with the kernel's dm-log-writes")
+        if not kernel:
+            raise UsageError("--backend vm needs --kernel debian:PACKAGE (e.g. debian:linux-image-6.12-amd64) or --kernel PATH")
+        if not isinstance(workload, ExternalProgram):
+            raise UsageError("--backend vm runs program workloads (busybox sh scripts) only; JSON workloads are not supported in the guest yet")
+        self.workload = workload
+        self.command = guest_command(workload)
+        packages.ensure(packages.VM_HOST_PACKAGES, "--backend vm")
+        self.kernel = vmkernel.resolve(kernel, kernel_modules)
+        self.base_initrd = initramfs.build(self.kernel, fs)
+        self.guest: Guest | None = None
+        self.mkfs = shlex.join([initramfs.which(fs.mkfs[0]), *fs.mkfs[1:]])
+
+    def _guest(self, state: RunState, out_dir: str) -> Guest:
+        if self.guest is None:
+            self.guest = Guest(self.kernel, self.base_initrd, state, out_dir)
+        return self.guest
+
+    def record(self, fs: FsType, mkfs_opts: str, mount_opts: str, workload: WorkloadRunner,
+               state: RunState, out_dir: str, device_bytes: int, log_path: str) -> Recording:
+        data = os.path.join(state.scratch, "device.img")
+        for path, size in ((data, device_bytes), (log_path, log_disk_bytes(device_bytes))):
+            os.close(ownership.create_file(path, size))
+        with open(self.workload.path, "rb") as f:
+            script = f.read()
+        env = {"PC_FS": fs.name, "PC_MKFS": f"{self.mkfs} {mkfs_opts}".strip(), "PC_MOUNT_OPTS": mount_opts,
+               "PC_WORKLOAD": self.command, "PC_MARK_MKFS": MARK_MKFS, "PC_MARK_MOUNTED": MARK_MOUNTED,
+               "PC_MARK_END": MARK_WORKLOAD_END}
+        output = os.path.join(out_dir, "workload.out")
+        outcome = self._guest(state, out_dir).boot("record", env, [Disk(data, discard=True), Disk(log_path)],
+                                          timeout=BOOT_TIMEOUT_S, files={"workload": script}, output=output)
+        if not outcome.completed:
+            raise EnvError(f"the guest stopped before the recording finished: last console line: {outcome.console_tail}")
+        finish_log(log_path)
+        code = next(int(line.split()[1]) for line in outcome.lines if line.startswith("workload-exit "))
+        info = {"type": "program", "command": shlex.split(self.command), "exit_code": code,
+                "output": os.path.basename(output)}
+        return Recording(log_path, device_bytes, SECTOR_SIZE, info, final_image=data, kernel=outcome.kernel)
+
+    def recovery(self, fs: FsType, mount_opts: str, state: RunState) -> VmRecovery:
+        if self.guest is None:
+            raise RuntimeError("recovery() before record()")
+        return VmRecovery(self.guest, fs, mount_opts, state, timeout=BOOT_TIMEOUT_S)
+
+    def report_extra(self) -> dict[str, Any]:
+        guest = self.guest
+        return {"vm": {"kernel_spec": self.kernel.label, "accel": guest.accel if guest else None,
+                       "boot_seconds": guest.boots if guest else []}}

@@ -1,0 +1,34 @@
+#!/bin/busybox sh
+# /init of powercut's guest (busybox sh). Mounts the basics, loads the
+# modules listed in /pc/modules.list, runs the job named in /pc/job.env and
+# powers off. Channels: ttyS0 = console (kernel messages, progress lines),
+# ttyS1 = the workload's output, ttyS2 = results for the host, one per line.
+/bin/busybox --install -s /bin
+export PATH=/usr/bin:/usr/sbin:/bin:/sbin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /run
+mount -t tmpfs tmpfs /tmp
+# Raw: no \n -> \r\n translation, so the host gets the bytes as written.
+stty -F /dev/ttyS1 raw -echo
+stty -F /dev/ttyS2 raw -echo
+exec 8>/dev/ttyS2
+
+result() { echo "$*" >&8; }
+say() { echo "pc: [$(cut -d" " -f1 /proc/uptime)] $*" > /dev/console; }
+poweroff_now() { sync; poweroff -f; sleep 60; }
+fail() { result "error $*"; say "error: $*"; poweroff_now; }
+
+say "init"
+for m in $(cat /pc/modules.list); do
+    insmod "/pc/modules/$m" || fail "insmod $m failed"
+done
+result "kernel $(uname -r)"
+. /pc/job.env
+# No udev in the guest: dmsetup makes the /dev/mapper nodes itself.
+export DM_DISABLE_UDEV=1
+say "job $PC_JOB"
+. "/pc/$PC_JOB.sh"
+result "done"
+poweroff_now

@@ -1,0 +1,197 @@
+"""The `vm` backend end to end: Debian kernels in QEMU, the kernel's own dm-log-writes.
+
+Each guest boot costs 5-15 s under TCG, so the two full runs (one per
+kernel) are made once per module and several tests read their output.
+Kernels and initramfs archives are cached in /var/cache/powercut across
+tests and runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import POWERCUT, WORKLOADS, PcEnv
+from harness.vm.kernel import resolve
+from replay.logformat import END_MARK, LogReader
+from replay.replayer import Replayer
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (apt-get, kernel cache, scratch dirs)"),
+]
+
+KERNEL_612 = "debian:linux-image-6.12-amd64"
+WORKLOAD_MARKS = ["created", "big-fsynced", "before-sync", "done"]
+
+
+def newest_61_package() -> str:
+    """The newest Debian 6.1 kernel package apt knows (bookworm's ABI number moves)."""
+    p = subprocess.run(["apt-cache", "search", "--names-only", r"^linux-image-6\.1\.0-[0-9]+-amd64$"],
+                       capture_output=True, text=True, check=True)
+    names = [line.split()[0] for line in p.stdout.splitlines()]
+    assert names, "apt knows no linux-image-6.1.0-N-amd64 (run apt-get update)"
+    return "debian:" + max(names, key=lambda n: int(n.split("-")[3]))
+
+
+KERNELS = {"6.12": KERNEL_612, "6.1": None}  # 6.1 resolved lazily (needs apt lists)
+
+
+def kernel_spec(series: str) -> str:
+    return KERNELS[series] or newest_61_package()
+
+
+@pytest.fixture(scope="module", params=["6.12", "6.1"])
+def vm_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, PcEnv]:
+    """One `powercut run --backend vm` of the mixed workload per kernel, kept image included."""
+    tmp = tmp_path_factory.mktemp(f"vm-{request.param}")
+    pc = PcEnv(tmp / "state", tmp / "scratch", tmp)
+    out = tmp / "out"
+    pc.run("run", str(WORKLOADS / "mixed.sh"), "--fs", "ext4", "--backend", "vm",
+           "--kernel", kernel_spec(request.param), "--keep-image", "--out", str(out), check_rc=0)
+    assert pc.leftovers() == []
+    return request.param, out, pc
+
+
+def report(out: Path) -> dict:
+    return json.loads((out / "report.json").read_text())
+
+
+def test_kernel_written_log_is_read_and_replays_to_the_guest_disk(vm_run: tuple[str, Path, PcEnv]) -> None:
+    series, out, pc = vm_run
+    r = report(out)
+    with LogReader(str(out / r["log"])) as reader:
+        entries = list(reader.entries())
+        assert reader.sectorsize == 512 and reader.nr_entries == len(entries) == r["log_entries"]
+        marks = [e.mark for e in entries if e.is_mark]
+        # The harness's marks, the workload's marks through $POWERCUT_MARK_FILE,
+        # and the end mark the kernel appends when the target is removed.
+        assert marks == ["pc:mkfs-done", "pc:mounted", *WORKLOAD_MARKS, "pc:workload-end", END_MARK]
+        assert entries[-1].mark == END_MARK
+        # Marks are synchronous (pc-markfs): the fsyncs the workload runs after
+        # `mark created` and after `mark before-sync` are logged after those marks.
+        at = {e.mark: e.index for e in entries if e.is_mark}
+        for first, then in [("created", "big-fsynced"), ("before-sync", "done")]:
+            assert any(e.is_flush for e in entries[at[first]:at[then]]), (first, then)
+        assert any(e.is_flush for e in entries) and any(e.is_write for e in entries)
+        # The whole log replayed onto a zeroed disk is the guest's final data disk, byte for byte.
+        replayed = pc.tmp / "replayed.img"
+        fd = os.open(replayed, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            os.ftruncate(fd, r["device_bytes"])
+            with Replayer(reader, fd) as replayer:
+                replayer.replay_through(reader.nr_entries - 1)
+        finally:
+            os.close(fd)
+    final = out / "final.img"
+    assert final.stat().st_size == replayed.stat().st_size == r["device_bytes"]
+    with open(final, "rb") as a, open(replayed, "rb") as b:
+        for mib in range(r["device_bytes"] >> 20):
+            assert a.read(1 << 20) == b.read(1 << 20), f"replayed image differs in MiB {mib}"
+    replayed.unlink()
+
+
+def test_run_is_clean_with_recovery_in_the_guest(vm_run: tuple[str, Path, PcEnv]) -> None:
+    series, out, pc = vm_run
+    r = report(out)
+    assert r["backend"] == "vm" and r["findings"] == []
+    assert r["workload"]["exit_code"] == 0, (out / "workload.out").read_text()
+    assert (out / "workload.out").read_text().strip().endswith("workload finished")
+    assert re.match(rf"{re.escape(series)}\.\d", r["kernel"]), r["kernel"]
+    assert r["host_kernel"] == os.uname().release != r["kernel"]
+    assert r["crash_states_checked"] == r["crash_points"] > 5
+    # Boot 0 recorded; every later boot recovered crash images inside the guest.
+    boots = r["vm"]["boot_seconds"]
+    assert len(boots) >= 2
+    assert "job record" in (out / "vm-boot-0.console").read_text()
+    assert "job recover" in (out / "vm-boot-1.console").read_text()
+
+
+def test_unjournaled_ext4_has_fsck_findings_through_the_guest(pc: PcEnv) -> None:
+    out = pc.tmp / "out"
+    p = pc.run("run", str(WORKLOADS / "metadata_heavy.sh"), "--fs", "ext4", "--mkfs-opts", "-O ^has_journal",
+               "--crash-points", "write", "--backend", "vm", "--kernel", KERNEL_612, "--out", str(out), check_rc=1)
+    r = report(out)
+    assert {f["kind"] for f in r["findings"]} == {"fsck"}, r["findings"][:3]
+    assert r["findings"][0]["evidence"]["fsck_code"] & 4
+    assert "findings: fsck" in p.stdout
+    # The checker discriminates: states at the end of each sync's burst are fine.
+    assert 0 < len(r["findings"]) < r["crash_states_checked"]
+
+
+def start_blocked_vm_run(pc: PcEnv, kernel_args: list[str]) -> tuple[subprocess.Popen[str], Path]:
+    """Start a vm run whose guest workload blocks; return once it is running in the guest."""
+    script = pc.tmp / "blocking.sh"
+    script.write_text("echo hello > f; sync; echo up; sleep 600\n")
+    out = pc.tmp / "out"
+    proc = subprocess.Popen([*POWERCUT, "run", str(script), "--fs", "ext4", "--backend", "vm",
+                             *kernel_args, "--out", str(out)],
+                            env=pc.env(), cwd=pc.tmp, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not (out / "workload.out").exists() or "up" not in (out / "workload.out").read_text():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the guest workload never started"
+        time.sleep(0.5)
+    assert any("qemu" in x for x in pc.leftovers())
+    return proc, out
+
+
+def test_sigterm_stops_the_guest_booted_from_a_kernel_path(pc: PcEnv) -> None:
+    # --kernel PATH + --kernel-modules DIR: here the cached Debian 6.12 kernel's files.
+    cached = resolve(KERNEL_612)
+    proc, _ = start_blocked_vm_run(pc, ["--kernel", cached.image, "--kernel-modules", cached.modules or ""])
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert pc.leftovers() == [], err
+    assert os.listdir(pc.state) == []
+
+
+def test_kill_9_then_cleanup_leaves_no_qemu(pc: PcEnv) -> None:
+    proc, _ = start_blocked_vm_run(pc, ["--kernel", KERNEL_612])
+    proc.kill()
+    proc.wait()
+    assert any("qemu" in x for x in pc.leftovers()), "QEMU outlives a kill -9 of powercut until cleanup"
+    p = pc.run("cleanup", check_rc=0)
+    assert "1 dead run(s) cleaned" in p.stdout
+    assert pc.leftovers() == []
+    assert os.listdir(pc.state) == []
+
+
+def test_boot_deadline_is_a_clear_error(pc: PcEnv) -> None:
+    script = pc.tmp / "forever.sh"
+    script.write_text("sleep 600\n")
+    p = pc.run("run", str(script), "--fs", "ext4", "--backend", "vm", "--kernel", KERNEL_612,
+               "--out", str(pc.tmp / "out"), env=pc.env(POWERCUT_VM_TIMEOUT="20"), check_rc=2)
+    last = p.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(r"powercut: guest did not finish within 20s: last console line: pc: \[[\d.]+\] workload", last), p.stderr
+    assert pc.leftovers() == []
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--backend", "vm"], "--backend vm needs --kernel"),
+    (["--backend", "vm", "--kernel", "debian:no-such-kernel-package"], "apt knows no such package"),
+    (["--backend", "vm", "--kernel", "/nonexistent/vmlinux"], "--kernel /nonexistent/vmlinux: no such file"),
+    (["--backend", "vm", "--kernel", "debian:Bad Name"], "not a Debian package name"),
+    (["--kernel", KERNEL_612], "--kernel and --kernel-modules need --backend vm"),
+    (["--backend", "vm", "--kernel", KERNEL_612, "--fault", "drop-flush"], "--fault is a test mode"),
+])
+def test_bad_vm_arguments_exit_2_with_one_line(pc: PcEnv, args: list[str], message: str) -> None:
+    p = pc.run("run", str(WORKLOADS / "mixed.sh"), "--fs", "ext4", *args, "--out", str(pc.tmp / "out"), check_rc=2)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("powercut: ") and message in lines[0], p.stderr
+
+
+def test_python_workload_is_refused_for_the_guest(pc: PcEnv) -> None:
+    script = pc.tmp / "w.py"
+    script.write_text("print('hi')\n")
+    p = pc.run("run", str(script), "--fs", "ext4", "--backend", "vm", "--kernel", KERNEL_612,
+               "--out", str(pc.tmp / "out"), check_rc=2)
+    assert "the vm guest has no Python" in p.stderr
