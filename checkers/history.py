@@ -212,6 +212,18 @@ class _Builder:
         p = _parent(path)
         return p == "" or (p in self.ns and self.inodes[self.ns[p]].kind == "dir")
 
+    def missing(self, path: str) -> int:
+        """errno of a lookup that finds nothing at PATH (resolved): ENOTDIR when an
+        ancestor is not a directory (e.g. renamed over by a file), else ENOENT."""
+        parts = path.split("/")
+        for k in range(1, len(parts)):
+            ancestor = self.lookup("/".join(parts[:k]))
+            if ancestor is None:
+                return E.ENOENT
+            if ancestor.kind != "dir":
+                return E.ENOTDIR
+        return E.ENOENT
+
     def children(self, path: str) -> list[str]:
         pre = path + "/"
         return [p for p in self.ns if p.startswith(pre)]
@@ -281,9 +293,9 @@ class _Builder:
             return
         ino = self.lookup(path)
         if ino is None and "O_CREAT" not in flags:
-            self.predict(ex, E.ENOENT)
+            self.predict(ex, self.missing(path))
         elif ino is None and not self.parent_ok(path):
-            self.predict(ex, E.ENOENT if _parent(path) not in self.ns else E.ENOTDIR)
+            self.predict(ex, self.missing(path))
         elif ino is not None and {"O_CREAT", "O_EXCL"} <= flags:
             self.predict(ex, E.EEXIST)
         elif ino is not None and ino.kind == "dir" and flags & {"O_WRONLY", "O_RDWR"}:
@@ -364,7 +376,7 @@ class _Builder:
         if path is None:
             return
         ino = self.lookup(path)
-        self.predict(ex, E.ENOENT if ino is None else (E.EISDIR if ino.kind == "dir" else None))
+        self.predict(ex, self.missing(path) if ino is None else (E.EISDIR if ino.kind == "dir" else None))
         if ino is not None and ex.ok and ino.kind == "file":
             self.resize(ex, ino, ex.f("length"))
 
@@ -392,7 +404,7 @@ class _Builder:
         path = self.path(ex, "path", follow=False)
         if path is None:
             return
-        self.predict(ex, E.EEXIST if path in self.ns else (None if self.parent_ok(path) else E.ENOENT))
+        self.predict(ex, E.EEXIST if path in self.ns else (None if self.parent_ok(path) else self.missing(path)))
         if ex.ok:
             self.change_names(ex.pos, {path: self.new_inode("dir", ex.pos).ino})
 
@@ -402,7 +414,7 @@ class _Builder:
             return
         ino = self.lookup(path)
         if ino is None:
-            self.predict(ex, E.ENOENT)
+            self.predict(ex, self.missing(path))
         elif ino.kind != "dir":
             self.predict(ex, E.ENOTDIR)
         elif self.children(path):
@@ -417,7 +429,7 @@ class _Builder:
         if path is None:
             return
         ino = self.lookup(path)
-        self.predict(ex, E.ENOENT if ino is None else (E.EISDIR if ino.kind == "dir" else None))
+        self.predict(ex, self.missing(path) if ino is None else (E.EISDIR if ino.kind == "dir" else None))
         if ex.ok:
             self.change_names(ex.pos, {path: None})
 
@@ -427,7 +439,7 @@ class _Builder:
             return
         ino = self.lookup(src)
         if ino is None:
-            self.predict(ex, E.ENOENT)
+            self.predict(ex, self.missing(src))
         elif dst in self.ns:
             self.predict(ex, E.EEXIST)
         elif ino.kind == "dir":
@@ -441,7 +453,7 @@ class _Builder:
         path = self.path(ex, "path", follow=False)
         if path is None:
             return
-        self.predict(ex, E.EEXIST if path in self.ns else (None if self.parent_ok(path) else E.ENOENT))
+        self.predict(ex, E.EEXIST if path in self.ns else (None if self.parent_ok(path) else self.missing(path)))
         if ex.ok:
             self.change_names(ex.pos, {path: self.new_inode("symlink", ex.pos, ex.f("target")).ino})
 
@@ -457,7 +469,7 @@ class _Builder:
         # path-prefix cases have many rules: follow the kernel there.
         if not flags:
             if s is None:
-                self.predict(ex, E.ENOENT)
+                self.predict(ex, self.missing(src))
             elif s.kind == "file" and d is not None and d.kind == "dir":
                 self.predict(ex, E.EISDIR)
             elif s.kind == "file" and (d is None or d.kind == "file") and self.parent_ok(dst):
