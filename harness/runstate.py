@@ -15,8 +15,10 @@ import os
 import secrets
 import shutil
 import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,18 +133,20 @@ class RunState:
         self.released(res)
 
     def teardown(self, log: Callable[[str], None] | None = None) -> list[str]:
-        """Release everything still live, newest first; returns what failed."""
+        """Release everything still live, newest first; returns what failed.
+        Ctrl-C and SIGTERM wait until it is done (see signals_deferred)."""
         failed = []
-        for res in reversed(self.live_resources()):
-            try:
-                self.release(res)
-            except Exception as e:  # keep going: release as much as we can
-                msg = f"{res.kind} {res.info}: {e}"
-                failed.append(msg)
-                if log:
-                    log(f"cleanup: could not release {msg}")
-        if not failed:
-            shutil.rmtree(self.path, ignore_errors=True)
+        with signals_deferred():
+            for res in reversed(self.live_resources()):
+                try:
+                    self.release(res)
+                except Exception as e:  # keep going: release as much as we can
+                    msg = f"{res.kind} {res.info}: {e}"
+                    failed.append(msg)
+                    if log:
+                        log(f"cleanup: could not release {msg}")
+            if not failed:
+                shutil.rmtree(self.path, ignore_errors=True)
         return failed
 
     def owner_alive(self) -> bool:
@@ -152,6 +156,29 @@ class RunState:
         except (OSError, json.JSONDecodeError):
             return False
         return _proc_start_time(meta["pid"]) == meta.get("start_time") is not None
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM held back until the block ends, then delivered again.
+
+    A teardown cut short by the signal it is running for leaves a resource
+    behind (a campaign stops its workers with SIGTERM while they may already
+    be tearing down). Only the main thread can set handlers; elsewhere the
+    block runs as is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    old = {sig: signal.signal(sig, lambda signum, frame: pending.append(signum))
+           for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(pending):
+            os.kill(os.getpid(), sig)
 
 
 def all_runs() -> list[RunState]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 
-from workloads.opcodec import MAX_RECORDS, RECORD, random_record, records
+from workloads.opcodec import MAX_RECORDS, RECORD, random_record, records, with_persist
 from workloads.vocab import PERSIST_KINDS
 
 _rng = random.Random(0)
@@ -35,7 +35,8 @@ def _insert(recs: list[bytes], other: list[bytes]) -> str:
 
 
 def _persist(recs: list[bytes], other: list[bytes]) -> str:
-    recs.insert(_rng.randint(0, len(recs)), random_record(_rng, _rng.choice(PERSIST_KINDS)))
+    i = _rng.randrange(len(recs))
+    recs[i] = with_persist(recs[i], _rng.choice(PERSIST_KINDS))
     return "persist"
 
 

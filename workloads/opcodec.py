@@ -1,12 +1,21 @@
-"""A compact binary encoding of workloads: AFL++'s inputs.
+"""A compact binary encoding of workloads: op records, shared by the
+Hypothesis strategy (workloads/strategies.py) and AFL++'s inputs.
 
 An input is a sequence of fixed-size op records (RECORD bytes each, at most
-MAX_RECORDS). Byte 0 picks the op kind, the rest feed the op's choices in
-order (workloads/vocab.py): a tier byte, then one item byte, two for tiers
-longer than 256. Decoding is total: every byte string decodes to a valid op
-list (a trailing partial record is ignored, missing bytes read as zero), so
-AFL++'s own byte mutations never waste a run on an invalid workload, and a
-record-level mutator (workloads/afl_mutator.py) moves whole ops around.
+MAX_RECORDS):
+
+    byte 0     the op kind's tier (workloads/vocab.py KIND_TIERS), byte 1 the kind in it
+    byte 2     the persistence op after it: 0 none, then fsync, fdatasync, sync
+    bytes 3-4  the persistence op's choices (which fd)
+    bytes 5-11 the op's choices, in the order the op makes them: a tier byte,
+               then one item byte (two for tiers longer than 256)
+
+Decoding is total: every byte string decodes to a valid op list (a trailing
+partial record is ignored, missing bytes read as zero), so no run is wasted
+on an invalid workload. Zero bytes are the simplest choices (the first tier
+and item everywhere, no persistence op), so a shrinker that moves bytes
+toward zero and drops records moves toward short, plain workloads; a
+mutator moves whole records around (workloads/afl_mutator.py).
 
 Standard library only (imported by the custom mutator under the system Python).
 """
@@ -16,16 +25,18 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from workloads.vocab import KINDS, OpListBuilder, Tiers
+from workloads.vocab import KIND_TIERS, PERSIST_KINDS, OpListBuilder, Tiers
 
-RECORD = 8
+RECORD = 12
 MAX_RECORDS = 32
+_PERSIST = slice(3, 5)
+_OP = slice(5, RECORD)
 
 
-class _RecordPicker:
-    def __init__(self, record: bytes) -> None:
-        self.data = record
-        self.pos = 1  # byte 0 is the kind
+class _BytesPicker:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
 
     def byte(self) -> int:
         b = self.data[self.pos] if self.pos < len(self.data) else 0
@@ -47,14 +58,24 @@ def decode(data: bytes) -> list[dict[str, Any]]:
     """The op list DATA encodes (possibly empty)."""
     b = OpListBuilder()
     for rec in records(data):
-        b.add(KINDS[rec[0] % len(KINDS)], _RecordPicker(rec))
+        tier = KIND_TIERS[rec[0] % len(KIND_TIERS)]
+        b.add(tier[rec[1] % len(tier)], _BytesPicker(rec[_OP]))
+        persist = rec[2] % (len(PERSIST_KINDS) + 1)
+        if persist:
+            b.add(PERSIST_KINDS[persist - 1], _BytesPicker(rec[_PERSIST]))
     return b.finish()
 
 
-def kind_byte(kind: str) -> int:
-    return KINDS.index(kind)
+def random_record(rng: random.Random, kind: str | None = None, persist: str | None = None) -> bytes:
+    """A random record; KIND and PERSIST (a persistence op, or none) fix those fields."""
+    rec = bytearray(rng.randbytes(RECORD))
+    if kind is not None:
+        t = next(i for i, tier in enumerate(KIND_TIERS) if kind in tier)
+        rec[0], rec[1] = t, KIND_TIERS[t].index(kind)
+    rec[2] = PERSIST_KINDS.index(persist) + 1 if persist else (rec[2] if kind is None else 0)
+    return bytes(rec)
 
 
-def random_record(rng: random.Random, kind: str | None = None) -> bytes:
-    head = kind_byte(kind) if kind else rng.randrange(len(KINDS))
-    return bytes([head]) + rng.randbytes(RECORD - 1)
+def with_persist(rec: bytes, persist: str) -> bytes:
+    """REC followed by the persistence op PERSIST."""
+    return rec[:2] + bytes([PERSIST_KINDS.index(persist) + 1]) + rec[3:]

@@ -27,13 +27,9 @@ MAX_FDS = 3
 
 Tiers = Sequence[Sequence[Any]]
 
-# Every op kind, simple first (opcodec's kind byte indexes this list).
-KINDS = ["pwrite", "fsync", "open", "close", "write", "fdatasync", "sync", "ftruncate", "rename", "unlink",
-         "mkdir", "fallocate", "link", "truncate", "syncfs", "sync_file_range", "rmdir", "symlink",
-         "setxattr", "removexattr", "mmap_write", "read", "pread"]
-# The same kinds in tiers, for generators that pick a tier first: data ops and
-# what frees blocks (truncate, close, unlink) weigh most, that is where
-# crash bugs are; persistence ops come after ops on their own.
+# Op kinds in tiers (a generator picks a tier, then a kind): data ops and what
+# frees blocks (truncate, close, unlink) weigh most, that is where crash bugs
+# are. The persistence ops (PERSIST_KINDS) come after ops on their own.
 KIND_TIERS: Tiers = [["pwrite", "write", "ftruncate"],
                      ["close", "unlink", "open", "truncate", "rename", "fallocate", "mmap_write", "link"],
                      ["mkdir", "rmdir", "symlink", "setxattr", "removexattr", "syncfs", "sync_file_range",
