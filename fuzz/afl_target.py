@@ -8,7 +8,8 @@ AFL's shared-memory map (fuzz/feedback.py) and abort()s if the run showed a
 finding with a signature not saved yet: AFL++ keeps the input in crashes/,
 and the campaign's AFL worker shrinks it and saves the finding. Exit 0
 otherwise. AFL++ stops a run with SIGTERM (AFL_KILL_SIGNAL), which the
-pipeline turns into a clean teardown.
+pipeline turns into a clean teardown; so does the target's own time limit,
+TIME_LIMIT_S, below AFL++'s -t.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import signal
 import sys
 
 from harness.errors import PowercutError
@@ -28,6 +30,7 @@ from workloads.format import workload_doc
 from workloads.opcodec import decode
 
 PIDFILE = "target.pid"
+TIME_LIMIT_S = 240
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("input")
     args = p.parse_args(argv)
     campaign = CampaignDir(args.campaign)
+    signal.signal(signal.SIGALRM, lambda signum, frame: os.kill(os.getpid(), signal.SIGTERM))
+    signal.alarm(TIME_LIMIT_S)
     shm = SharedMap()
     shm.touch()
     with open(args.input, "rb") as f:

@@ -147,8 +147,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--max-findings", type=int, default=0, metavar="N", help="stop after N saved findings this session")
     p.add_argument("--shrink-seconds", type=float, default=600, help="time limit of one delta-debugging shrink")
     g = p.add_argument_group("hypothesis engine")
-    g.add_argument("--min-ops", type=int, default=3, help="shortest generated workload (ops before closing fds)")
-    g.add_argument("--max-ops", type=int, default=16, help="longest generated workload")
+    g.add_argument("--min-ops", type=int, default=2, help="fewest op records in a generated workload (default 2; a "
+                   "record is an op and maybe a persistence op after it)")
+    g.add_argument("--max-ops", type=int, default=10, help="most op records (default 10)")
     g.add_argument("--hypothesis-db", metavar="DIR|redis://HOST:PORT/N",
                    help="example database to share between machines (default: CAMPAIGN/hypothesis-db)")
     g = p.add_argument_group("exhaustive engine")

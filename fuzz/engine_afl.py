@@ -29,13 +29,13 @@ from harness import ownership, paths
 from harness.errors import EnvError
 from harness.runstate import RunState, record_process
 from harness.sysres import wait_pid_gone
-from fuzz.afl_target import PIDFILE
+from fuzz.afl_target import PIDFILE, TIME_LIMIT_S
 from fuzz.worker import Worker
 from workloads.format import workload_doc
 from workloads.opcodec import decode, random_record
 
 MAP_SIZE = 1 << 16
-EXEC_TIMEOUT_MS = 300_000   # one workload: record + crash walk; the target tears down on SIGTERM
+EXEC_TIMEOUT_MS = (TIME_LIMIT_S + 60) * 1000  # the target stops itself first, cleanly
 POLL_S = 2.0
 STOP_WAIT_S = 120
 

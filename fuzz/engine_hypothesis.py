@@ -57,7 +57,7 @@ def example_database(spec: str) -> ExampleDatabase:
 
 def run(w: Worker) -> None:
     db = example_database(w.options.get("hypothesis_db") or w.campaign.sub("hypothesis-db"))
-    min_ops, max_ops = w.options.get("min_ops", 3), w.options.get("max_ops", 16)
+    min_ops, max_ops = w.options["min_ops"], w.options["max_ops"]
     done = w.campaign.totals().workloads  # a resumed campaign continues with fresh seeds
     rnd = 0
     while not w.should_stop():
