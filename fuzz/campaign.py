@@ -6,12 +6,14 @@ Workers run in their own sessions, so a Ctrl-C reaches only this process:
 it sets the stop event and sends each worker one SIGTERM, which the run
 pipeline turns into a teardown from the run state journal (no loop device,
 mount or FUSE daemon is left); then the report is written as after a normal
-stop. The parent only watches the journal (fuzz/layout.py) for the status
+stop. If the campaign process is killed (-9), the workers get SIGTERM as
+their parent-death signal and tear down the same way; --resume continues. The parent only watches the journal (fuzz/layout.py) for the status
 line and writes the report; it never touches a device.
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import multiprocessing
 import os
@@ -31,6 +33,7 @@ from workloads import exhaustive
 
 ENGINES = {"hypothesis": "fuzz.engine_hypothesis", "exhaustive": "fuzz.engine_exhaustive", "afl": "fuzz.engine_afl"}
 POLL_S = 1.0
+PR_SET_PDEATHSIG = 1
 JOIN_S = 300.0
 
 
@@ -46,13 +49,17 @@ class CampaignSpec:
 
 
 def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline: float,
-                 stop: multiprocessing.synchronize.Event) -> None:
+                 stop: multiprocessing.synchronize.Event, parent: int) -> None:
     os.setsid()  # Ctrl-C goes to the campaign process only; it stops workers with one SIGTERM
 
     def on_term(signum: int, frame: object) -> None:
         raise Terminated()
 
     signal.signal(signal.SIGTERM, on_term)
+    # A campaign killed with -9 must not leave workers running on: they get SIGTERM too.
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:
+        return
     w = Worker(CampaignDir(path), cfg, f"w{n}", n, spec.jobs, spec.seed, deadline, stop, spec.options)
     try:
         importlib.import_module(ENGINES[spec.engine]).run(w)
@@ -79,7 +86,7 @@ class Campaign:
         stop = ctx.Event()
         deadline = self.start + self.spec.duration_s
         procs = [ctx.Process(target=_worker_main, name=f"powercut-fuzz-w{n}",
-                             args=(self.cdir.path, self.cfg, self.spec, n, deadline, stop))
+                             args=(self.cdir.path, self.cfg, self.spec, n, deadline, stop, os.getpid()))
                  for n in range(self.spec.jobs)]
         interrupted = False
         with StatusLine() as status:
