@@ -129,3 +129,24 @@ def test_bad_options_are_one_line_exit_2(tmp_path) -> None:
     p = subprocess.run([sys.executable, "-m", "harness.cli", "fuzz", "--resume", str(tmp_path / "none")],
                        capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 2 and "no campaign there" in p.stderr
+
+
+def test_teardown_holds_signals_back_until_done() -> None:
+    """A campaign stops workers with SIGTERM, maybe while they tear down: that must finish first."""
+    import os
+    import signal
+    import time
+
+    from harness.runstate import signals_deferred
+
+    got: list[str] = []
+    old = signal.signal(signal.SIGTERM, lambda s, f: got.append("term"))
+    try:
+        with signals_deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            assert got == []
+        time.sleep(0.05)
+        assert got == ["term"]
+    finally:
+        signal.signal(signal.SIGTERM, old)
