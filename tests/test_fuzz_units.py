@@ -4,9 +4,12 @@ shrinking keeps workloads valid."""
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,6 +22,7 @@ from fuzz.engine_hypothesis import VIOLATIONS
 from fuzz.minimize import repair, subset
 from fuzz.trial import Signature, signature
 from harness.errors import UsageError
+from harness.runstate import signals_deferred
 from workloads import afl_mutator, exhaustive, opcodec
 from workloads.format import parse_workload, workload_doc
 from workloads.plan import build_plan
@@ -133,12 +137,6 @@ def test_bad_options_are_one_line_exit_2(tmp_path) -> None:
 
 def test_teardown_holds_signals_back_until_done() -> None:
     """A campaign stops workers with SIGTERM, maybe while they tear down: that must finish first."""
-    import os
-    import signal
-    import time
-
-    from harness.runstate import signals_deferred
-
     got: list[str] = []
     old = signal.signal(signal.SIGTERM, lambda s, f: got.append("term"))
     try:
