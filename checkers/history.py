@@ -21,7 +21,7 @@ from typing import Any
 from checkers.intervals import IntervalMap, Src
 from workloads.marks import parse_mark
 from workloads.plan import Plan, PlanOp
-from workloads.results import OpRecord, Results
+from workloads.results import FLAG_SIGBUS, OpRecord, Results
 
 PERSIST_INODE = {"fsync": "fsync-data", "fdatasync": "fdatasync-data"}
 ROOT, ROOT_INO = ".", 0
@@ -334,6 +334,11 @@ class _Builder:
 
     def op_mmap_write(self, ex: Exec) -> None:
         ino, _, _ = self.fd_inode(ex)
+        if ino is not None and ex.rec.flags & FLAG_SIGBUS:
+            # The copy faulted part-way (the range passes EOF): memcpy stores in no
+            # set order, so an unknown part of the mapped pages holds new data.
+            self.uncertain |= {p for p, i in self.ns.items() if i == ino.ino}
+            return
         if ino is None or not ex.ok or ino.kind != "file":
             return
         start = ex.rec.aux
@@ -437,6 +442,8 @@ class _Builder:
         src, dst = self.two_paths(ex)
         if src is None or dst is None:
             return
+        if src in self.uncertain:
+            self.uncertain.add(dst)  # the same inode, as little known under its new name
         ino = self.lookup(src)
         if ino is None:
             self.predict(ex, self.missing(src))
@@ -461,8 +468,8 @@ class _Builder:
         src, dst = self.two_paths(ex)
         if src is None or dst is None:
             return
-        if any(u.startswith(src + "/") for u in self.uncertain):
-            self.uncertain.add(dst)  # something under src the model lost moves along
+        if src in self.uncertain or any(u.startswith(src + "/") for u in self.uncertain):
+            self.uncertain.add(dst)  # what the model lost at or under src moves along
         flags = set(ex.f("flags") or ())
         s, d = self.lookup(src), self.lookup(dst)
         # Only the plain cases are predicted; directory-over-directory and
