@@ -18,6 +18,7 @@ directory or a Redis URL.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
@@ -48,51 +49,60 @@ VIOLATIONS: dict[str, type[FindingViolation]] = {
 def example_database(spec: str) -> ExampleDatabase:
     """A directory, or redis://HOST:PORT/DB (needs the `redis` package; not installed by default)."""
     if spec.startswith("redis://"):
-        import redis  # noqa: PLC0415 - optional, only for shared databases
+        import redis  # optional: only for databases shared through Redis
         from hypothesis.extra.redis import RedisExampleDatabase
         return RedisExampleDatabase(redis.Redis.from_url(spec))
     os.makedirs(spec, exist_ok=True)
     return DirectoryBasedExampleDatabase(spec)
 
 
+@dataclass
+class _Round:
+    """One Hypothesis run: its calls, and the failing example it is shrinking."""
+
+    calls: int = 0
+    shrink_runs: int = 0
+    original: dict[str, Any] | None = None   # the first failing workload
+    trial: Trial | None = None               # the latest failing one: the shrunk one at the end
+    sig: Signature | None = None
+
+
 def run(w: Worker) -> None:
     db = example_database(w.options.get("hypothesis_db") or w.campaign.sub("hypothesis-db"))
     min_ops, max_ops = w.options["min_ops"], w.options["max_ops"]
     done = w.campaign.totals().workloads  # a resumed campaign continues with fresh seeds
-    rnd = 0
+    n = 0
     while not w.should_stop():
-        rnd += 1
-        failing: dict[str, Any] = {}
+        n += 1
+        r = _Round()
 
         @settings(database=db, max_examples=ROUND_EXAMPLES, deadline=None, report_multiple_bugs=False,
                   phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
                   suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet, print_blob=False)
-        @seed(hash((w.seed, w.number, done, rnd)) & 0xFFFFFFFF)
+        @seed(hash((w.seed, w.number, done, n)) & 0xFFFFFFFF)
         @given(workloads(min_ops, max_ops))
         def example(doc: dict[str, Any]) -> None:
             if w.should_stop():
                 return
-            doc["name"] = f"hyp-{w.name}-{done}-{rnd}"
-            shrinking = "original" in failing
+            r.calls += 1
+            doc["name"] = f"hyp-{w.name}-{done}-{n}-{r.calls}"
+            shrinking = r.original is not None
+            r.shrink_runs += shrinking
             trial = w.run(doc, engine="hypothesis", shrink=shrinking)
-            failing["runs"] = failing.get("runs", 0) + shrinking
             if trial is None:
                 return
             new = w.new_signatures(trial)
             if new:
-                sig = new[0][0]
-                failing.setdefault("original", trial.doc)
-                failing.update(trial=trial, sig=sig)
-                raise VIOLATIONS[sig.kind](sig.key())
+                r.sig = new[0][0]
+                r.original = r.original or trial.doc
+                r.trial = trial
+                raise VIOLATIONS[r.sig.kind](r.sig.key())
 
         try:
             example()
         except FindingViolation:
-            save(w, failing["trial"], failing["sig"], failing["original"], failing["runs"])
+            assert r.trial is not None and r.sig is not None and r.original is not None
+            if w.store.claim(r.sig):
+                w.save(r.trial, r.sig, r.original, {"method": "hypothesis", "runs": r.shrink_runs})
         except Flaky:
             pass  # stopped while shrinking, or the bug did not show again: nothing to save
-
-
-def save(w: Worker, trial: Trial, sig: Signature, original: dict[str, Any], runs: int) -> None:
-    if w.store.claim(sig):
-        w.save(trial, sig, original, {"method": "hypothesis", "runs": runs})
