@@ -86,8 +86,9 @@ def features(trial: Trial, extents: Extents) -> Counter[tuple[object, ...]]:
     for ex in program:
         f["op", prev, ex.kind, 0 if ex.ok else ex.rec.errno] += 1
         prev = ex.kind
+    ops = trial.plan.by_seq()
     for seq, flushes in flushes_per_op(trial.result.log_path).items():
-        f["flushes", trial.plan.by_seq()[seq][1].kind, bucket(flushes)] += 1
+        f["flushes", ops[seq][1].kind, bucket(flushes)] += 1
     for ino in h.inodes.values():
         if ino.kind == "file":
             f["size", bucket(ino.size >> 12)] += 1
