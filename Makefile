@@ -25,7 +25,7 @@ SOAK_FS        ?= ext4 xfs btrfs
 SOAK_WORKLOADS ?= 300
 SOAK_DURATION  ?= 4h
 
-.PHONY: all deps apt venv cbuild test bench clean help fuzz soak afl
+.PHONY: all deps apt venv cbuild test bench clean help ci-kernel fuzz soak afl
 
 all: deps
 
@@ -35,7 +35,10 @@ help:
 	@echo "make fuzz        a fuzzing campaign: FS=ext4|xfs|btrfs ENGINE=hypothesis|exhaustive|afl DURATION=10m"
 	@echo "                 JOBS=N MOUNT_OPTS=... MKFS_OPTS=... FUZZ_ARGS='more powercut fuzz options'"
 	@echo "make soak        long campaigns on $(SOAK_FS), $(SOAK_WORKLOADS) workloads each"
+	@echo "make bench       measure crash states/s and overheads; writes $(BUILD)/bench.json"
 	@echo "make clean       remove build products and the venv"
+	@echo "make ci-kernel KERNEL=debian:PKG [ENTRIES=globs] [ROWS=rows] [OUT=dir]"
+	@echo "                 corpus sample on that kernel (vm backend) vs the host kernel, diffed"
 
 deps: apt venv cbuild
 
@@ -89,6 +92,24 @@ soak: deps
 
 test: deps
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
+
+bench: deps
+	$(PC) bench --json $(BUILD)/bench.json
+# Kernel upgrade check: the same corpus sample on the host kernel (fuse
+# backend) and on KERNEL (vm backend), then `powercut corpus diff`: the
+# Markdown diff is OUT/diff.md, its exit status (1: a verdict changed) is
+# OUT/diff.rc (make itself exits 2 on any failure).
+ci-kernel: ENTRIES ?= append-fsync,rename-over-durable,fsync-directory
+ci-kernel: ROWS ?= ext4-ordered
+ci-kernel: OUT ?= out/ci-kernel
+ci-kernel: deps
+	@test -n "$(KERNEL)" || { echo "make ci-kernel: set KERNEL=debian:PACKAGE (e.g. debian:linux-image-6.12-amd64)" >&2; exit 2; }
+	@rm -f $(OUT)/diff.rc
+	$(PC) corpus run --entries '$(ENTRIES)' --rows '$(ROWS)' --out $(OUT)/host || [ $$? = 1 ]
+	$(PC) corpus run --backend vm --kernel '$(KERNEL)' --entries '$(ENTRIES)' --rows '$(ROWS)' \
+	    --out $(OUT)/kernel || [ $$? = 1 ]
+	$(PC) corpus diff $(OUT)/host/results.json $(OUT)/kernel/results.json --out $(OUT)/diff.md; \
+	    rc=$$?; echo $$rc > $(OUT)/diff.rc; exit $$rc
 
 clean:
 	rm -rf $(BUILD) $(VENV)

@@ -20,7 +20,13 @@ def _us(ns: float) -> float:
     return round(ns / 1000, 3)
 
 
-def _stats(records: list[OpRecord], budget: Budget | None) -> dict[str, Any]:
+def _rank_us(ordered: list[int], pct: int) -> float:
+    """The PCT-th percentile (nearest rank, exact) of sorted nanoseconds, in microseconds."""
+    return _us(ordered[min(len(ordered) - 1, len(ordered) * pct // 100)]) if ordered else 0.0
+
+
+def stats(records: list[OpRecord], budget: Budget | None = None) -> dict[str, Any]:
+    """Latency statistics of RECORDS (any selection of ops), judged against BUDGET."""
     ran = [r for r in records if not r.skipped]
     hist = HdrHistogram(1, HIGHEST_NS, SIGNIFICANT_FIGURES)
     for r in ran:
@@ -54,7 +60,7 @@ def _by_kind(records: Iterable[OpRecord], workload: Workload) -> dict[str, dict[
     groups: dict[str, list[OpRecord]] = {}
     for r in records:
         groups.setdefault(r.kind, []).append(r)
-    return {k: _stats(rs, workload.budgets.get(k)) for k, rs in sorted(groups.items())}
+    return {k: stats(rs, workload.budgets.get(k)) for k, rs in sorted(groups.items())}
 
 
 def _repeats(results: Results, workload: Workload) -> dict[str, dict[str, Any]]:
@@ -71,10 +77,30 @@ def _repeats(results: Results, workload: Workload) -> dict[str, dict[str, Any]]:
             "period_us": period,
             "iterations": len(its),
             "deadline_misses": sum(r.deadline_miss for r in its),
-            "p99_late_us": _us(late[min(len(late) - 1, len(late) * 99 // 100)]) if late else 0.0,
-            "max_late_us": _us(late[-1]) if late else 0.0,
+            "p99_late_us": _rank_us(late, 99),
+            "max_late_us": _rank_us(late, 100),
         }
     return out
+
+
+def _between_ops(results: Results) -> dict[str, Any]:
+    """How long pc-exec itself takes between two ops of a thread (pattern fill,
+    the mark write): never inside a measured latency, but it delays the next op."""
+    gaps: list[int] = []
+    for i in range(len(results.thread_names)):
+        last_end = None
+        for r in results.records:  # each thread's records are in start order
+            if r.thread != i:
+                continue
+            if r.kind == "repeat":  # an iteration starts after its period sleep: not the executor's time
+                last_end = r.start_ns
+                continue
+            if last_end is not None:
+                gaps.append(r.start_ns - last_end)
+            last_end = r.end_ns
+    gaps.sort()
+    return {"count": len(gaps), "p50_us": _rank_us(gaps, 50), "p99_us": _rank_us(gaps, 99),
+            "max_us": _rank_us(gaps, 100)}
 
 
 def summarize(results: Results, workload: Workload) -> dict[str, Any]:
@@ -83,10 +109,13 @@ def summarize(results: Results, workload: Workload) -> dict[str, Any]:
     Each: count (ops that ran), errors (of those, failed), skipped (fd never
     opened), avg/p50/p99/p999/max in microseconds, deadline_misses (repeat
     iterations), budget_violations (ops over max_us, plus one if p99 > p99_us).
-    "repeats" tells how each periodic repeat kept time.
+    "repeats" tells how each periodic repeat kept time. The executor's own
+    cost: "overhead_ns" is its two clock reads, inside every measured
+    latency; "between_ops" its work between two ops of a thread.
     """
     return {
         "overhead_ns": {"min": results.overhead_min_ns, "median": results.overhead_median_ns},
+        "between_ops": _between_ops(results),
         "duration_us": _us(results.end_ns - results.start_ns),
         "deadline_misses": sum(r.deadline_miss for r in results.records),
         "repeats": _repeats(results, workload),

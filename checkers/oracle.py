@@ -172,20 +172,12 @@ class ContentOracle:
         for path in self.all_paths:
             if self.uncertain(path, v) or any(path.startswith(d + "/") for d in missing_dirs):
                 continue
-            try:
-                f = self.check_path(mnt, path, v)
-            except OSError:
-                # EIO/EBADMSG/EUCLEAN: the image is corrupt there. Judging that is fsck's job;
-                # the oracle only judges what it can read.
-                continue
+            f = self.check_path(mnt, path, v)
             if f is not None:
                 if f.evidence.get("found") == "missing":
                     missing_dirs.append(path)
                 out.append(f)
-        try:
-            out += self.check_renames(mnt, v)
-        except OSError:
-            pass  # unreadable (corrupt) image: as above
+        out += self.check_renames(mnt, v)
         for f in out:
             f.crash_point = crash_point
             if state_id:

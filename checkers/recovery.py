@@ -2,24 +2,32 @@
 
 fsck runs only after the kernel has replayed the journal/log: fsck on an
 unrecovered journaled image reports errors on healthy images (false
-positives, see block-recording.md).
+positives, see block-recording.md). While the recovered image is mounted,
+an optional inspector looks at its content (the content oracle's hook); if
+the kernel reports corruption while it reads, that is an `fsck` finding
+(the file system's in-kernel checks failed). A RecoveryEngine does the
+recovery somewhere else (the vm backend: the kernel under test in a guest).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from checkers.findings import Finding
-from harness import ownership, sysres
+from harness import kmount
 from harness.filesystems import FsType, join_opts
-from harness.runstate import RunState
-from harness.sparse import sparse_copy
+from harness.loopdev import LoopDevice
 
 FSCK_TIMEOUT_S = 600
+# Reads one mounted, recovered image.
+MountInspect = Callable[[str], list[Finding]]
+# Reads the mounted image of one crash state: (mount dir, the walk's CrashState).
+PointInspect = Callable[[str, Any], list[Finding]]
 
 
 @dataclass
@@ -30,29 +38,26 @@ class Verdict:
     fsck_code: int = 0
     fsck_failed: bool = False
     fsck_output: str = ""
-    content: list[Finding] = field(default_factory=list)
+    content: list[Finding] = field(default_factory=list)   # the inspector's findings
 
 
-Inspect = Callable[[str], list[Finding]]
-
-
-def recover(image: str, fs: FsType, mount_opts: str, mnt: str, state: RunState,
-            inspect: Inspect | None = None) -> tuple[bool, str, list[Finding]]:
-    """Attach IMAGE, mount it (journal recovery by the kernel), let INSPECT
-    read the recovered files, unmount, detach."""
+def inspect_read_only(image: str, fs: FsType, mnt: str, state: RunState, inspect: MountInspect) -> list[Finding]:
+    """Let INSPECT read IMAGE, already recovered by another kernel: a read-only
+    loop device and a read-only mount, so the host kernel replays and writes nothing."""
     loop_res = state.record("loop", backing=image)
     try:
-        dev = sysres.loop_attach(image)
+        dev = sysres.loop_attach(image, read_only=True)
         mount_res = state.record("mount", path=mnt)
-        p = sysres.mount(dev, mnt, fs.name, join_opts(mount_opts, fs.recovery_opts))
+        p = sysres.mount(dev, mnt, fs.name, join_opts("ro", fs.recovery_opts))
         if p.returncode != 0:
             state.released(mount_res)
-            return False, (p.stderr or p.stdout).strip(), []
+            err = (p.stderr or p.stdout).strip()
+            return [Finding("mount", f"read-only host mount of the recovered image (for the content checks) failed: {err}",
+                            evidence={"mount_error": err})]
         try:
-            found = inspect(mnt) if inspect else []
+            return inspect(mnt)
         finally:
             state.release(mount_res)
-        return True, "", found
     finally:
         state.release(loop_res)
 
@@ -82,52 +87,57 @@ def fsck_verdict(image: str, fs: FsType, content: list[Finding] | None = None) -
                    fsck_output=out, content=content or [])
 
 
-def recover_and_check(image: str, fs: FsType, mount_opts: str, mnt: str, state: RunState,
-                      inspect: Inspect | None = None) -> Verdict:
-    ok, err, found = recover(image, fs, mount_opts, mnt, state, inspect)
-    if not ok:
-        return Verdict(mount_ok=False, mount_error=err)
-    return fsck_verdict(image, fs, found)
+# How a mounted file system says that what it read back is corrupt (EBADMSG
+# is the kernel's EFSBADCRC, EUCLEAN its EFSCORRUPTED). Reordered crash
+# states reach these; an inspector reading the image then stops there.
+CORRUPTION_ERRNOS = {errno.EIO, errno.EBADMSG, errno.EUCLEAN}
+
+
+def corruption_finding(e: OSError, mnt: str) -> Finding:
+    path = os.path.relpath(str(e.filename), mnt) if e.filename else "?"
+    return Finding("fsck", f"after recovery, the kernel reports corruption reading {path}: {e.strerror}",
+                   evidence={"path": path, "read_error": errno.errorcode.get(e.errno or 0, str(e.errno))})
+
+
+def recover_and_check(loop: LoopDevice, fs: FsType, mount_opts: str, mnt: str,
+                      inspect: Callable[[str], list[Finding]] | None = None) -> Verdict:
+    """Mount LOOP's image (the kernel recovers it), inspect it, unmount, fsck the backing file.
+
+    After the unmount, the device's block cache is written back and dropped
+    so that fsck, which reads the file, sees everything the recovery wrote.
+    """
+    try:
+        kmount.mount(loop.path, mnt, fs.name, join_opts(mount_opts, fs.recovery_opts))
+    except kmount.MountError as e:
+        return Verdict(mount_ok=False, mount_error=str(e))
+    try:
+        content = inspect(mnt) if inspect else []
+    except OSError as e:
+        if e.errno not in CORRUPTION_ERRNOS:
+            raise
+        content = [corruption_finding(e, mnt)]
+    finally:
+        kmount.umount(mnt)
+        loop.wait_unclaimed()
+        loop.drop_caches()
+    return fsck_verdict(loop.backing, fs, content)
 
 
 class RecoveryEngine(Protocol):
-    """Who recovers and checks crash images for the crash-point walk.
+    """Who recovers and checks crash images when the host kernel does not (the vm backend).
 
-    submit() hands over the crash image for POINT (a file the caller keeps
-    changing afterwards: copy what you need now) and returns the verdicts
-    that are ready, possibly for earlier points too; finish() returns the
-    rest. An engine may batch: the host engine answers at once, the vm engine
-    (checkers/vm_recovery.py) after one guest boot per batch.
+    submit() hands over the crash image for KEY, the caller's handle of one
+    crash state (the walk passes the CrashState, which the engine also hands
+    to its inspector), in a file the caller keeps changing afterwards: copy
+    what you need now. It returns the verdicts that are ready, possibly for
+    earlier ones too; finish() returns the rest. An engine may batch: the vm
+    engine (checkers/vm_recovery.py) answers after one guest boot per batch.
+    Recovery by the host kernel is the crash walk's own parallel workers
+    (checkers/checkslot.py).
     """
 
-    def submit(self, point: int, image: str) -> list[tuple[int, Verdict]]: ...
+    def submit(self, key: Any, image: str) -> list[tuple[Any, Verdict]]: ...
 
-    def finish(self) -> list[tuple[int, Verdict]]: ...
+    def finish(self) -> list[tuple[Any, Verdict]]: ...
 
     def close(self) -> None: ...
-
-
-# Reads the mounted, recovered crash image at a crash point: (mount dir, crash point) -> findings.
-PointInspect = Callable[[str, int], list[Finding]]
-
-
-class HostRecovery:
-    """Recovery by the host's kernel, one crash image at a time on a loop device."""
-
-    def __init__(self, fs: FsType, mount_opts: str, state: RunState, device_bytes: int,
-                 inspect: PointInspect | None = None) -> None:
-        self.fs, self.mount_opts, self.state, self.inspect = fs, mount_opts, state, inspect
-        self.crash_path = os.path.join(state.scratch, "crash.img")
-        self.crash_fd = ownership.create_file(self.crash_path, device_bytes)
-        self.mnt = state.subdir("check-mnt")
-
-    def submit(self, point: int, image: str) -> list[tuple[int, Verdict]]:
-        sparse_copy(image, self.crash_fd)  # recovery writes to the image: never to the replay target
-        at_point = (lambda m: self.inspect(m, point)) if self.inspect else None
-        return [(point, recover_and_check(self.crash_path, self.fs, self.mount_opts, self.mnt, self.state, at_point))]
-
-    def finish(self) -> list[tuple[int, Verdict]]:
-        return []
-
-    def close(self) -> None:
-        os.close(self.crash_fd)

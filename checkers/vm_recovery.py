@@ -3,7 +3,9 @@
 The host replays the crash images (replay/) and stages them back to back in
 one batch disk; one guest boot exposes each with dm-linear, mounts it (the
 guest kernel recovers it) and unmounts it (harness/vm/guest/recover.sh).
-The host then runs its own fsck on each recovered image. Batching is what
+The host then runs its own fsck on each recovered image and, for a JSON
+workload, the content oracle (INSPECT) on a read-only host mount of it: the
+guest kernel has already recovered it, so the host kernel replays nothing. Batching is what
 makes this affordable: a TCG boot costs seconds, a mount a fraction of one.
 
 If the guest kernel dies while mounting an image (a panic, or an oops: the
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from checkers.recovery import Verdict, fsck_verdict
+from checkers.recovery import PointInspect, Verdict, fsck_verdict, inspect_read_only
 from harness import ownership
 from harness.errors import EnvError
 from harness.filesystems import FsType, join_opts
@@ -30,8 +32,10 @@ MAX_BATCH_BYTES = 2 << 30
 
 
 class VmRecovery:
-    def __init__(self, guest: Guest, fs: FsType, mount_opts: str, state: RunState, *, timeout: float) -> None:
-        self.guest, self.fs, self.state, self.timeout = guest, fs, state, timeout
+    def __init__(self, guest: Guest, fs: FsType, mount_opts: str, state: RunState, *, timeout: float,
+                 inspect: PointInspect | None = None) -> None:
+        self.guest, self.fs, self.state, self.timeout, self.inspect = guest, fs, state, timeout, inspect
+        self.mnt = state.subdir("inspect-mnt") if inspect else ""
         self.mount_opts = join_opts(mount_opts, fs.recovery_opts)
         self.batch_path = os.path.join(state.scratch, "recovery-batch.img")
         self.batch_fd = ownership.create_file(self.batch_path)
@@ -65,7 +69,7 @@ class VmRecovery:
         first = 0
         while first < n:
             first = self._boot(first, n, mounted)
-        verdicts = [(point, mounted[slot] or self._fsck(slot)) for slot, point in enumerate(self.pending)]
+        verdicts = [(point, mounted[slot] or self._check(slot, point)) for slot, point in enumerate(self.pending)]
         self.pending.clear()
         os.ftruncate(self.batch_fd, 0)
         return verdicts
@@ -94,8 +98,13 @@ class VmRecovery:
         mounted[begun] = Verdict(mount_ok=False, mount_error=f"the guest kernel died mounting this image: {outcome.console_tail}")
         return begun + 1
 
-    def _fsck(self, slot: int) -> Verdict:
+    def _check(self, slot: int, point: int) -> Verdict:
         os.ftruncate(self.check_fd, 0)
         os.ftruncate(self.check_fd, self.image_bytes)
         copy_range(self.batch_fd, self.check_fd, slot * self.image_bytes, self.image_bytes, 0)
-        return fsck_verdict(self.check_path, self.fs)
+        verdict = fsck_verdict(self.check_path, self.fs)
+        if self.inspect is not None:
+            inspect = self.inspect
+            verdict.content = inspect_read_only(self.check_path, self.fs, self.mnt, self.state,
+                                                lambda mnt: inspect(mnt, point))
+        return verdict

@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 
-from harness.errors import PowercutError
+from harness.errors import PowercutError, Terminated
 from harness.pipeline import RunConfig
 from fuzz.feedback import Extents, SharedMap, features
 from fuzz.layout import CampaignDir
@@ -58,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     extents = Extents()
     try:
         trial = run_doc(doc, cfg, work, extents)
+    except Terminated:
+        return 143  # stopped by AFL++ or its own time limit, torn down: not a result
     except PowercutError as e:
         campaign.append(args.worker, {"name": doc["name"], "error": str(e)})
         return 0

@@ -23,12 +23,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.errors import PowercutError
-from harness.pipeline import RunConfig, Terminated, terminate_as_exception
+from harness.errors import PowercutError, Terminated
+from harness.pipeline import RunConfig, terminate_as_exception
 from fuzz.layout import CampaignDir, Totals
 from fuzz.status import StatusLine, clock
 from fuzz.store import FindingStore
-from fuzz.worker import Worker
+from fuzz.worker import Stopped, Worker
 from workloads import exhaustive
 
 ENGINES = {"hypothesis": "fuzz.engine_hypothesis", "exhaustive": "fuzz.engine_exhaustive", "afl": "fuzz.engine_afl"}
@@ -53,7 +53,7 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
     os.setsid()  # Ctrl-C goes to the campaign process only; it stops workers with one SIGTERM
 
     def on_term(signum: int, frame: object) -> None:
-        raise Terminated()
+        raise Stopped()
 
     signal.signal(signal.SIGTERM, on_term)
     # A campaign killed with -9 must not leave workers running on: they get SIGTERM too.
@@ -63,8 +63,8 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
     w = Worker(CampaignDir(path), cfg, f"w{n}", n, spec.jobs, spec.seed, deadline, stop, spec.options)
     try:
         importlib.import_module(ENGINES[spec.engine]).run(w)
-    except Terminated:
-        pass
+    except (Stopped, Terminated):
+        pass  # stopped: whatever was running has torn down
     except PowercutError as e:
         print(f"powercut: worker w{n}: {e}", file=sys.stderr)
         sys.exit(2)

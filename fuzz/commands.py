@@ -12,13 +12,13 @@ from typing import Any
 from checkers.findings import KINDS
 from harness import ownership
 from harness.errors import UsageError
-from harness.pipeline import RunConfig
-from harness.run_command import default_out_dir
+from harness.pipeline import RunConfig, default_out_dir
 from fuzz.campaign import ENGINES, Campaign, CampaignSpec
 from fuzz.layout import CampaignDir
 from fuzz.minimize import MAX_RUNS, Shrinker
 from fuzz.trial import op_count, run_doc
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS
+from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER
 from workloads import exhaustive
 from workloads.format import load_workload
 
@@ -46,8 +46,9 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
     if not args.fs:
         raise UsageError("--fs is required (ext4, xfs or btrfs), unless --resume DIR")
     cfg = RunConfig(fs=args.fs, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts, size_mib=args.size, quiet=True,
-                    crash_points=args.crash_points, fault=args.fault)
-    cfg.fs_type()
+                    crash_points=args.crash_points, reorder=args.reorder, states_per_point=args.states_per_point,
+                    fault=args.fault)
+    cfg.check()
     return cfg
 
 
@@ -115,7 +116,7 @@ def minimize_cmd(args: argparse.Namespace) -> int:
           f"still a {kind} finding")
     print(f"  {finding.detail.splitlines()[0][:200]}")
     print(f"  shrunk workload: {path}\n  its run: {best.out_dir} (powercut recheck {best.out_dir} "
-          f"--crash-point {finding.crash_point})")
+          f"--state {finding.state_id})")
     return 0
 
 
@@ -125,6 +126,11 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", type=int, default=0, help="device size in MiB (default: per file system)")
     p.add_argument("--crash-points", default=DEFAULT_POINTS, metavar="KINDS",
                    help=f"where to crash, as for `powercut run` (default: {DEFAULT_POINTS})")
+    p.add_argument("--reorder", default=DEFAULT_REORDER, metavar="MODES",
+                   help=f"crash states per crash point besides the in-order prefix, as for `powercut run` "
+                        f"(default: {DEFAULT_REORDER})")
+    p.add_argument("--states-per-point", type=int, default=DEFAULT_PER_POINT, metavar="N",
+                   help=f"at most N states per reorder mode and crash point (default: {DEFAULT_PER_POINT})")
     p.add_argument("--fault", choices=["drop-flush"], default=None,
                    help="test-only: a recorder that acknowledges flushes without logging them")
 

@@ -22,12 +22,14 @@ import ctypes
 import fcntl
 import os
 import struct
+import threading
 import zlib
 from collections import Counter
 from collections.abc import Iterable
 
 from checkers.findings import Finding
 from fuzz.trial import Trial
+from replay.crashstates import CrashState
 from replay.logformat import LogReader
 from workloads.marks import parse_mark
 
@@ -44,15 +46,20 @@ def bucket(n: int) -> int:
 
 class Extents:
     """An inspector for recovered crash images: extent count of every file,
-    kept for the latest crash point (the final state once the walk is done)."""
+    kept for the latest crash point (the final state once the walk is done;
+    parallel crash-check threads may call it in any order)."""
 
     def __init__(self) -> None:
         self.point = -1
         self.counts: dict[str, int] = {}
+        self._lock = threading.Lock()
 
-    def __call__(self, mnt: str, point: int) -> list[Finding]:
-        if point > self.point:
-            self.point, self.counts = point, extent_counts(mnt)
+    def __call__(self, mnt: str, cs: CrashState) -> list[Finding]:
+        if cs.point > self.point:
+            counts = extent_counts(mnt)
+            with self._lock:
+                if cs.point > self.point:
+                    self.point, self.counts = cs.point, counts
         return []
 
 

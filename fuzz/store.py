@@ -28,14 +28,16 @@ from contextlib import contextmanager
 from typing import Any
 
 from checkers.findings import Finding
-from checkers.recovery import first_problem, fsck, recover
+from checkers.recovery import first_problem, recover_and_check
 from harness import ownership, paths
 from harness.errors import EnvError
 from harness.filesystems import get_fs
 from harness.pipeline import RunConfig, terminate_as_exception
+from harness.loopdev import recorded_loop
 from harness.runstate import RunState
+from replay.crashpoints import DEFAULT as DEFAULT_POINTS
 from replay.logformat import LogReader
-from replay.replayer import Replayer
+from replay.stateimage import build_crash_image
 from fuzz.trial import RUN_DIR, Signature, Trial, op_count
 
 FINDING = "finding.json"
@@ -102,18 +104,13 @@ class FindingStore:
             info = finding_json(trial, sig, finding, cfg, original=original, also=also, shrink=shrink)
             with open(os.path.join(d, "workload.json"), "w") as f:
                 json.dump(trial.doc, f, indent=1)
-            write_crash_state(d, cfg, finding.crash_point, info)
+            write_crash_state(d, cfg, finding.state_id)
             write_reproduce(d, cfg, finding, info)
             with open(os.path.join(d, FINDING), "w") as f:  # last: its presence means complete
                 json.dump(info, f, indent=2)
             if os.path.exists(self._claim_path(sig)):
                 os.remove(self._claim_path(sig))
         return d
-
-
-def state_id(finding: Finding) -> str:
-    """Crash state id: p<crash point> (the in-order prefix through that log entry)."""
-    return f"p{finding.crash_point}"
 
 
 def finding_json(trial: Trial, sig: Signature, finding: Finding, cfg: RunConfig, *, original: dict[str, Any],
@@ -127,15 +124,15 @@ def finding_json(trial: Trial, sig: Signature, finding: Finding, cfg: RunConfig,
     return {
         "kind": finding.kind, "signature": vars(sig), "signatures": sorted({sig.key(), *(s.key() for s in also)}),
         "detail": finding.detail, "crash_point": finding.crash_point, "crash_mark": finding.crash_mark,
-        "state_id": state_id(finding) if finding.crash_point is not None else None,
+        "state_id": finding.state_id,
         "expected": expected, "found": found, "evidence": ev, "config": cfg.to_json(),
         "ops": op_count(trial.doc), "shrink": shrink, "original_workload": original,
     }
 
 
-def write_crash_state(d: str, cfg: RunConfig, crash_point: int | None, info: dict[str, Any]) -> None:
+def write_crash_state(d: str, cfg: RunConfig, state_id: str | None) -> None:
     """crash.img.tar.gz and fsck.txt of the finding's crash state (none for latency/semantics)."""
-    if crash_point is None:
+    if state_id is None:
         return
     run = os.path.join(d, RUN_DIR)
     with open(os.path.join(run, "report.json")) as f:
@@ -145,38 +142,39 @@ def write_crash_state(d: str, cfg: RunConfig, crash_point: int | None, info: dic
     try:
         with terminate_as_exception():
             img = os.path.join(state.scratch, "crash.img")
-            fd = ownership.create_file(img, report["device_bytes"])
-            try:
-                with LogReader(os.path.join(run, report["log"])) as reader:
-                    Replayer(reader, fd).replay_through(crash_point)
-            finally:
-                os.close(fd)
+            with LogReader(os.path.join(run, report["log"])) as reader:
+                build_crash_image(reader, state_id, report["device_bytes"], img)
             p = subprocess.run(["tar", "--sparse", "-czf", os.path.join(d, "crash.img.tar.gz"),
                                 "-C", state.scratch, "crash.img"], capture_output=True, text=True)
             if p.returncode != 0:
                 raise EnvError(f"tar of the crash image failed: {p.stderr.strip()}")
-            ok, err, _ = recover(img, fs, cfg.mount_opts, state.subdir("mnt"), state)
-            code, out = fsck(img, fs) if ok else (None, f"recovery mount failed: {err}")
+            with recorded_loop(state, img) as loop:
+                v = recover_and_check(loop, fs, report["mount_opts"], state.subdir("mnt"))
     finally:
-        state.teardown(log=lambda m: print(m, file=sys.stderr))
+        state.teardown_or_warn()
     with open(os.path.join(d, "fsck.txt"), "w") as f:
+        if not v.mount_ok:
+            f.write(f"recovery mount failed: {v.mount_error}\n")
+            return
         f.write(f"$ {' '.join(fs.fsck_cmd('crash.img'))}   # after the kernel's recovery mount\n")
-        f.write(f"{out}\nexit code: {code}\n")
+        f.write(f"{v.fsck_output}\nexit code: {v.fsck_code}\n")
 
 
 def write_reproduce(d: str, cfg: RunConfig, finding: Finding, info: dict[str, Any]) -> None:
     python = f"{shlex.quote(sys.executable)} -m harness.cli"
     rerun = ["run", '"$here/workload.json"', "--fs", cfg.fs, "--mkfs-opts", shlex.quote(cfg.mkfs_opts),
-             "--mount-opts", shlex.quote(cfg.mount_opts), "--crash-points", shlex.quote(cfg.crash_points),
+             "--mount-opts", shlex.quote(cfg.mount_opts or ""),
+             "--crash-points", shlex.quote(cfg.crash_points or DEFAULT_POINTS), "--reorder", shlex.quote(cfg.reorder),
              "--out", '"$(mktemp -d)"'] + (["--fault", cfg.fault] if cfg.fault else [])
-    check = (f'exec $POWERCUT recheck "$here/{RUN_DIR}" --crash-point {finding.crash_point}'
-             if finding.crash_point is not None else f"exec $POWERCUT {' '.join(rerun)}")
+    check = (f'exec $POWERCUT recheck "$here/{RUN_DIR}" --state {finding.state_id}'
+             if finding.state_id is not None else f"exec $POWERCUT {' '.join(rerun)}")
     text = f"""#!/bin/sh
 # {info['kind']} finding, signature {info['signature']['kind']}|{info['signature']['op']}|{info['signature']['rule']}, crash state {info['state_id']}:
 #   {finding.detail.splitlines()[0][:200]}
 # Rebuilds that crash state from {RUN_DIR}/recording.log, lets the kernel recover it, runs fsck and
 # the content oracle, and prints the finding (exit 1). `./reproduce.sh --rerun` records the shrunk
-# workload afresh instead: a new log, so other crash points, but usually the same finding.
+# workload afresh instead: a new log, so other crash states, but usually the same finding.
+# The image alone: powercut crash-image --log {RUN_DIR}/recording.log --state ID --size BYTES --out crash.img
 set -e
 here=$(cd "$(dirname "$0")" && pwd)
 export PYTHONPATH={shlex.quote(paths.ROOT)}${{PYTHONPATH:+:$PYTHONPATH}}

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from checkers.crash_check import PointInspect
+from checkers.crash_check import Inspect
 from checkers.findings import KINDS, Finding
 from fuzz.layout import fresh_dir
 from harness.pipeline import RunConfig, RunResult, run_checked
@@ -83,7 +83,7 @@ def op_count(doc: dict[str, Any]) -> int:
 
 
 def run_doc(doc: dict[str, Any], cfg: RunConfig, work_dir: str,
-            inspect_extra: PointInspect | None = None) -> Trial:
+            inspect_extra: Inspect | None = None) -> Trial:
     """Run workload DOC in WORK_DIR/run (replacing what was there); the run directory
     keeps the workload, log, records and report, everything `powercut recheck` needs."""
     out = fresh_dir(os.path.join(work_dir, RUN_DIR))

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from multiprocessing.synchronize import Event
 from typing import Any
 
-from checkers.crash_check import PointInspect
+from checkers.crash_check import Inspect
 from checkers.findings import Finding
-from harness.errors import PowercutError
+from harness.errors import PowercutError, Terminated
 from harness.pipeline import RunConfig
 from fuzz.layout import CampaignDir, remove_owned
 from fuzz.minimize import Shrinker
@@ -24,6 +24,12 @@ from fuzz.store import FindingStore
 from fuzz.trial import Signature, Trial, run_doc
 
 MAX_CONSECUTIVE_ERRORS = 3
+
+
+class Stopped(BaseException):
+    """The worker was told to stop (SIGTERM). A BaseException, so it unwinds through
+    Hypothesis, which would take the pipeline's Terminated (an Exception) for a
+    failing example and go on shrinking it."""
 
 
 @dataclass
@@ -46,11 +52,13 @@ class Worker:
     def should_stop(self) -> bool:
         return self.stop.is_set() or time.time() >= self.deadline
 
-    def run(self, doc: dict[str, Any], *, inspect_extra: PointInspect | None = None,
+    def run(self, doc: dict[str, Any], *, inspect_extra: Inspect | None = None,
             **journal: Any) -> Trial | None:
         """Run DOC and journal it; None if the harness failed (journaled too; repeated failures stop the worker)."""
         try:
             trial = run_doc(doc, self.cfg, self.work, inspect_extra)
+        except Terminated as e:  # the run has torn down: now stop the worker
+            raise Stopped() from e
         except PowercutError as e:
             self.errors += 1
             self.campaign.append(self.name, {"t": round(time.time(), 3), "name": doc["name"], "error": str(e)})

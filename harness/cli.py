@@ -7,14 +7,15 @@ import importlib
 import sys
 
 from harness.errors import PowercutError
-from harness.pipeline import Terminated
 
 # Modules that expose register(subparsers): each adds its subcommands and sets
 # `func` (args -> exit code) on them.
 COMMAND_MODULES = [
     "replay.commands",
     "harness.run_command",
+    "harness.scenario_command",
     "harness.cleanup",
+    "harness.bench",
     "harness.corpus_command",
     "fuzz.commands",
 ]
@@ -48,9 +49,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("powercut: interrupted", file=sys.stderr)
         return 130
-    except Terminated:
-        print("powercut: terminated", file=sys.stderr)
-        return 143
     except BrokenPipeError:  # output piped into head & co.
         sys.stderr.close()
         return 0

@@ -88,7 +88,7 @@ def load_corpus(root: str | Path = CORPUS_DIR, pattern: str = "*") -> list[Entry
         for f in sorted(files):
             if f.endswith(".json") and f != "matrix.json" and not f.startswith("matrix"):
                 e = load_entry(os.path.join(dirpath, f))
-                if fnmatch.fnmatch(e.name, pattern):
+                if any(fnmatch.fnmatch(e.name, p.strip()) for p in pattern.split(",")):
                     entries.append(e)
     names = [e.name for e in entries]
     dup = {n for n in names if names.count(n) > 1}

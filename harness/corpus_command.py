@@ -11,8 +11,10 @@ from pathlib import Path
 
 from harness import ownership
 from harness.corpus import CORPUS_DIR, VERDICT_KINDS, Row, entry_doc, load_corpus, load_matrix
+from harness.corpus_diff import diff, load_results, markdown as corpus_markdown_diff
 from harness.corpus_report import junit, markdown
-from harness.corpus_run import compare_baseline, load_baseline, results_doc, run_case
+from harness.backends import BACKENDS
+from harness.corpus_run import Backend, compare_baseline, load_baseline, results_doc, run_case
 from harness.errors import UsageError
 
 DEFAULT_MATRIX = CORPUS_DIR / "matrix.json"
@@ -35,20 +37,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not entries:
         raise UsageError(f"no corpus entry matches {args.entries!r} in {args.corpus}")
     rows = _rows(args)
+    if (args.kernel or args.kernel_modules) and args.backend != "vm":
+        raise UsageError("--kernel and --kernel-modules need --backend vm")
+    backend = Backend(args.backend, args.kernel or None, args.kernel_modules or None)
     baseline = load_baseline(args.baseline) if args.baseline else None
     out = ownership.make_dir(args.out or os.path.join("out", time.strftime("corpus-%Y%m%d-%H%M%S")))
     started = time.time()
     cases = []
     todo = [(e, r) for r in rows for e in entries if e.applies(r)]
     for i, (e, r) in enumerate(todo, 1):
-        case = run_case(e, r, out)
+        case = run_case(e, r, out, backend)
         cases.append(case)
         status = "error" if case.error else ("UNEXPECTED" if case.unexpected else "ok")
         print(f"[{i}/{len(todo)}] {case.key}: {status} ({', '.join(case.verdict or []) or case.error or 'clean'})",
               file=sys.stderr, flush=True)
     if baseline:
         compare_baseline(cases, baseline, args.latency_factor, args.latency_floor_us)
-    doc = results_doc(cases, started)
+    doc = results_doc(cases, started, backend)
     Path(out, "results.json").write_text(json.dumps(doc, indent=1) + "\n")
     Path(out, "summary.md").write_text(markdown(cases, doc))
     if args.junit:
@@ -57,6 +62,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"powercut corpus: {s['cases']} cases, {s['unexpected']} unexpected, {s['regressions']} latency "
           f"regressions, {s['errors']} errors; results: {out}/results.json, summary: {out}/summary.md")
     return 1 if any(c.failed for c in cases) else 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    """Verdict changes and latency of two corpus runs (e.g. old and new kernel); exit 1 on a verdict change."""
+    a, b = load_results(args.a), load_results(args.b)
+    diffs = diff(a, b)
+    text = corpus_markdown_diff(a, b, diffs, (args.a, args.b))
+    if args.out:
+        Path(args.out).write_text(text)
+    sys.stdout.write(text)
+    return 1 if any(d.changed for d in diffs) else 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -99,7 +115,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     def common(q: argparse.ArgumentParser) -> None:
         q.add_argument("--corpus", default=str(CORPUS_DIR), help="corpus directory (default: the repo's corpus/)")
-        q.add_argument("--entries", default="*", help="only entries whose name matches this glob")
+        q.add_argument("--entries", default="*", help="only entries whose name matches this glob (or comma-separated globs)")
         q.add_argument("--matrix", default=str(DEFAULT_MATRIX), help="matrix file (default: corpus/matrix.json)")
 
     r = csub.add_parser("run", help="run every entry across the matrix; exit 1 on an unexpected verdict or regression")
@@ -111,9 +127,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="a p99 or max worse than FACTOR x the baseline is a regression (default 2)")
     r.add_argument("--latency-floor-us", type=float, default=200.0,
                    help="ignore latency regressions below this many microseconds (default 200)")
+    r.add_argument("--backend", default="fuse", help=f"recording backend of every case: {', '.join(BACKENDS)} (default: fuse)")
+    r.add_argument("--kernel", default="", help="--backend vm: debian:PACKAGE or a kernel image path")
+    r.add_argument("--kernel-modules", default="", help="--backend vm: the kernel's lib/modules/VERSION directory")
     r.add_argument("--junit", default="", help="also write JUnit XML here")
     r.add_argument("--out", default="", help="output directory (default: out/corpus-TIME)")
     r.set_defaults(func=cmd_run)
+
+    d = csub.add_parser("diff", help="verdict changes and latency of two corpus runs; exit 1 on a verdict change")
+    d.add_argument("a", help="results.json of the first run (e.g. the current kernel)")
+    d.add_argument("b", help="results.json of the second run (e.g. the new kernel)")
+    d.add_argument("--out", default="", help="also write the Markdown diff here")
+    d.set_defaults(func=cmd_diff)
 
     ls = csub.add_parser("list", help="list the entries and their expected verdicts")
     common(ls)

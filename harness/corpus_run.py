@@ -43,6 +43,7 @@ class Case:
     latency: dict[str, dict[str, float]] = field(default_factory=dict)
     regressions: list[str] = field(default_factory=list)
     baseline_verdict: list[str] | None = None
+    kernel: str = ""                          # the kernel the case ran on (the guest's with --backend vm)
 
     @property
     def key(self) -> str:
@@ -57,28 +58,41 @@ class Case:
         return self.unexpected or bool(self.regressions)
 
 
-def run_config(entry: Entry, row: Row) -> RunConfig:
+@dataclass(frozen=True)
+class Backend:
+    """Where every case of a corpus run records and recovers (`--backend`, `--kernel`)."""
+    name: str = "fuse"
+    kernel: str | None = None
+    kernel_modules: str | None = None
+
+
+def run_config(entry: Entry, row: Row, backend: Backend = Backend()) -> RunConfig:
     fields = {f.name for f in dataclasses.fields(RunConfig)} - {"fs", "mkfs_opts", "mount_opts", "quiet"}
     bad = set(entry.run) - fields
     if bad:
         raise UsageError(f"{entry.path}: unknown run option(s) {', '.join(sorted(bad))}")
-    return RunConfig(fs=row.fs, mkfs_opts=row.mkfs_opts, mount_opts=row.mount_opts, quiet=True, **entry.run)
+    # The expectations were recorded with in-order crash states only: an entry
+    # opts in to reordering (`"run": {"reorder": ...}`) with verdicts to match.
+    run = {"reorder": "none", **entry.run}
+    return RunConfig(fs=row.fs, mkfs_opts=row.mkfs_opts, mount_opts=row.mount_opts, quiet=True,
+                     backend=backend.name, kernel=backend.kernel, kernel_modules=backend.kernel_modules, **run)
 
 
-def run_case(entry: Entry, row: Row, out_dir: str) -> Case:
+def run_case(entry: Entry, row: Row, out_dir: str, backend: Backend = Backend()) -> Case:
     case = Case(entry.name, row.name, row.fs, row.mkfs_opts, row.mount_opts, entry.expected(row))
     case_dir = ownership.make_dir(os.path.join(out_dir, row.name, entry.name))
     wl = os.path.join(case_dir, "workload.json")
     with open(wl, "w") as f:
         json.dump(entry.workload, f, indent=1)
     try:
-        report = run_workload(wl, run_config(entry, row), os.path.join(case_dir, "run"))
+        report = run_workload(wl, run_config(entry, row, backend), os.path.join(case_dir, "run"))
     except PowercutError as e:
         case.error = str(e)
         return case
     case.verdict = sorted({f["kind"] for f in report["findings"]} & set(VERDICT_KINDS))
     case.report = os.path.relpath(report["report_path"], out_dir)
     case.crash_states = report["crash_states_checked"]
+    case.kernel = report.get("kernel", "")
     case.latency = {k: {s: v[s] for s in LATENCY_STATS}
                     for k, v in report.get("latency", {}).get("kinds", {}).items() if v.get("count")}
     return case
@@ -109,10 +123,15 @@ def load_baseline(path: str) -> dict[str, Any]:
     return doc
 
 
-def results_doc(cases: list[Case], started: float) -> dict[str, Any]:
+def results_doc(cases: list[Case], started: float, backend: Backend = Backend()) -> dict[str, Any]:
+    kernels = sorted({c.kernel for c in cases if c.kernel})
     return {
         "format": RESULTS_FORMAT,
-        "kernel": platform.release(),
+        # The kernel under test: the guest's with --backend vm, else the host's.
+        "kernel": ", ".join(kernels) or (backend.kernel or "?" if backend.name == "vm" else platform.release()),
+        "host_kernel": platform.release(),
+        "backend": backend.name,
+        "kernel_spec": backend.kernel,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "seconds": round(time.time() - started, 1),
         "summary": {"cases": len(cases), "unexpected": sum(c.unexpected for c in cases),

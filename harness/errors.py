@@ -21,3 +21,9 @@ class EnvError(PowercutError):
 
 class RefusedError(PowercutError):
     """A target powercut did not create: never touched."""
+
+
+class Terminated(PowercutError):
+    """SIGTERM, turned into an exception so every teardown path runs."""
+
+    exit_code = 143

@@ -52,10 +52,14 @@ def summary(report: dict[str, Any], report_path: str | None) -> str:
         f"powercut {report['workload'].get('name', '')} on {report['fs']} "
         f"(mkfs: {report['mkfs_opts'] or 'defaults'}, mount: {report['mount_opts'] or 'defaults'}, "
         f"backend {report['backend']}, kernel {report['kernel']})",
-        f"  log entries: {report['log_entries']}   crash states checked: {report['crash_states_checked']}",
+        f"  log entries: {report['log_entries']}   crash points: {report['crash_points']}   "
+        f"crash states checked: {report['crash_states_checked']}"
+        + (f" (+{report['crash_states_duplicate']} duplicates skipped)" if report.get("crash_states_duplicate") else ""),
     ]
     if report["workload"].get("exit_code"):
         lines.append(f"  warning: workload exited with {report['workload']['exit_code']}")
+    if report.get("stopped_at_first_failure"):
+        lines.append("  stopped at the first finding (--first-failure): later crash states not checked")
     if not findings:
         lines.append("  findings: none")
     else:
@@ -65,9 +69,13 @@ def summary(report: dict[str, Any], report_path: str | None) -> str:
             where = ""
             if f.get("crash_point") is not None:
                 where = f" at entry {f['crash_point']}" + (f" (after mark {f['crash_mark']!r})" if f.get("crash_mark") else "")
+                if f.get("state_id"):  # rebuild it with `powercut crash-image --state ID`
+                    where = f" in state {f['state_id']}," + where
             lines.append(f"    [{f['kind']}]{where}: {f['detail'].splitlines()[0][:160]}")
         if len(findings) > SUMMARY_FINDINGS:
             lines.append(f"    ... {len(findings) - SUMMARY_FINDINGS} more in the report")
     if report_path:
         lines.append(f"  report: {report_path}")
+    if report.get("markdown_path"):
+        lines.append(f"  markdown: {report['markdown_path']}")
     return "\n".join(lines)

@@ -15,6 +15,7 @@ import os
 import secrets
 import shutil
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -148,6 +149,12 @@ class RunState:
             if not failed:
                 shutil.rmtree(self.path, ignore_errors=True)
         return failed
+
+    def teardown_or_warn(self) -> None:
+        """teardown(), telling the user on stderr what is left for `powercut cleanup`."""
+        failed = self.teardown(log=lambda m: print(m, file=sys.stderr))
+        if failed:
+            print(f"powercut: {len(failed)} resource(s) left behind: run `powercut cleanup`", file=sys.stderr)
 
     def owner_alive(self) -> bool:
         try:

@@ -88,8 +88,10 @@ def loop_backing(dev: str) -> str | None:
         return None
 
 
-def loop_attach(backing: str, *, sector_size: int = 512, direct_io: bool = False) -> str:
+def loop_attach(backing: str, *, sector_size: int = 512, direct_io: bool = False, read_only: bool = False) -> str:
     cmd = ["losetup", "--find", "--show", f"--sector-size={sector_size}"]
+    if read_only:
+        cmd.append("--read-only")
     if direct_io:
         cmd.append("--direct-io=on")
     dev = run(cmd + [backing], timeout=60).stdout.strip()
@@ -123,14 +125,16 @@ def loop_detach_backed_by(backing: str) -> None:
         wait_loop_detached(dev)
 
 
-def wait_loop_detached(dev: str, timeout: float = 30.0) -> None:
+def wait_loop_detached(dev: str, timeout: float = 30.0, backing: str | None = None) -> None:
     """Wait until a deferred detach has happened: the backing file is released.
 
     sysfs offers no event for this, so poll; the FUSE recorder cannot be
-    unmounted while the loop device still holds disk.img open.
+    unmounted while the loop device still holds disk.img open. With BACKING,
+    wait only while DEV is still backed by that file: once free, the device
+    may be reused by someone else at once.
     """
     deadline = time.monotonic() + timeout
-    while loop_backing(dev) is not None:
+    while (b := loop_backing(dev)) is not None and (backing is None or b.removesuffix(" (deleted)") == backing):
         if time.monotonic() > deadline:
             raise EnvError(f"{dev} still attached {timeout:.0f}s after losetup -d (something holds it open)")
         time.sleep(0.005)

@@ -1,4 +1,4 @@
-"""`powercut log dump` and `powercut replay-log`.
+"""`powercut log dump`, `powercut replay-log` and `powercut crash-image`.
 
 replay-log takes xfstests' replay-log options with the same meaning, checked
 against xfstests src/log-writes/replay-log.c (main, should_stop, run_fsck,
@@ -59,6 +59,7 @@ from harness.errors import EnvError, RefusedError, UsageError
 from harness.ownership import create_file, require_owned
 from replay.logformat import DISCARD, FLUSH, FUA, MARK, Entry, LogReader, flags_str
 from replay.replayer import Replayer, find_mark
+from replay.stateimage import build_crash_image
 
 _CHECK_FLAGS = {"flush": FLUSH, "fua": FUA, "discard": DISCARD}
 # strtoull(s, &end, 0) with nothing left over: hex, octal or decimal.
@@ -68,6 +69,7 @@ _C_UINT = re.compile(r"0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*")
 def register(subparsers: argparse._SubParsersAction) -> None:
     _register_log(subparsers)
     _register_replay_log(subparsers)
+    _register_crash_image(subparsers)
 
 
 def _register_log(subparsers: argparse._SubParsersAction) -> None:
@@ -98,6 +100,17 @@ def _register_replay_log(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--fsck", metavar="CMD", help="shell command run at each --check point; failure exits 1")
     p.add_argument("-v", "--verbose", action="count", default=0, help="print replayed entries (-vv: also skipped ones)")
     p.set_defaults(func=_run_replay_log)
+
+
+def _register_crash_image(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("crash-image", help="build the crash image of one crash state (an id from a report)",
+                              description="Build exactly the image a crash walk checked for state ID "
+                                          "(e.g. p57, p57-d33, p57-t33k0-2, p57-r12, p57-e5), unrecovered.")
+    p.add_argument("--log", metavar="LOG", required=True, help="dm-log-writes log the state comes from")
+    p.add_argument("--state", metavar="ID", required=True, help="crash state id")
+    p.add_argument("--size", metavar="BYTES", required=True, help="device size (report.json: device_bytes)")
+    p.add_argument("--out", metavar="IMG", required=True, help="image file to write (new, or one powercut made)")
+    p.set_defaults(func=_run_crash_image)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -181,7 +194,7 @@ class _Options:
 
 def _c_uint(text: str, option: str) -> int:
     if not _C_UINT.fullmatch(text):
-        raise UsageError(f"replay-log: {option} {text!r} is not a number")
+        raise UsageError(f"{option} {text!r} is not a number")
     return int(text, 16 if text[:2] in ("0x", "0X") else 8 if text[:1] == "0" else 10)
 
 
@@ -240,6 +253,18 @@ def _start_index(reader: LogReader, args: argparse.Namespace, opts: _Options) ->
         for entry in itertools.islice(reader, start):
             print(_seek_line(reader, entry))
     return start
+
+
+@_os_errors_are_env_errors
+def _run_crash_image(args: argparse.Namespace) -> int:
+    size = _c_uint(args.size, "--size")
+    with LogReader(args.log) as reader:
+        if size < reader.device_bytes_needed():
+            raise UsageError(f"--size {size}: the log writes up to byte {reader.device_bytes_needed()}")
+        state = build_crash_image(reader, args.state, size, args.out)
+    print(f"{args.out}: crash state {state.id} ({state.mode}): entries 0..{state.epoch_start - 1} "
+          f"and {len(state.persisted)} of the {len(state.epoch)} writes after the last flush")
+    return 0
 
 
 def _seek_line(reader: LogReader, entry: Entry) -> str:

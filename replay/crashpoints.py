@@ -6,6 +6,10 @@ Selection is a comma-separated list of kinds (`--crash-points`):
 flush, fua, mark, write (every entry carrying data or a discard), or a
 number N (every Nth entry). The default, `flush,fua,mark`, is after every
 FLUSH or FUA entry and every mark. The last entry is always a crash point.
+
+Crash points start after mkfs (the mark `pc:mkfs-done`; everything before it
+is taken as durable) and can be narrowed to a range between two marks
+(`--start-mark`, `--end-mark`); the range's last entry is then its end.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from harness.errors import UsageError
-from replay.logformat import Entry
+from harness.session import MARK_MKFS
+from replay.logformat import Entry, LogReader
+from replay.replayer import find_mark
 
 DEFAULT = "flush,fua,mark"
 
@@ -38,17 +44,48 @@ def parse_spec(spec: str) -> tuple[list[Callable[[Entry], bool]], int]:
     return preds, every
 
 
-def select_crash_points(entries: Iterable[Entry], spec: str = DEFAULT, first: int = 0) -> list[int]:
-    """Crash points among entries FIRST.. of the log, per SPEC, plus the end."""
+def mkfs_done(reader: LogReader) -> int | None:
+    """Index of the mkfs-done mark; None in a log not recorded by `powercut run`."""
+    try:
+        return find_mark(reader, MARK_MKFS)
+    except UsageError:
+        return None
+
+
+def first_crash_point(reader: LogReader) -> int:
+    """Crash points start at the mkfs-done mark (or at 0 without one)."""
+    return mkfs_done(reader) or 0
+
+
+def mark_range(reader: LogReader, start_mark: str | None, end_mark: str | None) -> tuple[int, int | None]:
+    """Entry indices of --start-mark and --end-mark (the first such mark after the start)."""
+    first = first_crash_point(reader)
+    start = _find(reader, "--start-mark", start_mark, first) if start_mark is not None else first
+    end = _find(reader, "--end-mark", end_mark, start) if end_mark is not None else None
+    return start, end
+
+
+def _find(reader: LogReader, option: str, text: str, start: int) -> int:
+    try:
+        return find_mark(reader, text, start)
+    except UsageError:
+        raise UsageError(f"{option} {text!r}: no such mark in {reader.path} from entry {start} on") from None
+
+
+def select_crash_points(entries: Iterable[Entry], spec: str = DEFAULT, first: int = 0,
+                        last: int | None = None) -> list[int]:
+    """Crash points among entries FIRST..LAST (default: the end) of the log, per SPEC, plus LAST."""
     preds, every = parse_spec(spec)
     points: list[int] = []
-    last = -1
+    end = -1
     for e in entries:
-        last = e.index
+        if last is not None and e.index > last:
+            break
+        end = e.index
         if e.index < first:
             continue
         if any(p(e) for p in preds) or (every and (e.index - first) % every == every - 1):
             points.append(e.index)
-    if last >= first and (not points or points[-1] != last):
-        points.append(last)
+    if end >= first and (not points or points[-1] != end):
+        points.append(end)
     return points

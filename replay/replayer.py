@@ -16,34 +16,13 @@ Entries are applied strictly in log order; the target only moves forward.
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import os
 from collections.abc import Iterator
 
 from harness.errors import UsageError
 from harness.ownership import require_owned
+from harness.sparse import punch_hole, pwrite_sparse
 from replay.logformat import Closing, Entry, LogReader
-
-_FALLOC_FL_KEEP_SIZE = 0x01
-_FALLOC_FL_PUNCH_HOLE = 0x02
-_ZERO_CHUNK = 1 << 20
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
-
-
-def punch_hole(fd: int, offset: int, length: int) -> None:
-    """Zero [offset, offset+length) by deallocating it; write zeros where that is unsupported."""
-    if _libc.fallocate(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
-        return
-    err = ctypes.get_errno()
-    if err not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
-        raise OSError(err, os.strerror(err))
-    zeros = bytes(min(length, _ZERO_CHUNK))
-    end = offset + length
-    while offset < end:
-        offset += os.pwrite(fd, zeros[: end - offset], offset)
 
 
 class Replayer(Closing):
@@ -51,12 +30,14 @@ class Replayer(Closing):
 
     TARGET is a path (which powercut must have created; opened and closed
     here) or an open fd (left open). Its size at construction is the device
-    size every entry is bounds-checked against.
+    size every entry is bounds-checked against. With SPARSE, all-zero writes
+    become holes.
     """
 
-    def __init__(self, reader: LogReader, target: str | int, *, discard: bool = True) -> None:
+    def __init__(self, reader: LogReader, target: str | int, *, discard: bool = True, sparse: bool = False) -> None:
         self.reader = reader
         self.discard = discard
+        self._write = pwrite_sparse if sparse else os.pwrite
         if isinstance(target, int):
             self.fd, self._owns_fd = target, False
         else:
@@ -90,7 +71,7 @@ class Replayer(Closing):
         self.reader.check_bounds(entry, self.device_bytes)
         start, end = entry.byte_range(self.reader.sectorsize)
         if entry.is_write:
-            os.pwrite(self.fd, self.reader.read_data(entry), start)
+            self._write(self.fd, self.reader.read_data(entry), start)
         elif entry.is_discard and end > start:
             punch_hole(self.fd, start, end - start)
 

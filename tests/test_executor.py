@@ -113,6 +113,7 @@ MAIN_OPS = [  # (op, expected ret or FD, expected errno)
         op("pwrite", "pwrite-rep", fd="f", offset=20480, stride=1024, length=512)]}, 0, 0),
     (op("ftruncate", "ftrunc", fd="f", length=32768), 0, 0),
     (op("fsync", "fsync", fd="f"), 0, 0),
+    (op("fiemap", "fiemap-f", fd="f", sync=True), 1, 0),  # one fallocated extent, written or not
     (op("fdatasync", "fdatasync", fd="f"), 0, 0),
     (op("syncfs", "syncfs", fd="f"), 0, 0),
     (op("sync_file_range", "sfr", fd="f", offset=0, length=0, flags=["WRITE"]), 0, 0),
@@ -227,6 +228,9 @@ def test_timing_agrees_with_an_independent_clock(tmp_path: Path) -> None:
     assert nap + span <= r.results.end_ns - r.results.start_ns <= r.wall_ns
     assert r.wall_ns >= 20 * MS + (count - 1) * period_us * 1000
     assert 0 < r.results.overhead_min_ns <= r.results.overhead_median_ns < 1000
+    between = summarize(r.results, r.workload)["between_ops"]  # the executor's own time between ops
+    assert between["count"] == 1 + count  # nap -> open, and each iteration's start -> its pwrite
+    assert 0 < between["p50_us"] <= between["p99_us"] <= between["max_us"] < 5000
     rep = summarize(r.results, r.workload)["repeats"]["tick"]
     assert (rep["thread"], rep["period_us"], rep["iterations"], rep["deadline_misses"]) == ("t", period_us, count, 0)
     assert rep["max_late_us"] == max(t.late_ns for t in ticks) / 1000
@@ -276,6 +280,29 @@ def test_two_threads_meet_at_a_barrier_and_flush_with_sync_file_range(tmp_path: 
     assert r.one("synced-w").end_ns >= r.one("sfr").end_ns
     assert (r.dir / "rec").read_bytes() == r.data("fill", "rec", 0, 1 << 20)
     assert r.results.thread_names == ("writer", "flusher")
+
+
+@pytest.mark.skipif(not shutil.which("filefrag"), reason="needs filefrag (e2fsprogs)")
+def test_fiemap_counts_extents_as_filefrag_does(tmp_path: Path) -> None:
+    """Sparse, fallocated and interleaved files: the fiemap op's count is filefrag's."""
+    writes = [op("pwrite", f"w{i}", fd="s", offset=i << 20, length=4096) for i in range(5)]
+    inter = {"op": "repeat", "count": 32, "ops": [
+        op("pwrite", "ia", fd="a", offset=0, length=8192, stride=8192), op("fsync", "fa", fd="a"),
+        op("pwrite", "ib", fd="b", offset=0, length=8192, stride=8192), op("fsync", "fb", fd="b")]}
+    d = doc({"name": "t", "ops": [
+        op("open", "os", path="sparse", flags=["O_CREAT", "O_RDWR"], fd="s"), *writes,
+        op("fiemap", "fs", fd="s", sync=True),
+        op("open", "oa", path="a", flags=["O_CREAT", "O_RDWR"], fd="a"),
+        op("open", "ob", path="b", flags=["O_CREAT", "O_RDWR"], fd="b"),
+        op("fallocate", "pre", fd="b", mode=["KEEP_SIZE"], offset=1 << 20, length=1 << 20),
+        inter, op("fiemap", "fa-n", fd="a", sync=True), op("fiemap", "fb-n", fd="b"),
+        op("close", "cs", fd="s"), op("close", "ca", fd="a"), op("close", "cb", fd="b")]})
+    r = run(tmp_path, d)
+    for op_id, name in [("fs", "sparse"), ("fa-n", "a"), ("fb-n", "b")]:
+        out = subprocess.run(["filefrag", str(r.dir / name)], capture_output=True, text=True, check=True).stdout
+        expected = int(out.rsplit(":", 1)[1].split()[0])
+        assert (r.one(op_id).errno, r.one(op_id).ret) == (0, expected), (name, out)
+    assert r.one("fb-n").ret >= 2  # data blocks and the fallocated range are apart
 
 
 def stderr_lines(p: subprocess.CompletedProcess[str]) -> list[str]:

@@ -36,7 +36,8 @@ def test_mixed_workload_is_clean_and_log_replays_to_final_image(pc: PcEnv, fs: s
     assert r["workload"]["exit_code"] == 0, (out / "workload.out").read_text()
     assert r["fs"] == fs and r["backend"] == "fuse" and r["kernel"] == os.uname().release
     assert r["findings"] == []
-    assert r["crash_states_checked"] == r["crash_points"] > 5
+    # Every crash point has at least its in-order state; reordered ones come on top.
+    assert r["crash_states_checked"] + r["crash_states_duplicate"] == r["crash_states_total"] >= r["crash_points"] > 5
     assert r["log_entries"] > 20
     # The whole log replayed onto a zeroed device is the final device, byte for byte.
     replayed = pc.tmp / "replayed.img"

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from harness.errors import UsageError
 from workloads import pattern
-from workloads.format import FORMAT, OP_KINDS, Workload, load_workload, parse_workload, walk
+from workloads.format import FORMAT, OP_KINDS, Device, Generator, Workload, load_workload, parse_workload, walk
 from workloads.marks import MARK_MAX, Mark, format_mark, parse_mark
 from workloads.plan import build_plan, compile_plan, file_ids, parse_plan
 
@@ -68,6 +68,7 @@ FULL: dict[str, Any] = {
                 {"op": "sleep", "us": 640000},
                 {"op": "sync_file_range", "fd": "rec", "offset": 0, "length": 2097152, "stride": 2097152,
                  "flags": ["WAIT_BEFORE", "WRITE", "WAIT_AFTER"]}]},
+            {"op": "fiemap", "fd": "rec", "sync": True},
             {"op": "close", "fd": "rec"},
         ]},
     ],
@@ -102,6 +103,20 @@ def test_minimal_workload_gets_defaults() -> None:
     w = parse_workload({"format": FORMAT, "name": "m", "threads": [{"name": "t", "ops": [{"op": "sync"}]}]})
     assert w.threads[0].sched.policy == "other" and w.threads[0].sched.cpu is None
     assert w.budgets == {} and w.description is None
+    assert w.device == Device() and w.generator is None
+
+
+def test_device_and_generator_sections() -> None:
+    d = full()
+    d["device"] = {"size_mib": 256, "queue": {"scheduler": "mq-deadline", "nr_requests": 4}, "bdi": {"strict_limit": 1}}
+    d["generator"] = {"name": "recorder", "scale": 0.01, "params": {"writes": 80}}
+    w = parse_workload(d)
+    assert w.device == Device(256, {"scheduler": "mq-deadline", "nr_requests": 4}, {"strict_limit": 1})
+    assert list(w.device.queue) == ["scheduler", "nr_requests"]  # written in this order
+    assert w.generator == Generator("recorder", 0.01, {"writes": 80})
+    fiemap = w.threads[1].ops[3]
+    assert (fiemap.kind, fiemap.args) == ("fiemap", {"fd": "rec", "sync": True})
+    assert "kind=fiemap fd=0 sync=1" in compile_plan(w)
 
 
 def _set(path: list[Any], value: Any) -> Callable[[dict[str, Any]], None]:
@@ -166,6 +181,10 @@ BAD = [
     (_insert(0, {"op": "repeat", "count": 100000, "ops": [{"op": "repeat", "count": 100000, "ops": [{"op": "sync"}]}]}),
      "threads[0].ops[0].ops[0].count: nested repeats would run an op more than 2^32 times"),
     (_set([*W0, 4, "count"], 5000000), "threads[0].ops: would record 10000028 ops, more than 4000000"),
+    (_set(["device"], {"queue": {"../x": 1}}), "device.queue.../x: \"../x\" is not valid: A sysfs attribute name"),
+    (_set(["device"], {"queue": {"nr_requests": "4; rm"}}), "device.queue.nr_requests: \"4; rm\" is not valid"),
+    (_set(["device"], {"size_mib": 0}), "device.size_mib: must be >= 1"),
+    (_set(["generator"], {"scale": 1}), "generator.name: required field missing"),
     (_set(["threads", 1, "ops", 2, "ops", 1, "stride"], 1 << 61),
      "threads[1].ops[2].ops[1].offset: offset + length (+ stride * iterations) passes 2^62 (62 iterations)"),
 ]

@@ -72,6 +72,24 @@ class Budget:
 
 
 @dataclass(frozen=True)
+class Device:
+    """What the workload asks of the recorded device (applied by the harness, not pc-exec)."""
+
+    size_mib: int | None = None
+    queue: Mapping[str, int | str] = field(default_factory=dict)  # /sys/block/DEV/queue/ATTR
+    bdi: Mapping[str, int | str] = field(default_factory=dict)    # /sys/class/bdi/MAJ:MIN/ATTR
+
+
+@dataclass(frozen=True)
+class Generator:
+    """The scenario that generated the workload, for reproduction and its report section."""
+
+    name: str
+    scale: float | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Workload:
     name: str
     threads: tuple[Thread, ...]
@@ -79,6 +97,8 @@ class Workload:
     invariants: Mapping[str, Any] = field(default_factory=dict)
     description: str | None = None
     seed: int | None = None
+    device: Device = field(default_factory=Device)
+    generator: Generator | None = None
 
     @property
     def wid(self) -> int:
@@ -240,7 +260,9 @@ def parse_workload(doc: Any) -> Workload:
     checker.finish()
     threads = tuple(Thread(t["name"], Sched(**t.get("sched", {})), tuple(_op(o) for o in t["ops"])) for t in doc["threads"])
     budgets = {k: Budget(**b) for k, b in doc.get("budgets", {}).items()}
-    return Workload(doc["name"], threads, budgets, doc.get("invariants", {}), doc.get("description"), doc.get("seed"))
+    generator = Generator(**doc["generator"]) if "generator" in doc else None
+    return Workload(doc["name"], threads, budgets, doc.get("invariants", {}), doc.get("description"), doc.get("seed"),
+                    Device(**doc.get("device", {})), generator)
 
 
 def workload_doc(ops: list[dict[str, Any]], name: str = "random") -> dict[str, Any]:
@@ -250,6 +272,11 @@ def workload_doc(ops: list[dict[str, Any]], name: str = "random") -> dict[str, A
 
 def load_workload(path: str | Path) -> Workload:
     """Reads and validates the workload file PATH."""
+    return parse_workload(read_document(path))
+
+
+def read_document(path: str | Path) -> Any:
+    """The decoded JSON of the workload file PATH, not yet validated."""
     try:
         text = Path(path).read_text()
     except OSError as e:
@@ -257,7 +284,6 @@ def load_workload(path: str | Path) -> Workload:
     except UnicodeDecodeError as e:
         raise UsageError(f"WORKLOAD: $: {path} is not UTF-8 text") from e
     try:
-        doc = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise UsageError(f"WORKLOAD: $: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from e
-    return parse_workload(doc)

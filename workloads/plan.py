@@ -63,6 +63,7 @@ PLAN_FIELDS: dict[str, tuple[str, ...]] = {
     "setxattr": ("path", "file", "name", "length"),
     "removexattr": ("path", "name"),
     "mmap_write": ("fd", "file", "offset", "stride", "length", "msync"),
+    "fiemap": ("fd", "sync"),
     "sleep": ("us",),
     "repeat": ("count", "period_us"),
     "barrier": ("barrier",),
@@ -176,8 +177,8 @@ class _Builder:
                 return tuple(a["mode"] if op.kind == "fallocate" else a["flags"])
             case "barrier":
                 return self.barriers[a["name"]]
-            case "msync":
-                return int(a["msync"])
+            case "msync" | "sync":
+                return int(a[f])
             case "period_us":
                 return a.get("period_us") or 0
         return a[f]

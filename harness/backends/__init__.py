@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from checkers.recovery import RecoveryEngine
+from checkers.recovery import PointInspect, RecoveryEngine
 from harness.device import RecordedDevice
 from harness.errors import UsageError
 from harness.filesystems import FsType
@@ -26,8 +26,9 @@ class Backend(Protocol):
                state: RunState, out_dir: str, device_bytes: int, log_path: str) -> Recording:
         """Make the file system, run WORKLOAD on it and return the finished log."""
 
-    def recovery(self, fs: FsType, mount_opts: str, state: RunState) -> RecoveryEngine | None:
-        """The engine that recovers crash images; None: the host kernel."""
+    def recovery(self, fs: FsType, mount_opts: str, state: RunState,
+                 inspect: PointInspect | None = None) -> RecoveryEngine | None:
+        """The engine that recovers crash images (INSPECT reads each recovered one); None: the host kernel."""
 
     def report_extra(self) -> dict[str, Any]:
         """Backend facts for report.json."""

@@ -7,6 +7,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
@@ -80,6 +83,44 @@ static int mmap_write(int fd, const uint8_t *src, uint64_t off, size_t len, int 
     munmap(map, maplen);
     errno = err;
     return err ? -1 : 0;
+}
+
+#define FIEMAP_BATCH 64
+
+/* The file's extents as filefrag counts them: one that continues the
+ * previous extent on disk (right after it, or at the same disk-to-file
+ * offset across a hole) is the same extent. FLAGS: FIEMAP_FLAG_SYNC or 0. */
+static int64_t count_extents(int fd, uint32_t flags)
+{
+    struct {
+        struct fiemap fm;
+        struct fiemap_extent ext[FIEMAP_BATCH];
+    } b;
+    struct fiemap_extent prev = { 0 };
+    int64_t count = 0;
+    uint64_t start = 0;
+    for (;;) {
+        memset(&b.fm, 0, sizeof b.fm);
+        b.fm.fm_start = start;
+        b.fm.fm_length = FIEMAP_MAX_OFFSET - start;
+        b.fm.fm_flags = flags;
+        b.fm.fm_extent_count = FIEMAP_BATCH;
+        if (ioctl(fd, FS_IOC_FIEMAP, &b.fm) < 0)
+            return -1;
+        for (uint32_t i = 0; i < b.fm.fm_mapped_extents; i++) {
+            const struct fiemap_extent *e = &b.ext[i];
+            if (!count || (e->fe_physical != prev.fe_physical + prev.fe_length &&
+                           e->fe_physical != prev.fe_physical + (e->fe_logical - prev.fe_logical)))
+                count++;
+            prev = *e;
+            if (e->fe_flags & FIEMAP_EXTENT_LAST)
+                return count;
+        }
+        if (b.fm.fm_mapped_extents < FIEMAP_BATCH)
+            return count;
+        start = prev.fe_logical + prev.fe_length;
+        flags &= ~(uint32_t)FIEMAP_FLAG_SYNC; /* written back once is enough */
+    }
 }
 
 static int sleep_us(uint64_t us)
@@ -190,6 +231,7 @@ void pc_exec_op(const struct pc_plan *plan, struct pc_thread *t, const struct pc
     case K_SETXATTR: TIMED(r, setxattr(op->path, op->name, t->buf, len, 0)); break;
     case K_REMOVEXATTR: TIMED(r, removexattr(op->path, op->name)); break;
     case K_MMAP_WRITE: TIMED(r, mmap_write(fd, t->buf, off, len, op->msync, &r->flags)); break;
+    case K_FIEMAP: TIMED(r, count_extents(fd, (uint32_t)op->flags)); break;
     case K_SLEEP: TIMED(r, sleep_us(op->us)); break;
     case K_BARRIER: TIMED(r, barrier_wait(&plan->barriers[op->barrier].b)); break;
     case K_REPEAT: /* run.c drives repeats */

@@ -16,7 +16,7 @@ enum pc_kind {
     K_OPEN, K_CREAT, K_CLOSE, K_WRITE, K_PWRITE, K_READ, K_PREAD,
     K_FALLOCATE, K_FTRUNCATE, K_TRUNCATE, K_FSYNC, K_FDATASYNC, K_SYNC,
     K_SYNCFS, K_SYNC_FILE_RANGE, K_RENAME, K_LINK, K_SYMLINK, K_UNLINK,
-    K_MKDIR, K_RMDIR, K_SETXATTR, K_REMOVEXATTR, K_MMAP_WRITE, K_SLEEP,
+    K_MKDIR, K_RMDIR, K_SETXATTR, K_REMOVEXATTR, K_MMAP_WRITE, K_FIEMAP, K_SLEEP,
     K_REPEAT, K_BARRIER, K__COUNT
 };
 
@@ -25,7 +25,7 @@ struct pc_op {
     uint32_t seq;
     int fd;            /* slot in the thread's fd table, -1: none */
     uint32_t file_id;  /* pattern file id of the data this op writes */
-    int flags;         /* open flags, fallocate mode, sync_file_range or rename flags */
+    int flags;         /* open flags, fallocate mode, sync_file_range, rename or fiemap flags */
     int msync;         /* mmap_write: msync(MS_SYNC) before munmap */
     unsigned mode;     /* open, creat, mkdir */
     uint64_t offset, stride, length;

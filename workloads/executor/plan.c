@@ -25,7 +25,7 @@
  *   rename: from to flags   link: from to   symlink: target path
  *   unlink, rmdir: path     mkdir: path mode
  *   setxattr: path file name length    removexattr: path name
- *   mmap_write: fd file offset stride length msync(0|1)
+ *   mmap_write: fd file offset stride length msync(0|1)    fiemap: fd sync(0|1)
  *   sleep: us    repeat: count period_us(0: no period)    barrier: barrier
  * Modes are octal; everything else decimal.
  */
@@ -33,6 +33,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <fcntl.h>
+#include <linux/fiemap.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +47,7 @@ static const char *const kind_names[K__COUNT] = {
     "open", "creat", "close", "write", "pwrite", "read", "pread",
     "fallocate", "ftruncate", "truncate", "fsync", "fdatasync", "sync",
     "syncfs", "sync_file_range", "rename", "link", "symlink", "unlink",
-    "mkdir", "rmdir", "setxattr", "removexattr", "mmap_write", "sleep",
+    "mkdir", "rmdir", "setxattr", "removexattr", "mmap_write", "fiemap", "sleep",
     "repeat", "barrier",
 };
 
@@ -61,7 +62,7 @@ static const char *const kind_fields[K__COUNT] = {
     [K_RENAME] = "from to flags", [K_LINK] = "from to", [K_SYMLINK] = "target path",
     [K_UNLINK] = "path", [K_MKDIR] = "path mode", [K_RMDIR] = "path",
     [K_SETXATTR] = "path file name length", [K_REMOVEXATTR] = "path name",
-    [K_MMAP_WRITE] = "fd file offset stride length msync", [K_SLEEP] = "us",
+    [K_MMAP_WRITE] = "fd file offset stride length msync", [K_FIEMAP] = "fd sync", [K_SLEEP] = "us",
     [K_REPEAT] = "count period_us", [K_BARRIER] = "barrier",
 };
 
@@ -300,6 +301,8 @@ static void parse_op(struct parser *p, struct pc_op *op, int depth)
         op->flags = flags(p, "flags", sfr_flags);
     else if (k == K_RENAME)
         op->flags = flags(p, "flags", rename_flags);
+    else if (k == K_FIEMAP)
+        op->flags = num(p, "sync", 0, 1) ? FIEMAP_FLAG_SYNC : 0;
     if (k == K_REPEAT) {
         if (depth == MAX_DEPTH)
             perr(p, "repeats nested deeper than %d", MAX_DEPTH);

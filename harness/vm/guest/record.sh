@@ -2,6 +2,9 @@
 # /dev/vda is the data disk, /dev/vdb the log disk. From job.env: PC_FS,
 # PC_MKFS (mkfs command words), PC_MOUNT_OPTS, PC_WORKLOAD (command line),
 # PC_MARK_MKFS, PC_MARK_MOUNTED, PC_MARK_END (the host's mark texts).
+# Optional: PC_SYSCTLS (vm.* names reported as "sysctl vm.NAME VALUE"
+# before the workload), PC_RECORDS (a file the workload writes, copied to
+# /dev/vdc after it and reported as "records BYTES").
 dev=pc-logwrites
 map=/dev/mapper/$dev
 marks=/run/pc-marks
@@ -19,11 +22,21 @@ mark "$PC_MARK_MOUNTED"
 # $POWERCUT_MARK_FILE: each write() is one mark, logged before write() returns.
 mkdir -p "$marks"
 /usr/bin/pc-markfs "$dev" "$marks" || fail "pc-markfs did not start"
+for n in $PC_SYSCTLS; do
+    [ -r "/proc/sys/vm/$n" ] && result "sysctl vm.$n $(cat "/proc/sys/vm/$n")"
+done
 say "workload"
 cd /mnt
-POWERCUT_MARK_FILE=$marks/mark POWERCUT_DIR=/mnt $PC_WORKLOAD > /dev/ttyS1 2>&1 < /dev/null
+export POWERCUT_MARK_FILE=$marks/mark POWERCUT_DIR=/mnt
+eval "$PC_WORKLOAD" > /dev/ttyS1 2>&1 < /dev/null
 code=$?
 cd /
+if [ -n "$PC_RECORDS" ] && [ -f "$PC_RECORDS" ]; then
+    n=$(wc -c < "$PC_RECORDS")
+    [ "$n" -le "$(blockdev --getsize64 /dev/vdc)" ] || fail "records file of $n bytes does not fit the records disk"
+    dd if="$PC_RECORDS" of=/dev/vdc bs=1M conv=fsync 2> /dev/null || fail "copying the records to /dev/vdc failed"
+    result "records $n"
+fi
 umount "$marks" || fail "umount of pc-markfs failed"
 result "workload-exit $code"
 mark "$PC_MARK_END"

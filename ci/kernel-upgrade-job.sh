@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# CI job for a kernel upgrade: run a corpus sample on the new kernel (QEMU
+# guest, --backend vm) and on the runner's own kernel, and diff the verdicts
+# and latency. Exit 1 if a verdict differs, 2 on an error.
+#   KERNEL   the kernel to test, e.g. debian:linux-image-6.12-amd64 (required)
+#   ENTRIES  corpus entries, comma-separated globs (default: make's sample)
+#   ROWS     matrix rows (default ext4-ordered)
+#   OUT      output directory (default out/ci-kernel): host/, kernel/, diff.md
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if [ -z "${KERNEL:-}" ]; then
+    echo "kernel-upgrade-job: set KERNEL=debian:PACKAGE, e.g. debian:linux-image-6.12-amd64" >&2
+    exit 2
+fi
+OUT=${OUT:-out/ci-kernel}
+args=(KERNEL="$KERNEL" OUT="$OUT")
+[ -n "${ENTRIES:-}" ] && args+=(ENTRIES="$ENTRIES")
+[ -n "${ROWS:-}" ] && args+=(ROWS="$ROWS")
+make ci-kernel "${args[@]}"
+rc=$?
+# make exits 2 on any failure; the diff's own status says whether a verdict changed.
+if [ -f "$OUT/diff.rc" ]; then exit "$(cat "$OUT/diff.rc")"; fi
+[ "$rc" = 0 ] && exit 0 || exit 2

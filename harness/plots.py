@@ -1,0 +1,101 @@
+"""Latency figures as PNG files: a CDF and latency over time per op kind.
+
+matplotlib's Agg canvas is used directly (no pyplot): no display, no global
+figure state, nothing left open between figures.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import LogFormatter
+
+from workloads.results import Results
+
+PLOT_DIR = "plots"
+# Waits by design, not file-system latency: no figures of their own.
+NOT_PLOTTED = frozenset(("barrier", "sleep"))
+SIZE_IN = (7.5, 4.2)
+DPI = 100
+# Fixed margins: tight_layout would measure every label first and cost half the time.
+MARGINS = {"left": 0.1, "right": 0.97, "bottom": 0.12, "top": 0.92}
+
+Series = Mapping[str, Sequence[float]]  # curve label -> latencies in microseconds
+
+
+def _figure() -> tuple[Figure, Any]:
+    fig = Figure(figsize=SIZE_IN, dpi=DPI)
+    fig.subplots_adjust(**MARGINS)
+    return fig, fig.add_subplot()
+
+
+def _plain_log_labels(axis: Any) -> None:
+    """Label a log axis with plain numbers (300, not 3x10^2); a narrow range gets minor labels too."""
+    axis.set_major_formatter(LogFormatter())
+    axis.set_minor_formatter(LogFormatter(minor_thresholds=(1, 0.5)))
+
+
+def _save(fig: Figure, path: str) -> None:
+    FigureCanvasAgg(fig).print_png(path)
+
+
+def cdf(path: str, title: str, series: Series, limit_us: float | None = None) -> None:
+    """One step curve per label: the fraction of ops at or under each latency (log x axis)."""
+    fig, ax = _figure()
+    for label, values in series.items():
+        xs = np.sort(np.maximum(np.asarray(values, dtype=float), 0.01))  # log axis: no zeros
+        ax.step(xs, np.arange(1, len(xs) + 1) / len(xs), where="post", label=f"{label} (n={len(xs)})")
+    if limit_us is not None:
+        ax.axvline(limit_us, color="red", linestyle="--", linewidth=1, label=f"budget {limit_us:g} us")
+    ax.set(xscale="log", ylim=(0, 1.02), xlabel="latency (us)", ylabel="fraction of ops <= latency", title=title)
+    _plain_log_labels(ax.xaxis)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small", loc="lower right")
+    _save(fig, path)
+
+
+def over_time(path: str, title: str, series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+              limit_us: float | None = None) -> None:
+    """One scatter per label of (seconds since the run started, latency in us), log y axis."""
+    fig, ax = _figure()
+    for label, (ts, us) in series.items():
+        ax.scatter(ts, np.maximum(np.asarray(us, dtype=float), 0.01), s=6, alpha=0.6, label=label)
+    if limit_us is not None:
+        ax.axhline(limit_us, color="red", linestyle="--", linewidth=1, label=f"budget {limit_us:g} us")
+    ax.set(yscale="log", xlabel="time since the workload started (s)", ylabel="latency (us)", title=title)
+    _plain_log_labels(ax.yaxis)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small", loc="upper right", markerscale=2)
+    _save(fig, path)
+
+
+def slug(text: str) -> str:
+    """TEXT as a file-name part."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "x"
+
+
+def latency_plots(results: Results, out_dir: str, limits_us: Mapping[str, float]) -> dict[str, dict[str, str]]:
+    """For each op kind: its CDF and latency-over-time PNGs (one curve per thread) under OUT_DIR/plots.
+    LIMITS_US: a budget's max_us per kind, drawn as a line. Returns kind -> {"cdf", "time"}: paths relative to OUT_DIR."""
+    by_kind: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
+    for r in results.records:
+        if r.kind in NOT_PLOTTED or r.skipped:
+            continue
+        ts, us = by_kind.setdefault(r.kind, {}).setdefault(results.thread_names[r.thread], ([], []))
+        ts.append((r.start_ns - results.start_ns) / 1e9)
+        us.append(r.duration_ns / 1000)
+    os.makedirs(os.path.join(out_dir, PLOT_DIR), exist_ok=True)
+    files = {}
+    for kind, threads in sorted(by_kind.items()):
+        rel = {"cdf": os.path.join(PLOT_DIR, f"cdf-{slug(kind)}.png"), "time": os.path.join(PLOT_DIR, f"time-{slug(kind)}.png")}
+        cdf(os.path.join(out_dir, rel["cdf"]), f"{kind}: latency CDF", {t: v[1] for t, v in threads.items()},
+            limits_us.get(kind))
+        over_time(os.path.join(out_dir, rel["time"]), f"{kind}: latency over time", threads, limits_us.get(kind))
+        files[kind] = rel
+    return files

@@ -1,0 +1,66 @@
+"""Build crash-state images: the base image at the epoch start plus the state's pieces.
+
+A StateImage holds one crash state at a time and moves to the next by
+deltas: it undoes the previous state's pieces (their old bytes were saved),
+replays the log forward to the new epoch start and applies the new pieces.
+States come in crash-point order, so the base only moves forward and no
+state costs a replay from entry 0.
+"""
+
+from __future__ import annotations
+
+import os
+
+from harness.ownership import create_file
+from replay.crashstates import CrashState, ReorderSpec, plan_for_log
+from replay.logformat import Closing, LogReader
+from harness.sparse import punch_hole, pwrite_sparse
+from replay.replayer import Replayer
+
+
+class StateImage(Closing):
+    """The file FD, always holding exactly one crash state of READER's log."""
+
+    def __init__(self, reader: LogReader, fd: int) -> None:
+        self.reader = reader
+        self.fd = fd
+        self._replayer = Replayer(reader, fd, sparse=True)
+        self._undo: list[tuple[int, bytes]] = []
+        self.state: CrashState | None = None
+
+    def load(self, state: CrashState) -> None:
+        self._restore()
+        self._replayer.replay_through(state.epoch_start - 1)
+        ss = self.reader.sectorsize
+        for piece in state.pieces():
+            self.reader.check_bounds(piece.entry, self._replayer.device_bytes)
+            offset, length = piece.start * ss, (piece.stop - piece.start) * ss
+            self._undo.append((offset, os.pread(self.fd, length, offset)))
+            if piece.entry.is_discard:
+                punch_hole(self.fd, offset, length)
+            else:
+                skip = (piece.start - piece.entry.sector) * ss
+                os.pwrite(self.fd, memoryview(self.reader.read_data(piece.entry))[skip:skip + length], offset)
+        self.state = state
+
+    def _restore(self) -> None:
+        while self._undo:
+            offset, old = self._undo.pop()
+            pwrite_sparse(self.fd, old, offset)
+        self.state = None
+
+    def close(self) -> None:
+        self._replayer.close()
+
+
+def build_crash_image(reader: LogReader, state_id: str, size: int, out: str) -> CrashState:
+    """Write the crash image of STATE_ID to OUT, a new file (or one powercut made)."""
+    state = plan_for_log(reader, [], ReorderSpec()).state(state_id)
+    fd = create_file(out, size)
+    try:
+        with StateImage(reader, fd) as image:
+            image.load(state)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return state

@@ -1,0 +1,164 @@
+"""Scenarios and the latency report end to end: real FUSE recorder, loop device, mkfs, mount, fsck."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from matplotlib.image import imread
+
+from checkers.latency import summarize
+from conftest import PcEnv, needs_root_stack
+from harness.report_md import STAT_COLUMNS
+from workloads import scenarios
+from workloads.format import FORMAT, load_workload
+from workloads.results import read_records
+
+pytestmark = [pytest.mark.e2e, needs_root_stack]
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def report(out: Path) -> dict[str, Any]:
+    return json.loads((out / "report.json").read_text())
+
+
+def assert_figures(out: Path, r: dict[str, Any]) -> None:
+    """Every figure report.json names exists, is a PNG matplotlib can read back, and report.md shows it."""
+    md = (out / "report.md").read_text()
+    plots = r["latency"]["plots"]
+    assert plots and "barrier" not in plots
+    for files in plots.values():
+        for rel in files.values():
+            data = (out / rel).read_bytes()
+            assert data.startswith(PNG_MAGIC) and len(data) > 5000, rel
+            h, w, _ = imread(out / rel).shape
+            assert (w, h) == (750, 420), rel
+            assert f"]({rel})" in md
+
+
+def test_recorder_on_ext4_checks_every_crash_point_and_prints_table_1(pc: PcEnv) -> None:
+    out = pc.tmp / "out"
+    pc.run("run", "scenario:recorder", "--fs", "ext4", "--backend", "fuse", "--scale", "0.01", "--out", str(out),
+           check_rc=0)
+    r = report(out)
+    assert r["findings"] == []  # zero fsck (and mount) findings
+    # Every crash point has at least its in-order state; reordered ones come on top.
+    assert r["crash_states_checked"] + r["crash_states_duplicate"] == r["crash_states_total"] >= r["crash_points"] > 300
+    assert r["crash_point_kinds"] == "flush,fua,mark"
+    assert r["mount_opts"] == "noatime,lazytime"  # the paper's, the scenario's default
+    lat = r["latency"]
+    for kind in ("fallocate", "write", "sync_file_range", "ftruncate", "fsync"):
+        assert set(STAT_COLUMNS) <= set(lat["kinds"][kind]), kind
+    assert lat["kinds"]["write"]["count"] == 160 and lat["threads"]["recorder"]["write"]["count"] == 160
+    assert set(lat["threads"]) == {"recorder", "syncer", "post", "background"}
+    assert 0 < lat["overhead_ns"]["min"] <= lat["overhead_ns"]["median"] < 1000
+    assert lat["between_ops"]["count"] > 200
+    table1 = r["scenario"]["table1"]
+    assert [row["background"] for row in table1.values()] == ["none", "ftruncate + fsync"]
+    for row in table1.values():
+        assert (row["writes"], row["fallocates"]) == (80, 2)
+        assert 0 < row["write_avg_us"] <= row["write_max_us"] and 0 < row["fallocate_avg_us"] <= row["fallocate_max_us"]
+    md = (out / "report.md").read_text()
+    for text in ("## Latency", "### Thread `syncer`", "Table 1", "| none | ", "| ftruncate + fsync | ",
+                 "(141)", "(4299)", "(178)", "(359)", "(813)", "(208440)", "(181)", "(1043)", "rerun",
+                 "## Records after a crash"):
+        assert text in md, text
+    assert_figures(out, r)
+    # The saved workload is exactly the scenario's: rerunnable with `powercut run OUT/workload.json`.
+    assert json.loads((out / "workload.json").read_text()) == scenarios.document("recorder", 0.01)
+    assert f"powercut run {out}/workload.json --fs ext4 --mount-opts noatime,lazytime" in md
+    # report.json's latency is what the records say
+    w = load_workload(out / "workload.json")
+    again = summarize(read_records(out / "records.bin", w), w)
+    assert again["kinds"] == lat["kinds"] and again["threads"] == lat["threads"]
+
+
+BUDGETED = {"format": FORMAT, "name": "budgeted", "threads": [{"name": "t", "ops": [
+    {"op": "open", "path": "f", "flags": ["O_CREAT", "O_WRONLY"], "fd": "f"},
+    {"op": "repeat", "count": 8, "ops": [{"op": "write", "fd": "f", "length": 4096}]},
+    {"op": "fsync", "fd": "f"}, {"op": "close", "fd": "f"}]}]}
+
+
+@pytest.mark.parametrize("limit_us,expect_rc", [(0.001, 1), (1e9, 0)])
+def test_budgets_turn_into_latency_findings_through_powercut_run(pc: PcEnv, limit_us: float, expect_rc: int) -> None:
+    path = pc.tmp / "w.json"
+    path.write_text(json.dumps({**BUDGETED, "budgets": {"write": {"max_us": limit_us}, "fsync": {"p99_us": limit_us}}}))
+    out = pc.tmp / "out"
+    p = pc.run("run", str(path), "--fs", "ext4", "--out", str(out), check_rc=expect_rc)
+    r = report(out)
+    found = [(f["kind"], f["evidence"]["op"], f["evidence"]["budget"]) for f in r["findings"]]
+    if expect_rc:
+        assert found == [("latency", "fsync", "p99_us"), ("latency", "write", "max_us")]
+        assert r["latency"]["kinds"]["write"]["budget_violations"] == 8
+        md = (out / "report.md").read_text()
+        assert "findings: latency 2" in p.stdout and "| latency |" in md and "None:" not in md
+    else:
+        assert found == [] and r["latency"]["kinds"]["write"]["budget_violations"] == 0
+    assert_figures(out, r)
+
+
+def test_fsync_loop_across_mount_options_in_one_report(pc: PcEnv) -> None:
+    out = pc.tmp / "out"
+    # In-order crash states: this compares latency. With reordering, barrier=0 loses fsync'd data
+    # (test_explore.py::test_the_content_oracle_finds_a_missing_flush).
+    pc.run("run", "scenario:fsync-loop", "--fs", "ext4", "--scale", "0.005", "--reorder", "none",
+           "--mount-opts-matrix", "barrier=1;barrier=0", "--out", str(out), check_rc=0)
+    c = report(out)
+    assert [v["label"] for v in c["variants"]] == ["barrier=1", "barrier=0"] and c["dimension"] == "mount options"
+    for v in c["variants"]:
+        own = report(out / v["dir"])
+        assert own["mount_opts"] == v["label"] and own["findings"] == [] and v["findings"] == 0
+        # One in-order state per crash point; those whose image an earlier one had are skipped.
+        assert own["crash_states_checked"] + own["crash_states_duplicate"] == own["crash_points"]
+        assert own["crash_states_checked"] == v["crash_states_checked"]
+        assert v["latency"]["fsync"]["count"] == own["scenario"]["fsync"]["count"] == 20
+        assert set(v["headline"]) == {"fsync avg us", "fsync p99 us", "fsync max us", "4096 iterations s"}
+    with_barriers, without = c["variants"]
+    assert with_barriers["crash_points"] > without["crash_points"]  # barrier=0: no flushes in the log
+    md = (out / "report.md").read_text()
+    assert "| barrier=1 | barrier=1 |" in md and "## fsync" in md and "| 4096 iterations s |" in md
+    assert (out / c["plots"]["fsync"]).read_bytes().startswith(PNG_MAGIC)
+
+
+def test_fsync_under_load_sets_the_queue_depth(pc: PcEnv) -> None:
+    out = pc.tmp / "out"
+    pc.run("run", "scenario:fsync-under-load", "--fs", "ext4", "--scale", "0.01", "--param", "queue_depth=4",
+           "--param", "writers=3", "--out", str(out), check_rc=0)
+    r = report(out)
+    assert r["device_tuning"] == {"queue/nr_requests": "4"} and r["crash_point_kinds"] == "flush,fua"
+    s = r["scenario"]
+    assert s["queue_depth"] == "4" and s["fsync"]["count"] == 4 and s["background_mib_s"] > 0
+    assert set(r["latency"]["threads"]) == {"small", "writer0", "writer1", "writer2"}
+    p = pc.run("run", "scenario:fsync-under-load", "--fs", "ext4", "--scale", "0.01", "--param", "queue_depth=100000",
+               "--out", str(pc.tmp / "bad"), check_rc=2)
+    assert p.stderr.startswith("powercut: device.queue.nr_requests: /sys/block/loop") and len(p.stderr.splitlines()) == 1
+
+
+def test_recording_streams_count_extents_and_time_removal(pc: PcEnv) -> None:
+    out = pc.tmp / "out"
+    pc.run("run", "scenario:recording-streams", "--fs", "ext4", "--scale", "0.01", "--param", "records=4",
+           "--param", "streams=3", "--param", "record_bytes=262144", "--out", str(out), check_rc=0)
+    phases = report(out)["scenario"]["phases"]
+    for ph in ("plain", "fallocate"):
+        assert len(phases[ph]["extents_per_file"]) == 3 and min(phases[ph]["extents_per_file"]) >= 1
+        assert phases[ph]["removal_total_ms"] > 0 and phases[ph]["write_errors"] == 0
+    assert report(out)["latency"]["kinds"]["unlink"]["count"] == 6
+    assert "| fallocate | " in (out / "report.md").read_text()
+
+
+def test_lprobe_reports_the_write_distribution_and_writeback_settings(pc: PcEnv) -> None:
+    out = pc.tmp / "out"
+    pc.run("run", "scenario:lprobe", "--fs", "ext4", "--scale", "0.003", "--param", "dirty_limit_bytes=1048576",
+           "--param", "bg_bytes=262144", "--param", "bg_block=262144",
+           "--out", str(out), check_rc=0)
+    r = report(out)
+    s = r["scenario"]
+    assert s["writes"]["count"] == sum(s["distribution"].values()) > 0
+    assert s["slow_writes"] == len(s["slow_write_times"]) == sum(v for k, v in s["distribution"].items() if k.startswith(">="))
+    assert s["sysctls"]["vm.dirty_ratio"] and r["device_tuning"]["bdi/strict_limit"] == "1"
+    assert r["crash_states_checked"] + r["crash_states_duplicate"] == r["crash_states_total"] >= r["crash_points"]
+    assert r["findings"] == []
+    assert "Writeback settings in force: vm.dirty_ratio = " in (out / "report.md").read_text()
