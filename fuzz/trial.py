@@ -9,7 +9,6 @@ deduplication and for shrinking.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -85,12 +84,9 @@ def op_count(doc: dict[str, Any]) -> int:
 def run_doc(doc: dict[str, Any], cfg: RunConfig, work_dir: str,
             inspect_extra: Inspect | None = None) -> Trial:
     """Run workload DOC in WORK_DIR/run (replacing what was there); the run directory
-    keeps the workload, log, records and report, everything `powercut recheck` needs."""
+    keeps the workload, log, records and report: everything `powercut recheck` needs."""
     out = fresh_dir(os.path.join(work_dir, RUN_DIR))
-    path = os.path.join(out, "workload.json")
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=1)
-    workload = ExecutorWorkload(path)
+    workload = ExecutorWorkload(doc, {"generated": doc["name"]})  # saves OUT/workload.json
     t0 = time.monotonic()
     result = run_checked(workload, cfg, out, inspect_extra)
     return Trial(doc, out, result, workload.plan, time.monotonic() - t0)

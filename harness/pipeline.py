@@ -32,7 +32,7 @@ from harness.report_md import write_markdown
 from harness.runstate import RunState
 from harness.session import Recording
 from harness.sparse import sparse_copy
-from harness.workload_runner import ExecutorWorkload, WorkloadRunner, load_runner
+from harness.workload_runner import ExecutorWorkload, WorkloadRunner, load_runner, read_document
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS, mark_range, parse_spec, select_crash_points
 from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER, CrashState, ReorderSpec
 from replay.logformat import LogReader
@@ -231,9 +231,7 @@ def recheck(run_dir: str, state_id: str) -> RunResult:
         raise UsageError(f"{run_dir}: not a powercut run directory ({e})") from None
     if info.get("type") != "json":
         raise UsageError(f"{run_dir}: only runs of JSON workloads can be re-checked")
-    # The workload travels with the run (findings directories are moved around).
-    local = os.path.join(run_dir, os.path.basename(info["file"]))
-    workload = ExecutorWorkload(local if os.path.exists(local) else info["file"])
+    workload = ExecutorWorkload(read_document(os.path.join(run_dir, info["saved"])), {"file": info["saved"]})
     fs = cfg.check()
     check_tools(fs)
     rec = Recording(os.path.join(run_dir, saved["log"]), saved["device_bytes"], saved["sector_size"], info,
