@@ -13,13 +13,28 @@ FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null)
 FS         ?= ext4
 PC          = $(VENV)/bin/powercut
 
-.PHONY: all deps apt venv cbuild test bench clean help ci-kernel
+# make fuzz / make soak
+ENGINE     ?= hypothesis
+DURATION   ?= 10m
+# Workers mostly wait on the kernel (mount, fsync, the FUSE recorder): two per core pay off.
+JOBS       ?= $(shell echo $$(( $$(nproc) * 2 )))
+MOUNT_OPTS ?=
+MKFS_OPTS  ?=
+FUZZ_ARGS  ?=
+SOAK_FS        ?= ext4 xfs btrfs
+SOAK_WORKLOADS ?= 300
+SOAK_DURATION  ?= 4h
+
+.PHONY: all deps apt venv cbuild test bench clean help ci-kernel fuzz soak afl
 
 all: deps
 
 help:
 	@echo "make test        install what is missing, build, run the test suite"
 	@echo "make deps        only install/build (apt packages, venv, C programs)"
+	@echo "make fuzz        a fuzzing campaign: FS=ext4|xfs|btrfs ENGINE=hypothesis|exhaustive|afl DURATION=10m"
+	@echo "                 JOBS=N MOUNT_OPTS=... MKFS_OPTS=... FUZZ_ARGS='more powercut fuzz options'"
+	@echo "make soak        long campaigns on $(SOAK_FS), $(SOAK_WORKLOADS) workloads each"
 	@echo "make bench       measure crash states/s and overheads; writes $(BUILD)/bench.json"
 	@echo "make clean       remove build products and the venv"
 	@echo "make ci-kernel KERNEL=debian:PKG [ENTRIES=globs] [ROWS=rows] [OUT=dir]"
@@ -57,6 +72,23 @@ $(BUILD)/pc-markfs: $(MARKFS_SRC) | $(BUILD)/.apt-ok
 CPROGS := $(if $(RECORDER_SRC),$(BUILD)/pc-recorder) $(if $(EXEC_SRC),$(BUILD)/pc-exec) \
           $(if $(MARKFS_SRC),$(BUILD)/pc-markfs)
 cbuild: $(CPROGS)
+
+# afl++ is optional (only the afl engine needs it): installed on demand.
+$(BUILD)/.afl-ok: ci/install-deps.sh | $(BUILD)/.apt-ok
+	POWERCUT_EXTRA_PKGS=afl++ bash ci/install-deps.sh
+	@touch $@
+afl: $(BUILD)/.afl-ok
+
+fuzz: deps $(if $(filter afl,$(ENGINE)),afl)
+	$(PC) fuzz --fs $(FS) --engine $(ENGINE) --duration $(DURATION) --jobs $(JOBS) \
+	    --mount-opts "$(MOUNT_OPTS)" --mkfs-opts "$(MKFS_OPTS)" $(FUZZ_ARGS)
+
+# Exit status of each campaign: 0 clean, 1 findings; the first non-zero stops the soak.
+soak: deps
+	set -e; for fs in $(SOAK_FS); do \
+	    $(PC) fuzz --fs $$fs --engine $(ENGINE) --max-workloads $(SOAK_WORKLOADS) --duration $(SOAK_DURATION) \
+	        --jobs $(JOBS) --out campaigns/soak-$$fs-$$(date +%Y%m%d-%H%M%S) $(FUZZ_ARGS); \
+	done
 
 test: deps
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests

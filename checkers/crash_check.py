@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from checkers.checkslot import CheckSlot
@@ -82,13 +82,14 @@ class _Walk:
     progress: Progress | None
     first_failure: bool
     dedup_by_mark: bool
+    only: list[CrashState] | None = None   # these states instead of the plan's (a finding's, re-checked)
     stop: threading.Event = field(default_factory=threading.Event)
     found: list[tuple[int, Finding]] = field(default_factory=list)
 
     def unique_states(self) -> Iterator[tuple[int, CrashState]]:
         """(sequence number, state), skipping states whose image was already handed out."""
         seen: set[tuple[int, int | None]] = set()
-        for seq, cs in enumerate(self.plan.states()):
+        for seq, cs in enumerate(self.only or self.plan.states()):
             if self.stop.is_set():
                 return
             key = (self.hasher.hash(cs), cs.mark_index if self.dedup_by_mark else None)
@@ -228,8 +229,9 @@ def check_crash_states(log_path: str, points: list[int], *, fs: FsType, mount_op
                        state: RunState, reorder: ReorderSpec | None = None, jobs: int = 0,
                        first_failure: bool = False, inspect: Inspect | None = None,
                        before_mount: BeforeMount | None = None, engine: RecoveryEngine | None = None,
-                       progress: Progress | None = None) -> CrashCheckResult:
+                       progress: Progress | None = None, only: Sequence[str] = ()) -> CrashCheckResult:
     """Check every crash state of POINTS in LOG_PATH (see the module doc); JOBS 0 = one per CPU.
+    ONLY: just the states with these ids (e.g. a finding's), whatever POINTS and REORDER say.
 
     ENGINE (a backend's own recovery, e.g. in a guest) replaces the host
     workers; INSPECT and BEFORE_MOUNT need the host's mounts.
@@ -239,9 +241,10 @@ def check_crash_states(log_path: str, points: list[int], *, fs: FsType, mount_op
     reorder = reorder or ReorderSpec.parse(DEFAULT_REORDER)
     with LogReader(log_path) as reader:
         plan = plan_for_log(reader, points, reorder)
-        result = CrashCheckResult(states_total=len(plan))
+        chosen = [plan.state(i) for i in only] or None
+        result = CrashCheckResult(states_total=len(chosen) if chosen else len(plan))
         walk = _Walk(plan, StateHasher(reader, plan.entries), fs, result, progress, first_failure,
-                     dedup_by_mark=inspect is not None)
+                     dedup_by_mark=inspect is not None, only=chosen)
         if engine is not None:
             try:
                 _check_with_engine(walk, engine, reader, device_bytes, state)

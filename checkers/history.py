@@ -21,9 +21,10 @@ from typing import Any
 from checkers.intervals import IntervalMap, Src
 from workloads.marks import parse_mark
 from workloads.plan import Plan, PlanOp
-from workloads.results import OpRecord, Results
+from workloads.results import FLAG_SIGBUS, OpRecord, Results
 
 PERSIST_INODE = {"fsync": "fsync-data", "fdatasync": "fdatasync-data"}
+ROOT, ROOT_INO = ".", 0
 O_SYNC_FLAGS = {"O_SYNC", "O_DSYNC"}
 
 
@@ -150,8 +151,10 @@ class _Builder:
     def __init__(self, plan: Plan, execs: list[Exec]) -> None:
         self.plan = plan
         self.execs = execs
-        self.inodes: dict[int, Inode] = {}
-        self.ns: dict[str, int] = {}
+        # The mount's root directory exists from the start, named "." (a workload may
+        # open it, e.g. to fsync it); every other path is relative to it.
+        self.inodes: dict[int, Inode] = {ROOT_INO: Inode(ROOT_INO, "dir", -1)}
+        self.ns: dict[str, int] = {ROOT: ROOT_INO}
         self.ns_list: list[dict[str, int]] = [self.ns]
         self.fds: dict[tuple[int, int], tuple[int, bool, bool]] = {}   # (thread, slot) -> (ino, o_sync, o_append)
         self.persists: list[Persist] = []
@@ -208,6 +211,18 @@ class _Builder:
     def parent_ok(self, path: str) -> bool:
         p = _parent(path)
         return p == "" or (p in self.ns and self.inodes[self.ns[p]].kind == "dir")
+
+    def missing(self, path: str) -> int:
+        """errno of a lookup that finds nothing at PATH (resolved): ENOTDIR when an
+        ancestor is not a directory (e.g. renamed over by a file), else ENOENT."""
+        parts = path.split("/")
+        for k in range(1, len(parts)):
+            ancestor = self.lookup("/".join(parts[:k]))
+            if ancestor is None:
+                return E.ENOENT
+            if ancestor.kind != "dir":
+                return E.ENOTDIR
+        return E.ENOENT
 
     def children(self, path: str) -> list[str]:
         pre = path + "/"
@@ -278,9 +293,9 @@ class _Builder:
             return
         ino = self.lookup(path)
         if ino is None and "O_CREAT" not in flags:
-            self.predict(ex, E.ENOENT)
+            self.predict(ex, self.missing(path))
         elif ino is None and not self.parent_ok(path):
-            self.predict(ex, E.ENOENT if _parent(path) not in self.ns else E.ENOTDIR)
+            self.predict(ex, self.missing(path))
         elif ino is not None and {"O_CREAT", "O_EXCL"} <= flags:
             self.predict(ex, E.EEXIST)
         elif ino is not None and ino.kind == "dir" and flags & {"O_WRONLY", "O_RDWR"}:
@@ -319,6 +334,11 @@ class _Builder:
 
     def op_mmap_write(self, ex: Exec) -> None:
         ino, _, _ = self.fd_inode(ex)
+        if ino is not None and ex.rec.flags & FLAG_SIGBUS:
+            # The copy faulted part-way (the range passes EOF): memcpy stores in no
+            # set order, so an unknown part of the mapped pages holds new data.
+            self.uncertain |= {p for p, i in self.ns.items() if i == ino.ino}
+            return
         if ino is None or not ex.ok or ino.kind != "file":
             return
         start = ex.rec.aux
@@ -361,7 +381,7 @@ class _Builder:
         if path is None:
             return
         ino = self.lookup(path)
-        self.predict(ex, E.ENOENT if ino is None else (E.EISDIR if ino.kind == "dir" else None))
+        self.predict(ex, self.missing(path) if ino is None else (E.EISDIR if ino.kind == "dir" else None))
         if ino is not None and ex.ok and ino.kind == "file":
             self.resize(ex, ino, ex.f("length"))
 
@@ -389,7 +409,7 @@ class _Builder:
         path = self.path(ex, "path", follow=False)
         if path is None:
             return
-        self.predict(ex, E.EEXIST if path in self.ns else (None if self.parent_ok(path) else E.ENOENT))
+        self.predict(ex, E.EEXIST if path in self.ns else (None if self.parent_ok(path) else self.missing(path)))
         if ex.ok:
             self.change_names(ex.pos, {path: self.new_inode("dir", ex.pos).ino})
 
@@ -399,7 +419,7 @@ class _Builder:
             return
         ino = self.lookup(path)
         if ino is None:
-            self.predict(ex, E.ENOENT)
+            self.predict(ex, self.missing(path))
         elif ino.kind != "dir":
             self.predict(ex, E.ENOTDIR)
         elif self.children(path):
@@ -414,7 +434,7 @@ class _Builder:
         if path is None:
             return
         ino = self.lookup(path)
-        self.predict(ex, E.ENOENT if ino is None else (E.EISDIR if ino.kind == "dir" else None))
+        self.predict(ex, self.missing(path) if ino is None else (E.EISDIR if ino.kind == "dir" else None))
         if ex.ok:
             self.change_names(ex.pos, {path: None})
 
@@ -422,9 +442,11 @@ class _Builder:
         src, dst = self.two_paths(ex)
         if src is None or dst is None:
             return
+        if src in self.uncertain:
+            self.uncertain.add(dst)  # the same inode, as little known under its new name
         ino = self.lookup(src)
         if ino is None:
-            self.predict(ex, E.ENOENT)
+            self.predict(ex, self.missing(src))
         elif dst in self.ns:
             self.predict(ex, E.EEXIST)
         elif ino.kind == "dir":
@@ -438,7 +460,7 @@ class _Builder:
         path = self.path(ex, "path", follow=False)
         if path is None:
             return
-        self.predict(ex, E.EEXIST if path in self.ns else (None if self.parent_ok(path) else E.ENOENT))
+        self.predict(ex, E.EEXIST if path in self.ns else (None if self.parent_ok(path) else self.missing(path)))
         if ex.ok:
             self.change_names(ex.pos, {path: self.new_inode("symlink", ex.pos, ex.f("target")).ino})
 
@@ -446,15 +468,15 @@ class _Builder:
         src, dst = self.two_paths(ex)
         if src is None or dst is None:
             return
-        if any(u.startswith(src + "/") for u in self.uncertain):
-            self.uncertain.add(dst)  # something under src the model lost moves along
+        if src in self.uncertain or any(u.startswith(src + "/") for u in self.uncertain):
+            self.uncertain.add(dst)  # what the model lost at or under src moves along
         flags = set(ex.f("flags") or ())
         s, d = self.lookup(src), self.lookup(dst)
         # Only the plain cases are predicted; directory-over-directory and
         # path-prefix cases have many rules: follow the kernel there.
         if not flags:
             if s is None:
-                self.predict(ex, E.ENOENT)
+                self.predict(ex, self.missing(src))
             elif s.kind == "file" and d is not None and d.kind == "dir":
                 self.predict(ex, E.EISDIR)
             elif s.kind == "file" and (d is None or d.kind == "file") and self.parent_ok(dst):

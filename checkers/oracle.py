@@ -28,7 +28,7 @@ from typing import Any
 from checkers.design import RecordsInvariant, check_records
 from checkers.findings import Finding
 from checkers.fsrules import rule
-from checkers.history import Exec, History, Inode, Persist
+from checkers.history import ROOT, Exec, History, Inode, Persist
 from checkers.intervals import IntervalMap, Piece, Src
 from workloads.pattern import CHUNK, decode_chunk, generate
 
@@ -137,7 +137,7 @@ class ContentOracle:
         ns = self.h.ns[p.prefix]
         if ino.kind == "dir":
             dpaths = [q for q, i in ns.items() if i == ino.ino]
-            return any(os.path.dirname(path) == d for d in dpaths)
+            return any((os.path.dirname(path) or ROOT) == d for d in dpaths)
         names = [q for q, i in ns.items() if i == ino.ino]
         if len(names) != 1 or ino.created < 0:
             return False

@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "harness.cleanup",
     "harness.bench",
     "harness.corpus_command",
+    "fuzz.commands",
 ]
 
 

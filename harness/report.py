@@ -46,7 +46,7 @@ def write_report(out_dir: str, report: dict[str, Any]) -> str:
     return path
 
 
-def summary(report: dict[str, Any], report_path: str) -> str:
+def summary(report: dict[str, Any], report_path: str | None) -> str:
     findings = report["findings"]
     lines = [
         f"powercut {report['workload'].get('name', '')} on {report['fs']} "
@@ -74,7 +74,8 @@ def summary(report: dict[str, Any], report_path: str) -> str:
             lines.append(f"    [{f['kind']}]{where}: {f['detail'].splitlines()[0][:160]}")
         if len(findings) > SUMMARY_FINDINGS:
             lines.append(f"    ... {len(findings) - SUMMARY_FINDINGS} more in the report")
-    lines.append(f"  report: {report_path}")
+    if report_path:
+        lines.append(f"  report: {report_path}")
     if report.get("markdown_path"):
         lines.append(f"  markdown: {report['markdown_path']}")
     return "\n".join(lines)

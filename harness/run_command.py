@@ -7,7 +7,7 @@ import argparse
 from checkers.crash_check import default_jobs
 from harness.backends import BACKENDS
 from harness.compare import run_matrix
-from harness.pipeline import RunConfig, default_out_dir, run_workload
+from harness.pipeline import RunConfig, default_out_dir, recheck, run_workload
 from harness.report import summary
 from harness.workload_runner import load_runner
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS
@@ -27,6 +27,12 @@ def run(args: argparse.Namespace) -> int:
     report = run_workload(workload, cfg, args.out or default_out_dir(workload.name, args.fs))
     print(summary(report, report["report_path"]))
     return 1 if report["findings"] else 0
+
+
+def recheck_cmd(args: argparse.Namespace) -> int:
+    result = recheck(args.run_dir, args.state)
+    print(summary(result.report, None))
+    return 1 if result.findings else 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -78,3 +84,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     matrix.add_argument("--param-matrix", default="", metavar="\"KEY=V1;V2;...\"",
                         help="scenario:NAME only: run once per value of scenario parameter KEY and compare them")
     p.set_defaults(func=run)
+
+    r = sub.add_parser("recheck", help="check one crash state of a saved run again, from its log",
+                       description="Rebuild crash state ID of the run saved in RUN_DIR from its log, let this "
+                                   "host's kernel recover it, fsck it and run the content oracle: the exact crash "
+                                   "state a finding came from. Exit 0: clean, 1: findings, 2: error.")
+    r.add_argument("run_dir", help="a `powercut run` output directory (report.json, recording.log, records)")
+    r.add_argument("--state", required=True, metavar="ID",
+                   help="crash state id from the report, e.g. p57 (in-order prefix) or p57-d33 (a write dropped)")
+    r.set_defaults(func=recheck_cmd)

@@ -16,12 +16,14 @@ import secrets
 import shutil
 import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from harness import ownership, sysres
+from harness import jsonl, ownership, sysres
 from harness.errors import EnvError
 
 STATE_ROOT = os.environ.get("POWERCUT_STATE_DIR", "/run/powercut")
@@ -102,10 +104,7 @@ class RunState:
         self._append({"released": res.rid})
 
     def _append(self, obj: dict[str, Any]) -> None:
-        with open(self._journal, "a") as f:
-            f.write(json.dumps(obj) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        jsonl.append(self._journal, obj)
 
     def make_dir(self, path: str) -> str:
         """Create a scratch directory, recorded for removal."""
@@ -119,19 +118,14 @@ class RunState:
         if not os.path.exists(self._journal):
             return []
         made: dict[int, Resource] = {}
-        with open(self._journal) as f:
-            for line in f:
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut by kill -9
-                if "released" in obj:
-                    made.pop(obj["released"], None)
-                else:
-                    rid = obj.pop("rid")
-                    kind = obj.pop("kind")
-                    made[rid] = Resource(rid, kind, obj)
-                    self._next = max(self._next, rid + 1)
+        for obj in jsonl.read(self._journal):
+            if "released" in obj:
+                made.pop(obj["released"], None)
+            else:
+                rid = obj.pop("rid")
+                kind = obj.pop("kind")
+                made[rid] = Resource(rid, kind, obj)
+                self._next = max(self._next, rid + 1)
         return sorted(made.values(), key=lambda r: r.rid)
 
     def release(self, res: Resource) -> None:
@@ -140,18 +134,20 @@ class RunState:
         self.released(res)
 
     def teardown(self, log: Callable[[str], None] | None = None) -> list[str]:
-        """Release everything still live, newest first; returns what failed."""
+        """Release everything still live, newest first; returns what failed.
+        Ctrl-C and SIGTERM wait until it is done (see signals_deferred)."""
         failed = []
-        for res in reversed(self.live_resources()):
-            try:
-                self.release(res)
-            except Exception as e:  # keep going: release as much as we can
-                msg = f"{res.kind} {res.info}: {e}"
-                failed.append(msg)
-                if log:
-                    log(f"cleanup: could not release {msg}")
-        if not failed:
-            shutil.rmtree(self.path, ignore_errors=True)
+        with signals_deferred():
+            for res in reversed(self.live_resources()):
+                try:
+                    self.release(res)
+                except Exception as e:  # keep going: release as much as we can
+                    msg = f"{res.kind} {res.info}: {e}"
+                    failed.append(msg)
+                    if log:
+                        log(f"cleanup: could not release {msg}")
+            if not failed:
+                shutil.rmtree(self.path, ignore_errors=True)
         return failed
 
     def teardown_or_warn(self) -> None:
@@ -167,6 +163,29 @@ class RunState:
         except (OSError, json.JSONDecodeError):
             return False
         return _proc_start_time(meta["pid"]) == meta.get("start_time") is not None
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM held back until the block ends, then delivered again.
+
+    A teardown cut short by the signal it is running for leaves a resource
+    behind (a campaign stops its workers with SIGTERM while they may already
+    be tearing down). Only the main thread can set handlers; elsewhere the
+    block runs as is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    old = {sig: signal.signal(sig, lambda signum, frame: pending.append(signum))
+           for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(pending):
+            os.kill(os.getpid(), sig)
 
 
 def all_runs() -> list[RunState]:

@@ -265,6 +265,11 @@ def parse_workload(doc: Any) -> Workload:
                     Device(**doc.get("device", {})), generator)
 
 
+def workload_doc(ops: list[dict[str, Any]], name: str = "random") -> dict[str, Any]:
+    """A one-thread workload document around OPS (what generators produce)."""
+    return {"format": FORMAT, "name": name, "threads": [{"name": "main", "ops": ops}]}
+
+
 def load_workload(path: str | Path) -> Workload:
     """Reads and validates the workload file PATH."""
     return parse_workload(read_document(path))

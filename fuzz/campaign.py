@@ -1,0 +1,222 @@
+"""A campaign: JOBS worker processes running one engine until the duration is
+up, the engine runs out (exhaustive), a workload or finding budget is met,
+or the user stops it (Ctrl-C, SIGTERM).
+
+Workers run in their own sessions, so a Ctrl-C reaches only this process:
+it sets the stop event and sends each worker one SIGTERM, which the run
+pipeline turns into a teardown from the run state journal (no loop device,
+mount or FUSE daemon is left); then the report is written as after a normal
+stop. If the campaign process is killed (-9), the workers get SIGTERM as
+their parent-death signal and tear down the same way; --resume continues. The parent only watches the journal (fuzz/layout.py) for the status
+line and writes the report; it never touches a device.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from harness.errors import PowercutError, Terminated
+from harness.pipeline import RunConfig, terminate_as_exception
+from fuzz.layout import CampaignDir, Totals
+from fuzz.status import StatusLine, clock
+from fuzz.store import FindingStore
+from fuzz.worker import Stopped, Worker
+from workloads import exhaustive
+
+ENGINES = {"hypothesis": "fuzz.engine_hypothesis", "exhaustive": "fuzz.engine_exhaustive", "afl": "fuzz.engine_afl"}
+POLL_S = 1.0
+PR_SET_PDEATHSIG = 1
+JOIN_S = 300.0
+
+
+@dataclass
+class CampaignSpec:
+    engine: str
+    duration_s: float
+    jobs: int
+    seed: int
+    max_workloads: int = 0       # 0: no limit
+    max_findings: int = 0        # 0: no limit
+    options: dict[str, Any] = field(default_factory=dict)  # engine options (seq, shard, AFL and Hypothesis settings)
+
+
+def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline: float,
+                 stop: multiprocessing.synchronize.Event, parent: int) -> None:
+    os.setsid()  # Ctrl-C goes to the campaign process only; it stops workers with one SIGTERM
+
+    def on_term(signum: int, frame: object) -> None:
+        raise Stopped()
+
+    signal.signal(signal.SIGTERM, on_term)
+    # A campaign killed with -9 must not leave workers running on: they get SIGTERM too.
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:
+        return
+    w = Worker(CampaignDir(path), cfg, f"w{n}", n, spec.jobs, spec.seed, deadline, stop, spec.options)
+    try:
+        importlib.import_module(ENGINES[spec.engine]).run(w)
+    except (Stopped, Terminated):
+        pass  # stopped: whatever was running has torn down
+    except PowercutError as e:
+        print(f"powercut: worker w{n}: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+class Campaign:
+    def __init__(self, cdir: CampaignDir, cfg: RunConfig, spec: CampaignSpec) -> None:
+        self.cdir, self.cfg, self.spec = cdir, cfg, spec
+        self.store = FindingStore(cdir.sub("findings"))
+        self.start = time.time()
+        self.before = cdir.totals()       # what earlier sessions of a resumed campaign did
+        self.saved_before = len(self.store.dirs())
+        self.stop_reason = "duration"
+
+    def run(self) -> int:
+        self.store.clear_claims()
+        self.cdir.clear_work()
+        ctx = multiprocessing.get_context("fork")
+        stop = ctx.Event()
+        deadline = self.start + self.spec.duration_s
+        procs = [ctx.Process(target=_worker_main, name=f"powercut-fuzz-w{n}",
+                             args=(self.cdir.path, self.cfg, self.spec, n, deadline, stop, os.getpid()))
+                 for n in range(self.spec.jobs)]
+        interrupted = False
+        with StatusLine() as status:
+            try:
+                with terminate_as_exception():
+                    for p in procs:
+                        p.start()
+                    self._watch(procs, stop, status, deadline)
+            except (KeyboardInterrupt, Terminated):
+                interrupted, self.stop_reason = True, "interrupted"
+                status.show("powercut fuzz: stopping, tearing down the workers' devices ...", force=True)
+            finally:
+                stop.set()
+                self._stop_workers(procs, terminate=interrupted)
+            status.show(self.status_text(self.cdir.totals()), force=True)
+        failed = [p.name for p in procs if p.exitcode not in (0, None, -signal.SIGTERM)]
+        report = self.report(failed)
+        path = self.cdir.write_report(report)
+        print(summary(report, path))
+        if interrupted:
+            return 130
+        if failed and not report["saved_findings"]:
+            return 2
+        return 1 if report["saved_findings"] else 0
+
+    def _watch(self, procs: list[multiprocessing.process.BaseProcess], stop: Any, status: StatusLine,
+               deadline: float) -> None:
+        while any(p.is_alive() for p in procs):
+            t = self.cdir.totals()
+            status.show(self.status_text(t))
+            if self.spec.max_workloads and t.workloads - self.before.workloads >= self.spec.max_workloads:
+                self.stop_reason = "max-workloads"
+                stop.set()
+            if self.spec.max_findings and len(self.store.dirs()) - self.saved_before >= self.spec.max_findings:
+                self.stop_reason = "max-findings"
+                stop.set()
+            if time.time() >= deadline:
+                stop.set()
+            time.sleep(POLL_S)
+        if not stop.is_set():
+            self.stop_reason = "exhausted" if self.spec.engine == "exhaustive" else "workers-exited"
+
+    def _stop_workers(self, procs: list[multiprocessing.process.BaseProcess], terminate: bool) -> None:
+        for p in procs:
+            if terminate and p.is_alive() and p.pid:
+                os.kill(p.pid, signal.SIGTERM)
+        for p in procs:
+            while True:
+                try:
+                    p.join(JOIN_S)
+                    break
+                except KeyboardInterrupt:  # a second Ctrl-C must not cut a teardown short
+                    continue
+
+    # -- numbers -----------------------------------------------------------------
+    def rates(self, t: Totals) -> dict[str, float]:
+        elapsed = max(time.time() - self.start, 1e-6)
+        return {"elapsed_s": round(elapsed, 1),
+                "workloads_per_minute": round((t.workloads - self.before.workloads) * 60 / elapsed, 2),
+                "crash_states_per_second": round((t.states - self.before.states) / elapsed, 2)}
+
+    def status_text(self, t: Totals) -> str:
+        r = self.rates(t)
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(t.kinds.items())) or "none"
+        remaining = max(0.0, self.start + self.spec.duration_s - time.time())
+        space = ""
+        if self.spec.engine == "exhaustive":
+            space = f" of {self.space()}"
+        return (f"{self.spec.engine} {self.cfg.fs}: {t.workloads}{space} workloads ({r['workloads_per_minute']}/min)"
+                f", {t.states} crash states ({r['crash_states_per_second']}/s), findings: {kinds}, "
+                f"saved {len(self.store.dirs())}, elapsed {clock(r['elapsed_s'])}, remaining {clock(remaining)}")
+
+    def space(self) -> int:
+        seq, cap, names = self.spec.options["seq"], self.spec.options["seq_cap"], self.spec.options.get("core_ops")
+        total = exhaustive.space_size(seq, names)
+        return min(total, cap or total)
+
+    def report(self, failed_workers: list[str]) -> dict[str, Any]:
+        t = self.cdir.totals()
+        saved = self.store.saved()
+        report: dict[str, Any] = {
+            "powercut_campaign": 1, "engine": self.spec.engine, "fs": self.cfg.fs, "run": self.cfg.to_json(),
+            "spec": asdict(self.spec), "started": self.start, "stopped": time.time(), "stop_reason": self.stop_reason,
+            **self.rates(t), "workloads": t.workloads, "workloads_this_session": t.workloads - self.before.workloads,
+            "shrink_runs": t.shrink_runs, "harness_errors": t.errors, "crash_states_checked": t.states,
+            "findings_by_kind": dict(sorted(t.kinds.items())),
+            "saved_findings": [{"dir": s["dir"], "kind": s["kind"], "signature": s["signatures"][0],
+                                "ops": s["ops"], "state_id": s["state_id"]} for s in saved],
+            "failed_workers": failed_workers,
+        }
+        if self.spec.engine == "exhaustive":
+            report["exhaustive"] = {"seq": self.spec.options["seq"], "space": self.space(), "done": len(t.indices)}
+        if self.spec.engine == "afl":
+            report["afl"] = afl_stats(self.spec.options.get("afl_sync_dir") or self.cdir.sub("afl"))
+        return report
+
+
+AFL_STATS = ("corpus_count", "execs_done", "saved_crashes", "stability", "bitmap_cvg")
+
+
+def afl_stats(sync_dir: str) -> dict[str, dict[str, str]]:
+    """Each AFL++ instance's fuzzer_stats (the ones this report needs)."""
+    out = {}
+    for name in sorted(os.listdir(sync_dir)) if os.path.isdir(sync_dir) else []:
+        path = os.path.join(sync_dir, name, "fuzzer_stats")
+        if os.path.isfile(path):
+            with open(path) as f:
+                stats = {k.strip(): v.strip() for k, v in (ln.split(":", 1) for ln in f if ":" in ln)}
+            out[name] = {k: stats[k] for k in AFL_STATS if k in stats}
+    return out
+
+
+def summary(report: dict[str, Any], path: str) -> str:
+    kinds = ", ".join(f"{k} {n}" for k, n in report["findings_by_kind"].items()) or "none"
+    lines = [f"powercut fuzz ({report['engine']}) on {report['fs']} (mkfs: {report['run']['mkfs_opts'] or 'defaults'}, "
+             f"mount: {report['run']['mount_opts'] or 'defaults'}): stopped ({report['stop_reason']}) after "
+             f"{clock(report['elapsed_s'])}",
+             f"  workloads: {report['workloads']} ({report['workloads_per_minute']}/min this session), crash states "
+             f"checked: {report['crash_states_checked']} ({report['crash_states_per_second']}/s), shrink runs: "
+             f"{report['shrink_runs']}",
+             f"  findings (crash states): {kinds}"]
+    if "exhaustive" in report:
+        e = report["exhaustive"]
+        lines.append(f"  seq-{e['seq']} space: {e['done']} of {e['space']} workloads done")
+    for name, st in report.get("afl", {}).items():
+        lines.append(f"  afl {name}: corpus {st.get('corpus_count')}, execs {st.get('execs_done')}, "
+                     f"crashes {st.get('saved_crashes')}, stability {st.get('stability')}")
+    for s in report["saved_findings"]:
+        lines.append(f"  saved {s['dir']}: {s['signature']}, {s['ops']} ops, crash state {s['state_id']}")
+    if report["failed_workers"]:
+        lines.append(f"  workers that failed: {', '.join(report['failed_workers'])}")
+    lines.append(f"  report: {path}")
+    return "\n".join(lines)

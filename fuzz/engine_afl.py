@@ -1,0 +1,162 @@
+"""The afl engine: AFL++ drives the inputs, fuzz/afl_target.py runs them.
+
+Worker n runs one afl-fuzz instance, PREFIXn, in the sync directory
+CAMPAIGN/afl (or --afl-sync-dir): the first is the main instance (-M) unless
+--afl-secondary, the others are secondaries (-S). Instances on other
+machines sync through the same directory (shared, or rsync'd: AFL++ imports
+every other instance's queue/ it finds there). The target is not
+instrumented and writes its own feedback (AFL_SKIP_BIN_CHECK, AFL_MAP_SIZE),
+runs without a fork server (AFL_NO_FORKSRV: a Python process per input) and
+is mutated only by the op-record mutator (AFL_PYTHON_MODULE,
+AFL_CUSTOM_MUTATOR_ONLY). Trimming is off (each run costs seconds).
+
+The worker itself watches the instance's crashes/: each new input is run
+again, and a new signature is shrunk (delta debugging) and saved.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from harness import ownership, paths
+from harness.errors import EnvError
+from harness.runstate import RunState, record_process
+from harness.sysres import wait_pid_gone
+from fuzz.afl_target import PIDFILE, TIME_LIMIT_S
+from fuzz.worker import Worker
+from workloads.format import workload_doc
+from workloads.opcodec import decode, random_record
+
+MAP_SIZE = 1 << 16
+EXEC_TIMEOUT_MS = (TIME_LIMIT_S + 60) * 1000  # the target stops itself first, cleanly
+POLL_S = 2.0
+STOP_WAIT_S = 120
+
+
+def afl_fuzz() -> str:
+    exe = shutil.which("afl-fuzz")
+    if exe is None:
+        raise EnvError("afl-fuzz not found: `make fuzz ENGINE=afl` installs afl++ (or apt-get install afl++)")
+    return exe
+
+
+def seeds(sync_dir: str, seed: int) -> str:
+    """A few short op-record inputs, made once per sync directory."""
+    d = os.path.join(sync_dir, "seeds")
+    if not os.path.isdir(d):
+        ownership.make_dir(d)
+        rng = random.Random(seed)
+        for i in range(4):
+            with open(os.path.join(d, f"seed{i}"), "wb") as f:
+                f.write(b"".join(random_record(rng) for _ in range(rng.randint(3, 8))))
+    return d
+
+
+def environment(w: Worker) -> dict[str, str]:
+    return dict(os.environ, AFL_SKIP_BIN_CHECK="1", AFL_NO_FORKSRV="1", AFL_MAP_SIZE=str(MAP_SIZE),
+                AFL_PYTHON_MODULE="workloads.afl_mutator", AFL_CUSTOM_MUTATOR_ONLY="1",
+                PYTHONPATH=paths.ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                AFL_DISABLE_TRIM="1", AFL_FAST_CAL="1", AFL_NO_UI="1", AFL_SKIP_CPUFREQ="1",
+                AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES="1", AFL_NO_AFFINITY="1", AFL_AUTORESUME="1",
+                AFL_KILL_SIGNAL=str(int(signal.SIGTERM)))
+
+
+def command(w: Worker, sync_dir: str, instance: str) -> list[str]:
+    role = "-S" if w.number or w.options.get("afl_secondary") else "-M"
+    resumed = os.path.isdir(os.path.join(sync_dir, instance, "queue"))
+    return [afl_fuzz(), "-i", "-" if resumed else seeds(sync_dir, w.seed), "-o", sync_dir, role, instance,
+            "-t", str(EXEC_TIMEOUT_MS), "-m", "none", "-s", str(w.seed + w.number), "--",
+            sys.executable, "-m", "fuzz.afl_target", "--campaign", os.path.abspath(w.campaign.path),
+            "--worker", f"{w.name}-target", "@@"]
+
+
+def run(w: Worker) -> None:
+    sync_dir = os.path.abspath(w.options.get("afl_sync_dir") or w.campaign.sub("afl"))
+    if not os.path.isdir(sync_dir):
+        ownership.make_dir(sync_dir)
+    instance = f"{w.options.get('afl_prefix', 'w')}{w.number}"
+    state = RunState.create(f"afl-fuzz {instance}")
+    log = open(os.path.join(sync_dir, f"{instance}.log"), "ab")
+    try:
+        proc = subprocess.Popen(command(w, sync_dir, instance), env=environment(w), stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, cwd=w.work)
+        res = record_process(state, proc.pid, "afl-fuzz")
+        seen: set[str] = set()
+        try:
+            while not w.should_stop() and proc.poll() is None:
+                triage_crashes(w, os.path.join(sync_dir, instance, "crashes"), seen)
+                time.sleep(POLL_S)
+            if proc.poll() is not None and not w.should_stop():
+                raise EnvError(f"afl-fuzz exited with {proc.returncode}: see {log.name}")
+        finally:
+            stop_afl(proc)
+            state.released(res)
+            wait_for_target(os.path.join(w.campaign.sub("work"), f"{w.name}-target", PIDFILE))
+        triage_crashes(w, os.path.join(sync_dir, instance, "crashes"), seen)
+    finally:
+        log.close()
+        state.teardown(log=lambda m: print(m, file=sys.stderr))
+
+
+def stop_afl(proc: subprocess.Popen[bytes]) -> None:
+    """SIGINT: AFL++ stops, sending the running target AFL_KILL_SIGNAL (SIGTERM: it tears down).
+    A child forked but not yet exec'd is still afl-fuzz, with its handler for SIGTERM: it
+    would wait for ever; it holds nothing, so it gets SIGKILL."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGINT)
+    end = time.monotonic() + STOP_WAIT_S
+    while proc.poll() is None and time.monotonic() < end:
+        time.sleep(0.5)
+        for pid in children(proc.pid):
+            try:
+                if os.path.basename(os.readlink(f"/proc/{pid}/exe")) == "afl-fuzz":
+                    os.kill(pid, signal.SIGKILL)
+            except OSError:
+                continue
+    proc.wait(timeout=STOP_WAIT_S)
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def wait_for_target(pidfile: str) -> None:
+    """The last target run may still be tearing down after afl-fuzz exits."""
+    try:
+        with open(pidfile) as f:
+            pid = int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return
+    if pid:
+        wait_pid_gone(pid, timeout=STOP_WAIT_S)
+
+
+def triage_crashes(w: Worker, crashes: str, seen: set[str]) -> None:
+    if not os.path.isdir(crashes):
+        return
+    for name in sorted(os.listdir(crashes)):
+        if not name.startswith("id:") or name in seen or w.stop.is_set():
+            continue
+        seen.add(name)
+        with open(os.path.join(crashes, name), "rb") as f:
+            ops = decode(f.read())
+        doc: dict[str, Any] = workload_doc(ops, name=f"afl-crash-{name.split(',')[0][3:]}")
+        trial = w.run(doc, engine="afl", afl_crash=name)
+        if trial is not None:
+            w.triage(trial)

@@ -1,0 +1,31 @@
+"""The exhaustive engine: every workload of the bounded ACE-style space
+(workloads/exhaustive.py), in index order.
+
+Worker n of j takes the indices i with i % j == n (and, with --shard K/N,
+i % N == K, for splitting one space across machines); indices already in the
+journal are skipped, so --resume continues where the campaign stopped.
+Findings are shrunk by delta debugging (fuzz/minimize.py).
+"""
+
+from __future__ import annotations
+
+from fuzz.worker import Worker
+from workloads import exhaustive
+
+
+def indices(w: Worker) -> list[int]:
+    seq, cap, names = w.options["seq"], w.options["seq_cap"], w.options.get("core_ops")
+    shard, shards = w.options.get("shard", (0, 1))
+    done = w.campaign.totals().indices
+    mine = [i for k, i in enumerate(exhaustive.capped(seq, cap, names)) if k % w.jobs == w.number]
+    return [i for i in mine if i % shards == shard and i not in done]
+
+
+def run(w: Worker) -> None:
+    seq = w.options["seq"]
+    for i in indices(w):
+        if w.should_stop():
+            return
+        trial = w.run(exhaustive.workload(seq, i, w.options.get("core_ops")), engine="exhaustive", index=i)
+        if trial is not None:
+            w.triage(trial)

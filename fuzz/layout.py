@@ -1,0 +1,135 @@
+"""The campaign directory: its layout, its configuration and its journal.
+
+    CAMPAIGN/campaign.json      the options the campaign was started with (--resume reads them)
+    CAMPAIGN/journal/W.jsonl    one line per workload run by worker W, appended as it finishes
+    CAMPAIGN/findings/NNN-KIND/ one deduplicated, shrunk finding (fuzz/store.py)
+    CAMPAIGN/hypothesis-db/     Hypothesis example database (hypothesis engine)
+    CAMPAIGN/afl/               AFL++ sync directory: seeds/, one output dir per instance
+    CAMPAIGN/work/W/            scratch of worker W (the workload being run), removed as it goes
+    CAMPAIGN/report.json        the campaign report, written when the campaign stops
+
+The journal is the campaign's memory: it is appended (and fsync'd) after
+every workload, so a killed campaign loses at most the workloads in flight,
+and totals, progress and --resume are all computed from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness import jsonl, ownership
+from harness.errors import UsageError
+
+CONFIG = "campaign.json"
+
+
+@dataclass
+class Totals:
+    workloads: int = 0            # generated workloads run
+    shrink_runs: int = 0          # runs of candidates while shrinking findings
+    errors: int = 0               # runs the harness failed on
+    states: int = 0
+    seconds: float = 0.0                                  # summed over workers
+    kinds: Counter[str] = field(default_factory=Counter)  # findings (crash states) by kind
+    indices: set[int] = field(default_factory=set)        # exhaustive indices done
+
+
+class CampaignDir:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def sub(self, *parts: str) -> str:
+        return os.path.join(self.path, *parts)
+
+    # -- configuration -----------------------------------------------------
+    @classmethod
+    def create(cls, path: str, config: dict[str, Any]) -> "CampaignDir":
+        if os.path.exists(os.path.join(path, CONFIG)):
+            raise UsageError(f"--out {path}: holds a campaign already; continue it with --resume {path}")
+        ownership.make_dir(path)
+        c = cls(path)
+        for d in ("journal", "findings", "work"):
+            ownership.make_dir(c.sub(d))
+        c._write_json(CONFIG, config)
+        return c
+
+    @classmethod
+    def open(cls, path: str) -> "CampaignDir":
+        if not os.path.isfile(os.path.join(path, CONFIG)):
+            raise UsageError(f"--resume {path}: no campaign there ({CONFIG} missing)")
+        ownership.require_owned(path, "resume")
+        return cls(path)
+
+    def config(self) -> dict[str, Any]:
+        with open(self.sub(CONFIG)) as f:
+            return dict(json.load(f))
+
+    def update_config(self, **changes: Any) -> None:
+        self._write_json(CONFIG, {**self.config(), **changes})
+
+    def _write_json(self, name: str, obj: Any) -> None:
+        tmp = self.sub(name + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, self.sub(name))
+
+    def write_report(self, report: dict[str, Any]) -> str:
+        self._write_json("report.json", report)
+        return self.sub("report.json")
+
+    # -- journal -------------------------------------------------------------
+    def journal_path(self, worker: str) -> str:
+        return self.sub("journal", f"{worker}.jsonl")
+
+    def append(self, worker: str, entry: dict[str, Any]) -> None:
+        jsonl.append(self.journal_path(worker), entry)
+
+    def totals(self) -> Totals:
+        t = Totals()
+        jdir = self.sub("journal")
+        for name in sorted(os.listdir(jdir)) if os.path.isdir(jdir) else []:
+            for e in jsonl.read(os.path.join(jdir, name)):
+                if "error" in e:
+                    t.errors += 1
+                    continue
+                if e.get("shrink"):
+                    t.shrink_runs += 1
+                else:
+                    t.workloads += 1
+                t.states += e.get("states", 0)
+                t.seconds += e.get("seconds", 0.0)
+                t.kinds.update(e.get("kinds", {}))
+                if e.get("index") is not None:
+                    t.indices.add(e["index"])
+        return t
+
+    # -- scratch -------------------------------------------------------------
+    def work_dir(self, worker: str) -> str:
+        return ownership.make_dir(self.sub("work", worker))
+
+    def clear_work(self) -> None:
+        """Scratch left by a killed campaign: only what powercut made."""
+        work = self.sub("work")
+        for name in os.listdir(work) if os.path.isdir(work) else []:
+            p = os.path.join(work, name)
+            if ownership.is_owned(p):
+                shutil.rmtree(p)
+
+
+def remove_owned(path: str) -> None:
+    """Remove PATH if it exists; only if powercut made it."""
+    if os.path.lexists(path):
+        ownership.require_owned(path, "remove")
+        shutil.rmtree(path)
+
+
+def fresh_dir(path: str) -> str:
+    """PATH as a new empty powercut directory (removing the previous one powercut made)."""
+    remove_owned(path)
+    return ownership.make_dir(path)

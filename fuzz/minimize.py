@@ -1,0 +1,153 @@
+"""Shrinking a failing workload by itself: delta debugging over its ops.
+
+Used for workloads Hypothesis did not generate (AFL++ findings, exhaustive
+findings, `powercut minimize` on any workload); Hypothesis shrinks its own.
+Steps, each keeping a candidate only if it still shows a finding of the
+target kind:
+
+1. cut every op after the one in flight at the finding's crash point (ops
+   that had not started cannot matter to that crash state);
+2. remove chunks of ops, halving the chunk size down to single ops, from
+   the end backward (ddmin's complement removal, greedy, one pass per size);
+3. make op fields plainer: lengths to 4096, offsets to 0.
+
+Every candidate is repaired first so it stays valid (an op on an fd whose
+open was removed goes too, so does a second open of an fd still open) and
+validated against the workload format; invalid candidates are skipped, not
+run. Each run is a full recording and crash walk, so runs are cached and
+bounded (MAX_RUNS, a deadline).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.errors import UsageError
+from fuzz.layout import remove_owned
+from fuzz.trial import Trial, op_count
+from workloads.format import parse_workload
+from workloads.marks import parse_mark
+
+MAX_RUNS = 150
+Unit = tuple[int, int]   # (thread index, op index)
+RunDoc = Callable[[dict[str, Any]], Trial]
+
+
+@dataclass
+class Shrinker:
+    run: RunDoc                     # runs a candidate (in the caller's work dir)
+    kind: str                       # the finding kind that must still show
+    best_dir: str                   # where the best failing run is kept
+    max_runs: int = MAX_RUNS
+    deadline: float = float("inf")  # time.monotonic() value
+    stopped: Callable[[], bool] = lambda: False  # the campaign is stopping: keep the best so far
+    runs: int = 0
+    cache: dict[str, bool] = field(default_factory=dict)
+
+    def fails(self, doc: dict[str, Any]) -> Trial | None:
+        key = json.dumps(doc["threads"], sort_keys=True)
+        if (key in self.cache or self.runs >= self.max_runs or time.monotonic() > self.deadline
+                or self.stopped()):
+            return None
+        try:
+            parse_workload(doc)
+        except UsageError:
+            self.cache[key] = False
+            return None
+        self.runs += 1
+        trial = self.run(doc)
+        self.cache[key] = any(f.kind == self.kind for f in trial.findings)
+        if not self.cache[key]:
+            return None
+        remove_owned(self.best_dir)
+        os.replace(trial.out_dir, self.best_dir)
+        trial.out_dir = self.best_dir
+        return trial
+
+    def shrink(self, trial: Trial) -> Trial:
+        """The smallest failing variant of TRIAL (itself failing with self.kind) found within the budget."""
+        self.cache[json.dumps(trial.doc["threads"], sort_keys=True)] = True
+        best = self._cut_after_crash(trial)
+        best = self._remove_chunks(best)
+        return self._plainer_fields(best)
+
+    # -- steps ---------------------------------------------------------------
+    def _cut_after_crash(self, trial: Trial) -> Trial:
+        points = [f.crash_mark for f in trial.findings if f.kind == self.kind and f.crash_mark]
+        marks = [m for m in map(parse_mark, points) if m is not None and m.seq is not None]
+        if not marks or len(trial.doc["threads"]) != 1:
+            return trial
+        last = min(m.seq for m in marks) + 1  # the op in flight at the earliest such crash point
+        units = [(0, i) for i in range(min(last + 1, op_count(trial.doc)))]
+        return self._try(trial, units) or trial
+
+    def _remove_chunks(self, best: Trial) -> Trial:
+        """One pass per chunk size, n/2 down to 1 (not repeated to a fixpoint: each run
+        costs seconds, and one pass of single-op removals leaves a handful of ops)."""
+        units = all_units(best.doc)
+        chunk = max(1, len(units) // 2)
+        while chunk >= 1:
+            i = len(units) - chunk
+            while i >= 0:
+                cand = units[:i] + units[i + chunk:]
+                got = self._try(best, cand) if cand else None
+                if got is not None:
+                    best, units = got, all_units(got.doc)
+                    i = min(i, len(units)) - chunk
+                else:
+                    i -= chunk
+            chunk //= 2
+        return best
+
+    def _plainer_fields(self, best: Trial) -> Trial:
+        for ti, thread in enumerate(best.doc["threads"]):
+            for oi in range(len(thread["ops"])):
+                for name, plain in (("length", 4096), ("offset", 0)):
+                    op = best.doc["threads"][ti]["ops"][oi]
+                    if name in op and op[name] != plain and op["op"] not in ("ftruncate", "truncate"):
+                        doc = json.loads(json.dumps(best.doc))
+                        doc["threads"][ti]["ops"][oi][name] = plain
+                        best = self.fails(doc) or best
+        return best
+
+    def _try(self, base: Trial, units: list[Unit]) -> Trial | None:
+        return self.fails(subset(base.doc, units))
+
+
+def all_units(doc: dict[str, Any]) -> list[Unit]:
+    return [(ti, oi) for ti, t in enumerate(doc["threads"]) for oi in range(len(t["ops"]))]
+
+
+def subset(doc: dict[str, Any], units: list[Unit]) -> dict[str, Any]:
+    """DOC with only the ops in UNITS, repaired; threads left without ops are dropped."""
+    keep = set(units)
+    threads = []
+    for ti, t in enumerate(doc["threads"]):
+        ops = repair([op for oi, op in enumerate(t["ops"]) if (ti, oi) in keep])
+        if ops:
+            threads.append({**t, "ops": ops})
+    return {**doc, "threads": threads or [{**doc["threads"][0], "ops": []}]}
+
+
+def repair(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Drop ops on fds that are not open there, and opens of fds already open."""
+    open_fds: set[str] = set()
+    out = []
+    for op in ops:
+        fd = op.get("fd")
+        if op["op"] in ("open", "creat"):
+            if fd in open_fds:
+                continue
+            open_fds.add(fd)
+        elif fd is not None:
+            if fd not in open_fds:
+                continue
+            if op["op"] == "close":
+                open_fds.discard(fd)
+        out.append(op)
+    return out

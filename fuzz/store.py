@@ -1,0 +1,190 @@
+"""Deduplicated findings of a campaign: CAMPAIGN/findings/NNN-KIND/.
+
+    finding.json        kind, signature, detail, crash point and state id, expected vs found, evidence,
+                        the set-up (fs, mkfs and mount options), shrinking stats, the original workload
+    workload.json       the shrunk workload (powercut-workload/1)
+    run/                the shrunk workload's run: report.json, recording.log, records, plan
+    crash.img.tar.gz    the crash image of that state, unrecovered (GNU tar --sparse, gzip: holes stay holes)
+    fsck.txt            fsck's output on that image after the kernel's recovery mount
+    reproduce.sh        re-checks exactly that crash state from run/recording.log and prints the finding
+                        (`--rerun`: records the shrunk workload afresh instead)
+
+One signature (fuzz/trial.py), one directory. Workers of one campaign (and
+the AFL++ target processes) share the store: a signature is claimed under a
+lock before it is shrunk, so two workers never shrink the same bug.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from checkers.findings import Finding
+from checkers.recovery import first_problem, recover_and_check
+from harness import ownership, paths
+from harness.errors import EnvError
+from harness.filesystems import get_fs
+from harness.pipeline import RunConfig, terminate_as_exception
+from harness.loopdev import recorded_loop
+from harness.runstate import RunState
+from replay.crashpoints import DEFAULT as DEFAULT_POINTS
+from replay.logformat import LogReader
+from replay.stateimage import build_crash_image
+from fuzz.trial import RUN_DIR, Signature, Trial, op_count
+
+FINDING = "finding.json"
+CLAIMS = ".claims"
+
+
+class FindingStore:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with open(os.path.join(self.path, ".lock"), "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def dirs(self) -> list[str]:
+        return sorted(d for d in os.listdir(self.path) if d[:3].isdigit())
+
+    def saved(self) -> list[dict[str, Any]]:
+        out = []
+        for d in self.dirs():
+            try:
+                with open(os.path.join(self.path, d, FINDING)) as f:
+                    out.append({"dir": d, **json.load(f)})
+            except (OSError, json.JSONDecodeError):
+                continue  # being written, or cut by a kill
+        return out
+
+    def known(self) -> set[str]:
+        """Signature keys saved or claimed (being shrunk) so far."""
+        keys = {k for s in self.saved() for k in s["signatures"]}
+        claims = os.path.join(self.path, CLAIMS)
+        if os.path.isdir(claims):
+            keys |= {Signature.parse(n.replace("%", "|")).key() for n in os.listdir(claims)}
+        return keys
+
+    def claim(self, sig: Signature) -> bool:
+        """True if SIG was new and is now this caller's to shrink and save."""
+        with self._locked():
+            if sig.key() in self.known():
+                return False
+            os.makedirs(os.path.join(self.path, CLAIMS), exist_ok=True)
+            open(self._claim_path(sig), "w").close()
+            return True
+
+    def _claim_path(self, sig: Signature) -> str:
+        return os.path.join(self.path, CLAIMS, sig.key().replace("|", "%"))
+
+    def clear_claims(self) -> None:
+        """Claims of a campaign that was killed while shrinking: those bugs are free again."""
+        shutil.rmtree(os.path.join(self.path, CLAIMS), ignore_errors=True)
+
+    def save(self, trial: Trial, sig: Signature, finding: Finding, cfg: RunConfig, *,
+             original: dict[str, Any], also: list[Signature], shrink: dict[str, Any]) -> str:
+        """Move TRIAL's run into a new finding directory and complete it; returns the directory."""
+        with self._locked():
+            n = len(self.dirs()) + 1
+            d = ownership.make_dir(os.path.join(self.path, f"{n:03d}-{finding.kind}"))
+            os.replace(trial.out_dir, os.path.join(d, RUN_DIR))
+            info = finding_json(trial, sig, finding, cfg, original=original, also=also, shrink=shrink)
+            with open(os.path.join(d, "workload.json"), "w") as f:
+                json.dump(trial.doc, f, indent=1)
+            write_crash_state(d, cfg, finding.state_id)
+            write_reproduce(d, cfg, finding, info)
+            with open(os.path.join(d, FINDING), "w") as f:  # last: its presence means complete
+                json.dump(info, f, indent=2)
+            if os.path.exists(self._claim_path(sig)):
+                os.remove(self._claim_path(sig))
+        return d
+
+
+def finding_json(trial: Trial, sig: Signature, finding: Finding, cfg: RunConfig, *, original: dict[str, Any],
+                 also: list[Signature], shrink: dict[str, Any]) -> dict[str, Any]:
+    ev = finding.evidence
+    expected, found = ev.get("expected"), ev.get("found")
+    if finding.kind == "fsck":
+        expected, found = "fsck clean after recovery", first_problem(ev.get("fsck_output", ""))
+    elif finding.kind == "mount":
+        expected, found = "the recovery mount succeeds", ev.get("mount_error")
+    return {
+        "kind": finding.kind, "signature": vars(sig), "signatures": sorted({sig.key(), *(s.key() for s in also)}),
+        "detail": finding.detail, "crash_point": finding.crash_point, "crash_mark": finding.crash_mark,
+        "state_id": finding.state_id,
+        "expected": expected, "found": found, "evidence": ev, "config": cfg.to_json(),
+        "ops": op_count(trial.doc), "shrink": shrink, "original_workload": original,
+    }
+
+
+def write_crash_state(d: str, cfg: RunConfig, state_id: str | None) -> None:
+    """crash.img.tar.gz and fsck.txt of the finding's crash state (none for latency/semantics)."""
+    if state_id is None:
+        return
+    run = os.path.join(d, RUN_DIR)
+    with open(os.path.join(run, "report.json")) as f:
+        report = json.load(f)
+    fs = get_fs(cfg.fs)
+    state = RunState.create(f"save finding {d}")
+    try:
+        with terminate_as_exception():
+            img = os.path.join(state.scratch, "crash.img")
+            with LogReader(os.path.join(run, report["log"])) as reader:
+                build_crash_image(reader, state_id, report["device_bytes"], img)
+            p = subprocess.run(["tar", "--sparse", "-czf", os.path.join(d, "crash.img.tar.gz"),
+                                "-C", state.scratch, "crash.img"], capture_output=True, text=True)
+            if p.returncode != 0:
+                raise EnvError(f"tar of the crash image failed: {p.stderr.strip()}")
+            with recorded_loop(state, img) as loop:
+                v = recover_and_check(loop, fs, report["mount_opts"], state.subdir("mnt"))
+    finally:
+        state.teardown_or_warn()
+    with open(os.path.join(d, "fsck.txt"), "w") as f:
+        if not v.mount_ok:
+            f.write(f"recovery mount failed: {v.mount_error}\n")
+            return
+        f.write(f"$ {' '.join(fs.fsck_cmd('crash.img'))}   # after the kernel's recovery mount\n")
+        f.write(f"{v.fsck_output}\nexit code: {v.fsck_code}\n")
+
+
+def write_reproduce(d: str, cfg: RunConfig, finding: Finding, info: dict[str, Any]) -> None:
+    python = f"{shlex.quote(sys.executable)} -m harness.cli"
+    rerun = ["run", '"$here/workload.json"', "--fs", cfg.fs, "--mkfs-opts", shlex.quote(cfg.mkfs_opts),
+             "--mount-opts", shlex.quote(cfg.mount_opts or ""),
+             "--crash-points", shlex.quote(cfg.crash_points or DEFAULT_POINTS), "--reorder", shlex.quote(cfg.reorder),
+             "--out", '"$(mktemp -d)"'] + (["--fault", cfg.fault] if cfg.fault else [])
+    check = (f'exec $POWERCUT recheck "$here/{RUN_DIR}" --state {finding.state_id}'
+             if finding.state_id is not None else f"exec $POWERCUT {' '.join(rerun)}")
+    text = f"""#!/bin/sh
+# {info['kind']} finding, signature {info['signature']['kind']}|{info['signature']['op']}|{info['signature']['rule']}, crash state {info['state_id']}:
+#   {finding.detail.splitlines()[0][:200]}
+# Rebuilds that crash state from {RUN_DIR}/recording.log, lets the kernel recover it, runs fsck and
+# the content oracle, and prints the finding (exit 1). `./reproduce.sh --rerun` records the shrunk
+# workload afresh instead: a new log, so other crash states, but usually the same finding.
+# The image alone: powercut crash-image --log {RUN_DIR}/recording.log --state ID --size BYTES --out crash.img
+set -e
+here=$(cd "$(dirname "$0")" && pwd)
+export PYTHONPATH={shlex.quote(paths.ROOT)}${{PYTHONPATH:+:$PYTHONPATH}}
+POWERCUT=${{POWERCUT:-{shlex.quote(python)}}}
+if [ "$1" = "--rerun" ]; then
+    exec $POWERCUT {' '.join(rerun)}
+fi
+{check}
+"""
+    path = os.path.join(d, "reproduce.sh")
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o755)

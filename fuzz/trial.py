@@ -1,0 +1,92 @@
+"""One generated workload through the run pipeline, and the signatures of what it found.
+
+A finding's signature is (kind, op, rule): the finding kind, the kind of op
+it is about (the fsync whose promise broke, or for mount/fsck findings the
+last op completed before the crash point) and the persistence rule
+(checkers/fsrules.py). Findings with the same signature are one bug for
+deduplication and for shrinking.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from checkers.crash_check import Inspect
+from checkers.findings import KINDS, Finding
+from fuzz.layout import fresh_dir
+from harness.pipeline import RunConfig, RunResult, run_checked
+from harness.workload_runner import ExecutorWorkload
+from workloads.marks import parse_mark
+from workloads.plan import Plan
+
+RUN_DIR = "run"
+
+
+@dataclass(frozen=True, order=True)
+class Signature:
+    kind: str
+    op: str
+    rule: str
+
+    def key(self) -> str:
+        return f"{self.kind}|{self.op}|{self.rule}"
+
+    @classmethod
+    def parse(cls, key: str) -> "Signature":
+        kind, op, rule = key.split("|")
+        return cls(kind, op, rule)
+
+
+def signature(f: Finding, plan: Plan) -> Signature:
+    op = str(f.evidence.get("op") or "").split("(")[0]
+    if not op and f.crash_mark:
+        mark = parse_mark(f.crash_mark)
+        if mark is not None and mark.seq is not None:
+            op = plan.by_seq()[mark.seq][1].kind
+    return Signature(f.kind, op or "-", str(f.evidence.get("rule") or "-"))
+
+
+@dataclass
+class Trial:
+    doc: dict[str, Any]
+    out_dir: str
+    result: RunResult
+    plan: Plan
+    seconds: float
+
+    @property
+    def findings(self) -> list[Finding]:
+        return self.result.findings
+
+    def signatures(self) -> list[tuple[Signature, Finding]]:
+        """One (signature, first finding) per signature, in finding-kind order then log order."""
+        seen: dict[Signature, Finding] = {}
+        for f in sorted(self.findings, key=lambda f: (KINDS.index(f.kind), f.crash_point or 0)):
+            seen.setdefault(signature(f, self.plan), f)
+        return list(seen.items())
+
+    def journal_entry(self, **extra: Any) -> dict[str, Any]:
+        kinds: dict[str, int] = {}
+        for f in self.findings:
+            kinds[f.kind] = kinds.get(f.kind, 0) + 1
+        return {"t": round(time.time(), 3), "name": self.doc["name"], "ops": op_count(self.doc),
+                "states": self.result.report["crash_states_checked"], "entries": self.result.report["log_entries"],
+                "seconds": round(self.seconds, 3), "kinds": kinds, **extra}
+
+
+def op_count(doc: dict[str, Any]) -> int:
+    return sum(len(t["ops"]) for t in doc["threads"])
+
+
+def run_doc(doc: dict[str, Any], cfg: RunConfig, work_dir: str,
+            inspect_extra: Inspect | None = None) -> Trial:
+    """Run workload DOC in WORK_DIR/run (replacing what was there); the run directory
+    keeps the workload, log, records and report: everything `powercut recheck` needs."""
+    out = fresh_dir(os.path.join(work_dir, RUN_DIR))
+    workload = ExecutorWorkload(doc, {"generated": doc["name"]})  # saves OUT/workload.json
+    t0 = time.monotonic()
+    result = run_checked(workload, cfg, out, inspect_extra)
+    return Trial(doc, out, result, workload.plan, time.monotonic() - t0)

@@ -1,0 +1,104 @@
+"""What every campaign worker does, whatever generates its workloads.
+
+A worker is one process with its own scratch directory (and so its own
+recorded device per workload): it runs workloads in-process through the
+run pipeline, journals each one, and triages findings: a signature nobody
+has saved yet is claimed, shrunk and saved (fuzz/store.py).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from multiprocessing.synchronize import Event
+from typing import Any
+
+from checkers.crash_check import Inspect
+from checkers.findings import Finding
+from harness.errors import PowercutError, Terminated
+from harness.pipeline import RunConfig
+from fuzz.layout import CampaignDir, remove_owned
+from fuzz.minimize import Shrinker
+from fuzz.store import FindingStore
+from fuzz.trial import Signature, Trial, run_doc
+
+MAX_CONSECUTIVE_ERRORS = 3
+
+
+class Stopped(BaseException):
+    """The worker was told to stop (SIGTERM). A BaseException, so it unwinds through
+    Hypothesis, which would take the pipeline's Terminated (an Exception) for a
+    failing example and go on shrinking it."""
+
+
+@dataclass
+class Worker:
+    campaign: CampaignDir
+    cfg: RunConfig
+    name: str                     # journal and scratch name, e.g. "w0"
+    number: int                   # 0 .. jobs-1
+    jobs: int
+    seed: int
+    deadline: float               # time.time() at which to stop starting new work
+    stop: Event
+    options: dict[str, Any] = field(default_factory=dict)
+    errors: int = 0
+
+    def __post_init__(self) -> None:
+        self.store = FindingStore(self.campaign.sub("findings"))
+        self.work = self.campaign.work_dir(self.name)
+
+    def should_stop(self) -> bool:
+        return self.stop.is_set() or time.time() >= self.deadline
+
+    def run(self, doc: dict[str, Any], *, inspect_extra: Inspect | None = None,
+            **journal: Any) -> Trial | None:
+        """Run DOC and journal it; None if the harness failed (journaled too; repeated failures stop the worker)."""
+        try:
+            trial = run_doc(doc, self.cfg, self.work, inspect_extra)
+        except Terminated as e:  # the run has torn down: now stop the worker
+            raise Stopped() from e
+        except PowercutError as e:
+            self.errors += 1
+            self.campaign.append(self.name, {"t": round(time.time(), 3), "name": doc["name"], "error": str(e)})
+            if self.errors >= MAX_CONSECUTIVE_ERRORS:
+                raise
+            return None
+        self.errors = 0
+        self.campaign.append(self.name, trial.journal_entry(**journal))
+        return trial
+
+    def new_signatures(self, trial: Trial) -> list[tuple[Signature, Finding]]:
+        known = self.store.known()
+        return [(s, f) for s, f in trial.signatures() if s.key() not in known]
+
+    def triage(self, trial: Trial) -> None:
+        """Shrink (delta debugging) and save the first new bug TRIAL shows. Only one: its run
+        directory goes to that finding; other new bugs show up again in later workloads."""
+        for sig, _ in self.new_signatures(trial):
+            if not self.store.claim(sig):
+                continue
+            shrinker = Shrinker(self._shrink_run, sig.kind, os.path.join(self.work, "best"),
+                                deadline=time.monotonic() + float(self.options.get("shrink_seconds", 600)),
+                                stopped=self.stop.is_set)
+            remove_owned(shrinker.best_dir)
+            os.replace(trial.out_dir, shrinker.best_dir)
+            trial.out_dir = shrinker.best_dir
+            shrunk = shrinker.shrink(trial)
+            self.save(shrunk, sig, trial.doc, {"method": "delta debugging", "runs": shrinker.runs})
+            return
+
+    def _shrink_run(self, doc: dict[str, Any]) -> Trial:
+        trial = self.run(doc, shrink=True)
+        if trial is None:
+            raise PowercutError(f"the harness failed while shrinking {doc['name']}")
+        return trial
+
+    def save(self, trial: Trial, wanted: Signature, original: dict[str, Any], shrink: dict[str, Any]) -> str:
+        """Save TRIAL's finding of WANTED's kind (the one with WANTED's signature if it still has it)."""
+        sigs = [(s, f) for s, f in trial.signatures() if s.kind == wanted.kind]
+        sig, finding = next(((s, f) for s, f in sigs if s == wanted), sigs[0])
+        shrink = {**shrink, "ops_before": sum(len(t["ops"]) for t in original["threads"])}
+        return self.store.save(trial, sig, finding, self.cfg, original=original,
+                               also=[wanted] if wanted != sig else [], shrink=shrink)

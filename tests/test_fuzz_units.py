@@ -1,0 +1,150 @@
+"""The fuzzing generators and helpers without the real stack: every generator
+yields valid workloads, decoding is total, enumeration is deterministic,
+shrinking keeps workloads valid."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from checkers.findings import Finding
+from conftest import ROOT
+from fuzz.commands import parse_duration, parse_shard
+from fuzz.engine_hypothesis import VIOLATIONS
+from fuzz.minimize import repair, subset
+from fuzz.trial import Signature, signature
+from harness.errors import UsageError
+from harness.runstate import signals_deferred
+from workloads import afl_mutator, exhaustive, opcodec
+from workloads.format import parse_workload, workload_doc
+from workloads.plan import build_plan
+from workloads.strategies import workloads
+
+
+@settings(max_examples=200, suppress_health_check=list(HealthCheck), deadline=None)
+@given(workloads(1, 24))
+def test_strategy_workloads_are_valid(doc: dict) -> None:
+    parse_workload(doc)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(min_size=opcodec.RECORD, max_size=40 * opcodec.RECORD))
+def test_any_bytes_decode_to_a_valid_workload(data: bytes) -> None:
+    parse_workload(workload_doc(opcodec.decode(data)))
+
+
+def test_short_input_decodes_to_nothing() -> None:
+    assert opcodec.decode(b"\x00" * (opcodec.RECORD - 1)) == []
+
+
+def test_mutator_keeps_whole_records_and_never_returns_empty() -> None:
+    afl_mutator.init(7)
+    rng = random.Random(1)
+    buf = bytearray(rng.randbytes(5 * opcodec.RECORD))
+    for _ in range(500):
+        other = bytearray(rng.randbytes(rng.randrange(0, 6) * opcodec.RECORD))
+        buf = afl_mutator.fuzz(buf, other, 1 << 20)
+        assert buf and len(buf) % opcodec.RECORD == 0 and len(buf) <= opcodec.MAX_RECORDS * opcodec.RECORD
+        assert isinstance(afl_mutator.describe(40), bytes)
+    afl_mutator.deinit()
+
+
+def test_mutator_imports_with_the_system_python_alone() -> None:
+    """afl-fuzz loads it into the system python3, outside the venv."""
+    code = "import workloads.afl_mutator as m; m.init(1); print(len(m.fuzz(bytearray(8), None, 64)))"
+    p = subprocess.run(["/usr/bin/python3", "-I", "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); {code}"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.strip().isdigit(), p.stderr
+
+
+def test_exhaustive_space_is_deterministic_valid_and_distinct() -> None:
+    n = exhaustive.space_size(1)
+    docs = [exhaustive.workload(1, i) for i in range(n)]
+    assert len({d["name"] for d in docs}) == n == len(exhaustive.steps())
+    for d in docs:
+        parse_workload(d)
+    assert exhaustive.workload(2, 1234) == exhaustive.workload(2, 1234)
+    assert exhaustive.space_size(2) == n * n
+    names = ["unlink", "large-new"]
+    assert any(exhaustive.workload(2, i, names)["name"] == "seq2-unlink.sync-large-new.fsync-dir"
+               for i in range(exhaustive.space_size(2, names)))
+    assert len(list(exhaustive.capped(3, 100))) == 100
+    assert list(exhaustive.capped(1, 0)) == list(range(n))
+
+
+def test_repair_keeps_fds_valid() -> None:
+    ops = [{"op": "open", "path": "foo", "flags": ["O_CREAT", "O_RDWR"], "fd": "a"},
+           {"op": "pwrite", "fd": "a", "offset": 0, "length": 4096},
+           {"op": "close", "fd": "a"},
+           {"op": "fsync", "fd": "a"},
+           {"op": "sync"}]
+    doc = workload_doc(ops)
+    assert [o["op"] for o in subset(doc, [(0, 1), (0, 3), (0, 4)])["threads"][0]["ops"]] == ["sync"]
+    assert [o["op"] for o in repair(ops)] == ["open", "pwrite", "close", "sync"]
+    parse_workload(subset(doc, [(0, 0), (0, 1), (0, 4)]))
+
+
+def test_signature_names_the_op_and_rule() -> None:
+    doc = workload_doc([{"op": "open", "path": "foo", "flags": ["O_CREAT", "O_RDWR"], "fd": "a"},
+                        {"op": "fsync", "fd": "a"}])
+    plan = build_plan(parse_workload(doc))
+    f = Finding("durability", "x", evidence={"op": "fsync(fd=0) [op 1, thread 0]", "rule": "fsync-data"})
+    assert signature(f, plan) == Signature("durability", "fsync", "fsync-data")
+    g = Finding("fsck", "y", crash_point=9, crash_mark="op 0.0.0")
+    assert signature(g, plan).key() == "fsck|open|-"
+    assert Signature.parse("fsck|open|-") == signature(g, plan)
+
+
+def test_one_violation_class_per_kind() -> None:
+    assert VIOLATIONS["stale-data"].__name__ == "StaleDataViolation"
+    assert len({c for c in VIOLATIONS.values()}) == len(VIOLATIONS)
+
+
+@pytest.mark.parametrize("text,seconds", [("90", 90), ("90s", 90), ("10m", 600), ("1h30m", 5400)])
+def test_durations(text: str, seconds: int) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["", "ten", "5x"])
+def test_bad_durations(bad: str) -> None:
+    with pytest.raises(UsageError):
+        parse_duration(bad)
+
+
+def test_shards() -> None:
+    assert parse_shard("1/3") == (1, 3)
+    with pytest.raises(UsageError):
+        parse_shard("3/3")
+
+
+def test_bad_options_are_one_line_exit_2(tmp_path) -> None:
+    env_cmd = [sys.executable, "-m", "harness.cli", "fuzz", "--fs", "ext4", "--out", str(tmp_path / "c")]
+    for extra in (["--duration", "soon"], ["--engine", "exhaustive", "--core-ops", "nope"], ["--jobs", "0"]):
+        p = subprocess.run(env_cmd + extra, capture_output=True, text=True, cwd=ROOT)
+        assert p.returncode == 2 and p.stderr.startswith("powercut: ") and len(p.stderr.splitlines()) == 1, p.stderr
+    p = subprocess.run([sys.executable, "-m", "harness.cli", "fuzz", "--resume", str(tmp_path / "none")],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 2 and "no campaign there" in p.stderr
+
+
+def test_teardown_holds_signals_back_until_done() -> None:
+    """A campaign stops workers with SIGTERM, maybe while they tear down: that must finish first."""
+    got: list[str] = []
+    old = signal.signal(signal.SIGTERM, lambda s, f: got.append("term"))
+    try:
+        with signals_deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            assert got == []
+        time.sleep(0.05)
+        assert got == ["term"]
+    finally:
+        signal.signal(signal.SIGTERM, old)

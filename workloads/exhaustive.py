@@ -1,0 +1,147 @@
+"""Bounded exhaustive workloads in the spirit of ACE (CrashMonkey, OSDI'18).
+
+A workload of sequence length k is a fixed set-up (dirs A and A/C, file foo
+with 16 KiB of data and an xattr, file A/foo with 256 KiB: a deleted large
+file is what exposes freed blocks; then sync) followed by k core ops, each
+followed by one persistence op: fsync or fdatasync of what it changed,
+fsync of that one's parent directory, or sync. All such workloads are enumerated
+in a fixed order: workload i of `seq k` is the i-th tuple of (core op,
+persistence op) pairs in lexicographic order, so a campaign is resumable by
+index and splittable across machines by index. Core ops and their
+persistence ops are fixed, not sampled: this is the bounded space, not a
+random search. For k >= 3 the space is large; `capped` visits an evenly
+spread, deterministic subset of it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from workloads.format import workload_doc
+
+RW = ["O_RDWR"]
+SETUP: list[dict[str, Any]] = [
+    {"op": "mkdir", "path": "A"},
+    {"op": "mkdir", "path": "A/C"},
+    {"op": "open", "path": "foo", "flags": ["O_CREAT", "O_RDWR"], "fd": "s0"},
+    {"op": "pwrite", "fd": "s0", "offset": 0, "length": 16384},
+    {"op": "close", "fd": "s0"},
+    {"op": "open", "path": "A/foo", "flags": ["O_CREAT", "O_RDWR"], "fd": "s1"},
+    {"op": "pwrite", "fd": "s1", "offset": 0, "length": 256 << 10},
+    {"op": "close", "fd": "s1"},
+    {"op": "setxattr", "path": "foo", "name": "user.b", "length": 8},
+    {"op": "sync"},
+]
+
+
+@dataclass(frozen=True)
+class Core:
+    """One core op: OPS act on PATH (an fd op gets the fd `c` opened on it);
+    PERSIST_ON is what its fsync/fdatasync persists (a file, or a directory)."""
+
+    name: str
+    ops: tuple[dict[str, Any], ...]
+    path: str | None = None        # opened O_RDWR as fd "c" before OPS (fd ops)
+    flags: tuple[str, ...] = ("O_RDWR",)
+    persist_on: str = "foo"
+    data: bool = True              # data ops also get fdatasync
+
+
+def _fd(kind: str, **fields: Any) -> dict[str, Any]:
+    return {"op": kind, "fd": "c", **fields}
+
+
+CORE: list[Core] = [
+    Core("overwrite", (_fd("pwrite", offset=0, length=4096),), "foo"),
+    Core("append", (_fd("pwrite", offset=16384, length=4096),), "foo"),
+    Core("unaligned", (_fd("pwrite", offset=1000, length=5000),), "foo"),
+    Core("large-new", (_fd("pwrite", offset=0, length=1 << 20),), "A/bar", ("O_CREAT", "O_RDWR"), "A/bar"),
+    Core("direct", (_fd("pwrite", offset=4096, length=4096),), "A/foo", ("O_RDWR", "O_DIRECT"), "A/foo"),
+    Core("mmap", (_fd("mmap_write", offset=0, length=4096, msync=False),), "foo"),
+    Core("falloc-keep", (_fd("fallocate", mode=["KEEP_SIZE"], offset=16384, length=65536),), "foo"),
+    Core("punch", (_fd("fallocate", mode=["PUNCH_HOLE", "KEEP_SIZE"], offset=4096, length=4096),), "foo"),
+    Core("zero-range", (_fd("fallocate", mode=["ZERO_RANGE"], offset=0, length=8192),), "foo"),
+    Core("shrink", (_fd("ftruncate", length=3000),), "foo"),
+    Core("grow", (_fd("ftruncate", length=100000),), "foo"),
+    Core("creat", (), "A/bar", ("O_CREAT", "O_RDWR"), "A/bar", data=False),
+    Core("mkdir", ({"op": "mkdir", "path": "B"},), persist_on="B", data=False),
+    Core("link", ({"op": "link", "from": "foo", "to": "A/bar"},), persist_on="A/bar", data=False),
+    Core("unlink", ({"op": "unlink", "path": "A/foo"},), persist_on="A", data=False),
+    Core("rename", ({"op": "rename", "from": "foo", "to": "bar"},), persist_on="bar", data=False),
+    Core("rename-over", ({"op": "rename", "from": "foo", "to": "A/foo"},), persist_on="A/foo", data=False),
+    Core("rename-dir", ({"op": "rename", "from": "A/C", "to": "B"},), persist_on="B", data=False),
+    Core("rmdir", ({"op": "rmdir", "path": "A/C"},), persist_on="A", data=False),
+    Core("symlink", ({"op": "symlink", "target": "foo", "path": "A/bar"},), persist_on="A", data=False),
+    Core("setxattr", ({"op": "setxattr", "path": "foo", "name": "user.a", "length": 100},), data=False),
+    Core("removexattr", ({"op": "removexattr", "path": "foo", "name": "user.b"},), data=False),
+]
+PERSIST = ["fsync", "fdatasync", "fsync-dir", "sync"]
+CORE_NAMES = [c.name for c in CORE]
+
+
+def steps(names: list[str] | None = None) -> list[tuple[Core, str]]:
+    """Every (core op, persistence op) pair of the core ops NAMES (default all, in that
+    order); fdatasync only after data ops, fsync-dir only where that is another file."""
+    by_name = {c.name: c for c in CORE}
+    cores = [by_name[n] for n in names] if names else CORE
+    return [(c, p) for c in cores for p in PERSIST
+            if (p != "fdatasync" or c.data) and (p != "fsync-dir" or _parent(c.persist_on) != c.persist_on)]
+
+
+def _parent(path: str) -> str:
+    return os.path.dirname(path) or "."
+
+
+def space_size(seq: int, names: list[str] | None = None) -> int:
+    return len(steps(names)) ** seq
+
+
+def _ops_for(step: tuple[Core, str], n: int) -> list[dict[str, Any]]:
+    """The ops of one step; fd names get suffix N so steps never share an fd."""
+    core, persist = step
+    c, p = f"c{n}", f"p{n}"
+    ops: list[dict[str, Any]] = []
+    if core.path:
+        ops.append({"op": "open", "path": core.path, "flags": list(core.flags), "fd": c})
+    ops += [{**op, "fd": c} if "fd" in op else dict(op) for op in core.ops]
+    target = _parent(core.persist_on) if persist == "fsync-dir" else core.persist_on
+    persist = "fsync" if persist == "fsync-dir" else persist
+    if persist == "sync":
+        ops.append({"op": "sync"})
+    elif core.path and core.path == target:
+        ops.append({"op": persist, "fd": c})
+    else:  # open what the op changed (a directory read-only), persist it
+        ops += [{"op": "open", "path": target, "flags": ["O_RDONLY"], "fd": p},
+                {"op": persist, "fd": p}, {"op": "close", "fd": p}]
+    if core.path:
+        ops.append({"op": "close", "fd": c})
+    return ops
+
+
+def workload(seq: int, index: int, names: list[str] | None = None) -> dict[str, Any]:
+    """Workload INDEX (0-based) of the seq-SEQ space (over the core ops NAMES, default all)."""
+    all_steps = steps(names)
+    chosen, rest = [], index
+    for _ in range(seq):
+        rest, k = divmod(rest, len(all_steps))
+        chosen.append(all_steps[k])
+    chosen.reverse()  # the first step varies slowest: lexicographic order
+    ops = list(SETUP)
+    for n, step in enumerate(chosen):
+        ops += _ops_for(step, n)
+    doc = workload_doc(ops, name=f"seq{seq}-" + "-".join(f"{c.name}.{p}" for c, p in chosen))
+    doc["description"] = f"ACE-style seq-{seq} workload #{index} of {space_size(seq, names)}"
+    return doc
+
+
+def capped(seq: int, cap: int, names: list[str] | None = None) -> Iterator[int]:
+    """Indices to visit: all of them, or CAP evenly spread ones when the space is larger."""
+    total = space_size(seq, names)
+    if cap <= 0 or total <= cap:
+        yield from range(total)
+        return
+    for k in range(cap):
+        yield k * total // cap

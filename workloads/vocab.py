@@ -1,0 +1,131 @@
+"""The vocabulary of generated workloads, shared by every generator.
+
+Op sequences over a small file set (dirs A, B, A/C; files foo, bar in
+them), offsets and lengths mostly small and 4 KiB aligned, sometimes
+unaligned or large. `OpListBuilder` turns a stream of choices into a valid
+op list (fds opened before use, closed at the end); where the choices come
+from is the generator's business: Hypothesis draws (workloads/strategies.py),
+AFL++ input bytes (workloads/opcodec.py). Every choice is made from *tiers*
+listed simple-first: a generator picks a tier, then an item in it, so a
+shrinker that moves toward the first tier and item moves toward short,
+plain workloads.
+
+Standard library only: AFL++'s custom mutator imports this with the
+system Python, outside the venv.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+DIRS = ["A", "B", "A/C"]
+FILES = ["foo", "A/foo", "A/bar", "B/foo", "bar", "A/C/foo"]
+PATHS = FILES + DIRS
+XATTRS = ["user.a", "user.b"]
+MAX_FDS = 3
+
+Tiers = Sequence[Sequence[Any]]
+
+# Op kinds in tiers (a generator picks a tier, then a kind): data ops and what
+# frees blocks (truncate, close, unlink) weigh most, that is where crash bugs
+# are. The persistence ops (PERSIST_KINDS) come after ops on their own.
+KIND_TIERS: Tiers = [["pwrite", "write", "ftruncate"],
+                     ["close", "unlink", "open", "truncate", "rename", "fallocate", "mmap_write", "link"],
+                     ["mkdir", "rmdir", "symlink", "setxattr", "removexattr", "syncfs", "sync_file_range",
+                      "read", "pread"]]
+PERSIST_KINDS = ["fsync", "fdatasync", "sync"]
+FD_KINDS = {"pwrite", "fsync", "close", "write", "fdatasync", "ftruncate", "fallocate", "syncfs",
+            "sync_file_range", "mmap_write", "read", "pread"}
+FALLOC_MODES = [["KEEP_SIZE"], [], ["PUNCH_HOLE", "KEEP_SIZE"], ["ZERO_RANGE"], ["ZERO_RANGE", "KEEP_SIZE"],
+                ["COLLAPSE_RANGE"], ["INSERT_RANGE"]]
+OPEN_FLAGS = [["O_CREAT", "O_RDWR"], ["O_RDWR"], ["O_CREAT", "O_RDWR", "O_TRUNC"], ["O_CREAT", "O_RDWR", "O_APPEND"],
+              ["O_CREAT", "O_RDWR", "O_SYNC"], ["O_CREAT", "O_RDWR", "O_DSYNC"], ["O_CREAT", "O_RDWR", "O_DIRECT"],
+              ["O_CREAT", "O_EXCL", "O_RDWR"], ["O_RDONLY"]]
+SYNC_FILE_RANGE_FLAGS = [["WAIT_BEFORE", "WRITE", "WAIT_AFTER"], ["WRITE"]]
+SYMLINK_TARGETS = ["foo", "A/foo", "C/foo", "missing"]
+
+# Aligned small / unaligned / large (a large write followed by a delete is
+# what exposes freed blocks as stale data).
+LENGTHS: Tiers = [[4096, 8192, 16384, 65536], [1, 512, 1000, 5000], [1 << 20]]
+OFFSETS: Tiers = [[0, 4096, 8192, 16384, 65536], range(0, 70001)]
+TRUNCATE_LENGTHS: Tiers = [[0, 4096, 3000, 100000]]
+SFR_LENGTHS: Tiers = [[0, 4096, 65536]]
+XATTR_LENGTHS: Tiers = [[8, 100]]
+
+
+def one(items: Sequence[Any]) -> Tiers:
+    """A single tier."""
+    return [items]
+
+
+class Picker(Protocol):
+    def __call__(self, tiers: Tiers) -> Any:
+        """One item of one of TIERS."""
+
+
+class OpListBuilder:
+    """Builds a valid op list from choices: an fd op with no fd open becomes
+    an open, at most MAX_FDS fds are open, every fd is closed at the end."""
+
+    def __init__(self) -> None:
+        self.ops: list[dict[str, Any]] = []
+        self.fds: list[str] = []
+        self.last_fd: str | None = None   # the fd the last fd op used: persist / reuse it first
+        self.opened: list[str] = []       # paths opened so far: unlink / truncate / rename those first
+        self._next_fd = 0
+
+    def _fd_tiers(self) -> Tiers:
+        return [[self.last_fd], self.fds] if self.last_fd in self.fds else [self.fds]
+
+    def _path_tiers(self, paths: list[str]) -> Tiers:
+        return [self.opened, paths] if self.opened else [paths]
+
+    def add(self, kind: str, pick: Picker) -> None:
+        if kind in FD_KINDS and not self.fds:
+            kind = "open"
+        if kind == "open":
+            if len(self.fds) < MAX_FDS:
+                name = self.last_fd = f"f{self._next_fd}"
+                self._next_fd += 1
+                path = pick(self._path_tiers(FILES))
+                self.ops.append({"op": "open", "path": path, "flags": pick(one(OPEN_FLAGS)), "fd": name})
+                self.fds.append(name)
+                self.opened.append(path)
+            return
+        op: dict[str, Any] = {"op": kind}
+        if kind in FD_KINDS:
+            op["fd"] = self.last_fd = pick(self._fd_tiers())
+        if kind == "close":
+            self.fds.remove(op["fd"])
+        elif kind in ("pwrite", "pread", "mmap_write"):
+            op.update(offset=pick(OFFSETS), length=pick(LENGTHS))
+            if kind == "mmap_write":
+                op["msync"] = pick(one([False, True]))
+        elif kind in ("write", "read"):
+            op["length"] = pick(LENGTHS)
+        elif kind == "fallocate":
+            op.update(mode=pick(one(FALLOC_MODES)), offset=pick(OFFSETS), length=pick(LENGTHS))
+        elif kind == "sync_file_range":
+            op.update(offset=pick(OFFSETS), length=pick(SFR_LENGTHS), flags=pick(one(SYNC_FILE_RANGE_FLAGS)))
+        elif kind in ("ftruncate", "truncate"):
+            op["length"] = pick(TRUNCATE_LENGTHS)
+            if kind == "truncate":
+                op["path"] = pick(self._path_tiers(FILES))
+        elif kind in ("rename", "link"):
+            op.update({"from": pick(self._path_tiers(PATHS)), "to": pick(one(PATHS))})
+        elif kind == "symlink":
+            op.update(target=pick(one(SYMLINK_TARGETS)), path=pick(one(FILES)))
+        elif kind == "unlink":
+            op["path"] = pick(self._path_tiers(FILES))
+        elif kind in ("mkdir", "rmdir"):
+            op["path"] = pick(one(DIRS))
+        elif kind == "setxattr":
+            op.update(path=pick(one(PATHS)), name=pick(one(XATTRS)), length=pick(XATTR_LENGTHS))
+        elif kind == "removexattr":
+            op.update(path=pick(one(PATHS)), name=pick(one(XATTRS)))
+        self.ops.append(op)
+
+    def finish(self) -> list[dict[str, Any]]:
+        return self.ops + [{"op": "close", "fd": fd} for fd in self.fds]
+
