@@ -44,7 +44,10 @@ def test_recorder_on_ext4_checks_every_crash_point_and_prints_table_1(pc: PcEnv)
     pc.run("run", "scenario:recorder", "--fs", "ext4", "--backend", "fuse", "--scale", "0.01", "--out", str(out),
            check_rc=0)
     r = report(out)
-    assert r["findings"] == []  # zero fsck (and mount) findings
+    # Zero fsck and mount findings. (A `design` finding — a record torn inside the
+    # surviving prefix — is what the recorder design may legitimately show: it
+    # never fsyncs records, and writeback order is not file order.)
+    assert not [f for f in r["findings"] if f["kind"] in ("fsck", "mount", "durability", "stale-data")], r["findings"][:3]
     # Every crash point has at least its in-order state; reordered ones come on top.
     assert r["crash_states_checked"] + r["crash_states_duplicate"] == r["crash_states_total"] >= r["crash_points"] > 300
     assert r["crash_point_kinds"] == "flush,fua,mark"
