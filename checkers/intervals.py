@@ -83,3 +83,14 @@ class IntervalMap:
         for s, e, src in self.get(offset, 1 << 63):
             out.append((s + length, e + length, src.shifted(length) if src else None))
         self.pieces = out
+
+
+def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, merged union of [start, end) RANGES."""
+    out: list[tuple[int, int]] = []
+    for s, t in sorted(ranges):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], t))
+        else:
+            out.append((s, t))
+    return out

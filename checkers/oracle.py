@@ -29,7 +29,7 @@ from checkers.design import RecordsInvariant, check_records
 from checkers.findings import Finding
 from checkers.fsrules import rule
 from checkers.history import ROOT, Exec, History, Inode, Persist
-from checkers.intervals import IntervalMap, Piece, Src
+from checkers.intervals import IntervalMap, Piece, Src, merge_ranges
 from workloads.pattern import CHUNK, decode_chunk, generate
 
 ZERO_CHUNK = bytes(CHUNK)
@@ -388,14 +388,7 @@ class FileCheck:
         """The parts of [start, end) the guarantee covers."""
         if self.g is None:
             return []
-        parts = sorted((max(s, start), min(t, end)) for s, t in self.g.ranges if s < end and t > start)
-        merged: list[tuple[int, int]] = []
-        for s, t in parts:
-            if merged and s <= merged[-1][1]:
-                merged[-1] = (merged[-1][0], max(merged[-1][1], t))
-            else:
-                merged.append((s, t))
-        return merged
+        return merge_ranges([(max(s, start), min(t, end)) for s, t in self.g.ranges if s < end and t > start])
 
     def durable_pieces(self, start: int, end: int) -> list[Piece] | None:
         """Guaranteed content of [start, end) (zeros omitted), None: no guarantee there."""

@@ -64,13 +64,19 @@ def _verdict(v: Any, where: str) -> list[str]:
     return sorted(set(kinds))
 
 
-def load_entry(path: str | Path) -> Entry:
+def load_doc(path: str | Path, fmt: str, what: str) -> dict[str, Any]:
+    """A JSON document of format FMT, or a one-line UsageError naming WHAT it should be."""
     try:
         doc = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as e:
-        raise UsageError(f"{path}: not a corpus entry ({e})") from None
-    if not isinstance(doc, dict) or doc.get("format") != ENTRY_FORMAT:
-        raise UsageError(f"{path}: not a corpus entry (format must be {ENTRY_FORMAT!r})")
+        raise UsageError(f"{path}: not {what} ({e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != fmt:
+        raise UsageError(f"{path}: not {what} (format must be {fmt!r})")
+    return doc
+
+
+def load_entry(path: str | Path) -> Entry:
+    doc = load_doc(path, ENTRY_FORMAT, "a corpus entry")
     for key in ("name", "why", "workload"):
         if key not in doc:
             raise UsageError(f"{path}: missing {key!r}")
@@ -98,12 +104,9 @@ def load_corpus(root: str | Path = CORPUS_DIR, pattern: str = "*") -> list[Entry
 
 
 def load_matrix(path: str | Path) -> list[Row]:
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise UsageError(f"{path}: not a matrix file ({e})") from None
-    if not isinstance(doc, dict) or doc.get("format") != MATRIX_FORMAT or not isinstance(doc.get("rows"), list):
-        raise UsageError(f"{path}: not a matrix file (format must be {MATRIX_FORMAT!r} with a list of rows)")
+    doc = load_doc(path, MATRIX_FORMAT, "a matrix file")
+    if not isinstance(doc.get("rows"), list):
+        raise UsageError(f"{path}: not a matrix file (no list of rows)")
     rows = []
     for i, r in enumerate(doc["rows"]):
         if not isinstance(r, dict) or "name" not in r or "fs" not in r:

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from harness import ownership
 from harness.corpus import CORPUS_DIR, VERDICT_KINDS, Row, entry_doc, load_corpus, load_matrix
-from harness.corpus_diff import diff, load_results, markdown as corpus_markdown_diff
+from harness.corpus_diff import diff, markdown as corpus_markdown_diff
 from harness.corpus_report import junit, markdown
 from harness.backends import BACKENDS
-from harness.corpus_run import Backend, compare_baseline, load_baseline, results_doc, run_case
+from harness.corpus_run import Backend, compare_baseline, load_results, results_doc, run_case
 from harness.errors import UsageError
 
 DEFAULT_MATRIX = CORPUS_DIR / "matrix.json"
@@ -40,7 +40,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if (args.kernel or args.kernel_modules) and args.backend != "vm":
         raise UsageError("--kernel and --kernel-modules need --backend vm")
     backend = Backend(args.backend, args.kernel or None, args.kernel_modules or None)
-    baseline = load_baseline(args.baseline) if args.baseline else None
+    baseline = load_results(args.baseline) if args.baseline else None
     out = ownership.make_dir(args.out or os.path.join("out", time.strftime("corpus-%Y%m%d-%H%M%S")))
     started = time.time()
     cases = []

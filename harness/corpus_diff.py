@@ -7,25 +7,12 @@ on one side included) is what makes the diff fail.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from harness.corpus_run import LATENCY_STATS, RESULTS_FORMAT
-from harness.errors import UsageError
+from harness.corpus_run import LATENCY_STATS
 
 MISSING = "missing"
-
-
-def load_results(path: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise UsageError(f"{path}: cannot read it ({e})") from None
-    if not isinstance(doc, dict) or doc.get("format") != RESULTS_FORMAT:
-        raise UsageError(f"{path}: not a corpus results file (format {RESULTS_FORMAT!r})")
-    return doc
 
 
 def verdict_text(case: dict[str, Any] | None) -> str:

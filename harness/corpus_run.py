@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import ownership
-from harness.corpus import VERDICT_KINDS, Entry, Row
+from harness.corpus import load_doc, VERDICT_KINDS, Entry, Row
 from harness.errors import PowercutError, UsageError
 from harness.pipeline import RunConfig, run_workload
 
@@ -113,14 +113,8 @@ def compare_baseline(cases: list[Case], baseline: dict[str, Any], factor: float,
                     c.regressions.append(f"{kind} {s} {new:.0f} us > {factor:g} x baseline {old:.0f} us")
 
 
-def load_baseline(path: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise UsageError(f"--baseline {path}: cannot read it ({e})") from None
-    if doc.get("format") != RESULTS_FORMAT:
-        raise UsageError(f"--baseline {path}: not a corpus results file (format {RESULTS_FORMAT!r})")
-    return doc
+def load_results(path: str) -> dict[str, Any]:
+    return load_doc(path, RESULTS_FORMAT, "a corpus results file")
 
 
 def results_doc(cases: list[Case], started: float, backend: Backend = Backend()) -> dict[str, Any]:

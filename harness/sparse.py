@@ -6,6 +6,8 @@ import ctypes
 import errno
 import os
 
+from checkers.intervals import merge_ranges
+
 _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_PUNCH_HOLE = 0x02
 _ZERO_CHUNK = 1 << 20
@@ -87,14 +89,8 @@ SYNC_CHUNK = 64 * 1024
 
 def _merged_chunks(extents: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
     """Extents widened to SYNC_CHUNK boundaries, sorted and merged: (start, end)."""
-    spans = sorted((off - off % SYNC_CHUNK, min(size, -(-(off + n) // SYNC_CHUNK) * SYNC_CHUNK)) for off, n in extents)
-    out: list[tuple[int, int]] = []
-    for start, end in spans:
-        if out and start <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], end))
-        else:
-            out.append((start, end))
-    return out
+    return merge_ranges([(off - off % SYNC_CHUNK, min(size, -(-(off + n) // SYNC_CHUNK) * SYNC_CHUNK))
+                         for off, n in extents])
 
 
 def sync_sparse(src_fd: int, dst_fd: int, size: int) -> int:
