@@ -5,8 +5,9 @@
 It decodes INPUT (op records, workloads/opcodec.py) into a workload, runs it
 through the run pipeline in-process, journals it, writes its features into
 AFL's shared-memory map (fuzz/feedback.py) and abort()s if the run showed a
-finding with a signature not saved yet: AFL++ keeps the input in crashes/,
-and the campaign's AFL worker shrinks it and saves the finding. Exit 0
+finding with a signature not saved yet, leaving the input in a pending
+directory for the campaign's AFL worker, which shrinks it and saves the
+finding (AFL++ keeps it in crashes/ too, if its coverage is new). Exit 0
 otherwise. AFL++ stops a run with SIGTERM (AFL_KILL_SIGNAL), which the
 pipeline turns into a clean teardown; so does the target's own time limit,
 TIME_LIMIT_S, below AFL++'s -t.
@@ -20,6 +21,7 @@ import os
 import signal
 import sys
 
+from harness import ownership
 from harness.errors import PowercutError, Terminated
 from harness.pipeline import RunConfig
 from fuzz.feedback import Extents, SharedMap, features
@@ -69,9 +71,20 @@ def main(argv: list[str] | None = None) -> int:
     shm.add(features(trial, extents))
     known = FindingStore(campaign.sub("findings")).known()
     if any(s.key() not in known for s, _ in trial.signatures()):
-        sys.stdout.flush()
+        # AFL++ keeps crashing inputs only when their coverage is new, and none found while
+        # it calibrates the seeds: hand the input to the campaign worker directly too.
+        pending = ownership.make_dir(pending_dir(campaign, args.worker))
+        path = os.path.join(pending, hashlib.sha1(data).hexdigest())
+        with open(path + ".tmp", "wb") as f:
+            f.write(data)
+        os.replace(path + ".tmp", path)
         os.abort()
     return 0
+
+
+def pending_dir(campaign: CampaignDir, worker: str) -> str:
+    """Inputs with new findings, waiting for the campaign worker to shrink and save them."""
+    return campaign.sub("pending", worker)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,10 @@ runs without a fork server (AFL_NO_FORKSRV: a Python process per input) and
 is mutated only by the op-record mutator (AFL_PYTHON_MODULE,
 AFL_CUSTOM_MUTATOR_ONLY). Trimming is off (each run costs seconds).
 
-The worker itself watches the instance's crashes/: each new input is run
-again, and a new signature is shrunk (delta debugging) and saved.
+The worker itself watches the inputs the target hands it (a new signature:
+CAMPAIGN/pending/W-target/): each is run again, and a new signature is
+shrunk (delta debugging) and saved. (AFL++'s own crashes/ keeps only
+crashes with new coverage, and none from the seeds' calibration.)
 """
 
 from __future__ import annotations
@@ -23,13 +25,12 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any
 
 from harness import ownership, paths
 from harness.errors import EnvError
 from harness.runstate import RunState, record_process
 from harness.sysres import wait_pid_gone
-from fuzz.afl_target import PIDFILE, TIME_LIMIT_S
+from fuzz.afl_target import PIDFILE, TIME_LIMIT_S, pending_dir
 from fuzz.worker import Worker
 from workloads.format import workload_doc
 from workloads.opcodec import decode, random_record
@@ -82,24 +83,25 @@ def run(w: Worker) -> None:
     if not os.path.isdir(sync_dir):
         ownership.make_dir(sync_dir)
     instance = f"{w.options.get('afl_prefix', 'w')}{w.number}"
+    target = f"{w.name}-target"
     state = RunState.create(f"afl-fuzz {instance}")
     log = open(os.path.join(sync_dir, f"{instance}.log"), "ab")
     try:
         proc = subprocess.Popen(command(w, sync_dir, instance), env=environment(w), stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, cwd=w.work)
         res = record_process(state, proc.pid, "afl-fuzz")
-        seen: set[str] = set()
+        pending = pending_dir(w.campaign, target)
         try:
             while not w.should_stop() and proc.poll() is None:
-                triage_crashes(w, os.path.join(sync_dir, instance, "crashes"), seen)
+                triage_pending(w, pending)
                 time.sleep(POLL_S)
             if proc.poll() is not None and not w.should_stop():
                 raise EnvError(f"afl-fuzz exited with {proc.returncode}: see {log.name}")
         finally:
             stop_afl(proc)
             state.released(res)
-            wait_for_target(os.path.join(w.campaign.sub("work"), f"{w.name}-target", PIDFILE))
-        triage_crashes(w, os.path.join(sync_dir, instance, "crashes"), seen)
+            wait_for_target(os.path.join(w.campaign.sub("work"), target, PIDFILE))
+        triage_pending(w, pending)
     finally:
         log.close()
         state.teardown(log=lambda m: print(m, file=sys.stderr))
@@ -147,16 +149,17 @@ def wait_for_target(pidfile: str) -> None:
         wait_pid_gone(pid, timeout=STOP_WAIT_S)
 
 
-def triage_crashes(w: Worker, crashes: str, seen: set[str]) -> None:
-    if not os.path.isdir(crashes):
+def triage_pending(w: Worker, pending: str) -> None:
+    """Run each input the target left with a new finding again; shrink and save what shows."""
+    if not os.path.isdir(pending):
         return
-    for name in sorted(os.listdir(crashes)):
-        if not name.startswith("id:") or name in seen or w.stop.is_set():
+    for name in sorted(os.listdir(pending)):
+        if name.endswith(".tmp") or w.stop.is_set():
             continue
-        seen.add(name)
-        with open(os.path.join(crashes, name), "rb") as f:
+        path = os.path.join(pending, name)
+        with open(path, "rb") as f:
             ops = decode(f.read())
-        doc: dict[str, Any] = workload_doc(ops, name=f"afl-crash-{name.split(',')[0][3:]}")
-        trial = w.run(doc, engine="afl", afl_crash=name)
+        os.remove(path)
+        trial = w.run(workload_doc(ops, name=f"afl-{name[:12]}"), engine="afl", afl_input=name)
         if trial is not None:
             w.triage(trial)

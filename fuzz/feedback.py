@@ -9,11 +9,13 @@ counts into hit buckets):
 - (op, bucket of the flushes the device saw while the op ran);
 - (file, bucket of its final size) from the model, and (file, bucket of its
   extent count) read with FIEMAP from the last recovered crash image;
-- per crash point, (the last persistence op completed before it, the check
-  outcome: ok or the finding kinds).
+- which (last persistence op completed before a crash point, the check
+  outcome there: ok or the finding kinds) pairs occur.
 
-Nothing timing-dependent (latencies, log entry indices) goes in: writeback
-timing would show up as instability.
+Nothing timing-dependent (latencies, log entry indices, how many crash
+points or flushes exactly) goes in: writeback timing would show up as
+instability. What remains (a background commit adding a flush, an extent
+count crossing a bucket) is rare.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def features(trial: Trial, extents: Extents) -> Counter[tuple[object, ...]]:
         prev = ex.kind
     ops = trial.plan.by_seq()
     for seq, flushes in flushes_per_op(trial.result.log_path).items():
-        f["flushes", ops[seq][1].kind, bucket(flushes)] += 1
+        f["flushes", ops[seq][1].kind, min(flushes, 2)] += 1
     for ino in h.inodes.values():
         if ino.kind == "file":
             f["size", bucket(ino.size >> 12)] += 1
@@ -106,10 +108,11 @@ def features(trial: Trial, extents: Extents) -> Counter[tuple[object, ...]]:
         if finding.crash_point is not None:
             by_point.setdefault(finding.crash_point, set()).add(finding.kind)
     persisted = sorted((ex.mark, ex.kind) for ex in h.execs if ex.mark is not None and ex.kind in PERSIST)
+    outcomes = set()
     for point in trial.result.points:
         before = [k for m, k in persisted if m <= point]
-        last = before[-1] if before else "none"
-        f["point", last, ",".join(sorted(by_point.get(point, {"ok"})))] += 1
+        outcomes.add(("point", before[-1] if before else "none", ",".join(sorted(by_point.get(point, {"ok"})))))
+    f.update(outcomes)  # present or not: how many crash points there are follows the log's timing
     return f
 
 

@@ -5,6 +5,7 @@
     CAMPAIGN/findings/NNN-KIND/ one deduplicated, shrunk finding (fuzz/store.py)
     CAMPAIGN/hypothesis-db/     Hypothesis example database (hypothesis engine)
     CAMPAIGN/afl/               AFL++ sync directory: seeds/, one output dir per instance
+    CAMPAIGN/pending/W-target/  inputs an AFL++ target found a new finding with, for worker W
     CAMPAIGN/work/W/            scratch of worker W (the workload being run), removed as it goes
     CAMPAIGN/report.json        the campaign report, written when the campaign stops
 
