@@ -224,6 +224,16 @@ class _Builder:
                 return E.ENOTDIR
         return E.ENOENT
 
+    def parent_errno(self, path: str) -> int | None:
+        """errno of looking up PATH's parent directory, None if it is one."""
+        parent = _parent(path)
+        if parent == "":
+            return None
+        ino = self.lookup(parent)
+        if ino is None:
+            return self.missing(parent)
+        return None if ino.kind == "dir" else E.ENOTDIR
+
     def children(self, path: str) -> list[str]:
         pre = path + "/"
         return [p for p in self.ns if p.startswith(pre)]
@@ -475,8 +485,12 @@ class _Builder:
         # Only the plain cases are predicted; directory-over-directory and
         # path-prefix cases have many rules: follow the kernel there.
         if not flags:
-            if s is None:
-                self.predict(ex, self.missing(src))
+            # The kernel resolves both parent directories before it looks for src.
+            parents = self.parent_errno(src) or self.parent_errno(dst)
+            if parents:
+                self.predict(ex, parents)
+            elif s is None:
+                self.predict(ex, E.ENOENT)
             elif s.kind == "file" and d is not None and d.kind == "dir":
                 self.predict(ex, E.EISDIR)
             elif s.kind == "file" and (d is None or d.kind == "file") and self.parent_ok(dst):
