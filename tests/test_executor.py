@@ -214,25 +214,33 @@ def test_timing_agrees_with_an_independent_clock(tmp_path: Path) -> None:
     ]})
     r = run(tmp_path, d)
     nap = r.one("nap").duration_ns
-    assert 20 * MS <= nap <= 20 * MS + 15 * MS
+    # Lower bounds are exact; upper bounds only against the test's own clock,
+    # so a loaded machine (late wake-ups) cannot fail the test.
+    assert 20 * MS <= nap
     ticks = r.by_id("tick")
     assert [t.iter for t in ticks] == list(range(count))
     due = [t.start_ns - t.late_ns for t in ticks]  # exact: start - lateness = due time
     assert [x - due[0] for x in due] == [k * period_us * 1000 for k in range(count)]
     assert all(t.late_ns >= 0 for t in ticks)
-    assert sum(t.deadline_miss for t in ticks) == 0
+    period_ns = period_us * 1000
+    # the executor's miss flag follows its definition: started a period late or ran past the next due time
+    assert [t.deadline_miss for t in ticks] == [
+        t.late_ns > period_ns or t.end_ns > d + period_ns for t, d in zip(ticks, due)]
     span = ticks[-1].end_ns - ticks[0].start_ns
-    assert (count - 1) * period_us * 1000 <= span < count * period_us * 1000
+    assert (count - 1) * period_ns <= span
+    if not any(t.deadline_miss for t in ticks):
+        assert span < count * period_ns
     assert r.results.start_ns <= r.one("nap").start_ns and ticks[-1].end_ns <= r.results.end_ns
     # the test's own clock around the whole process must cover what the executor measured
     assert nap + span <= r.results.end_ns - r.results.start_ns <= r.wall_ns
-    assert r.wall_ns >= 20 * MS + (count - 1) * period_us * 1000
+    assert r.wall_ns >= 20 * MS + (count - 1) * period_ns
     assert 0 < r.results.overhead_min_ns <= r.results.overhead_median_ns < 1000
     between = summarize(r.results, r.workload)["between_ops"]  # the executor's own time between ops
     assert between["count"] == 1 + count  # nap -> open, and each iteration's start -> its pwrite
-    assert 0 < between["p50_us"] <= between["p99_us"] <= between["max_us"] < 5000
+    assert 0 < between["p50_us"] <= between["p99_us"] <= between["max_us"] < r.wall_ns / 1000
     rep = summarize(r.results, r.workload)["repeats"]["tick"]
-    assert (rep["thread"], rep["period_us"], rep["iterations"], rep["deadline_misses"]) == ("t", period_us, count, 0)
+    assert (rep["thread"], rep["period_us"], rep["iterations"]) == ("t", period_us, count)
+    assert rep["deadline_misses"] == sum(t.deadline_miss for t in ticks)
     assert rep["max_late_us"] == max(t.late_ns for t in ticks) / 1000
 
 
