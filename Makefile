@@ -24,6 +24,7 @@ FUZZ_ARGS  ?=
 SOAK_FS        ?= ext4 xfs btrfs
 SOAK_WORKLOADS ?= 300
 SOAK_DURATION  ?= 4h
+SOAK_OPS       ?= 5-20
 
 .PHONY: all deps apt venv cbuild test bench clean help ci-kernel fuzz soak afl
 
@@ -34,7 +35,7 @@ help:
 	@echo "make deps        only install/build (apt packages, venv, C programs)"
 	@echo "make fuzz        a fuzzing campaign: FS=ext4|xfs|btrfs ENGINE=hypothesis|exhaustive|afl DURATION=10m"
 	@echo "                 JOBS=N MOUNT_OPTS=... MKFS_OPTS=... FUZZ_ARGS='more powercut fuzz options'"
-	@echo "make soak        long campaigns on $(SOAK_FS), $(SOAK_WORKLOADS) workloads each"
+	@echo "make soak        long campaigns on $(SOAK_FS), $(SOAK_WORKLOADS) workloads of $(SOAK_OPS) ops each"
 	@echo "make bench       measure crash states/s and overheads; writes $(BUILD)/bench.json"
 	@echo "make clean       remove build products and the venv"
 	@echo "make ci-kernel KERNEL=debian:PKG [ENTRIES=globs] [ROWS=rows] [OUT=dir]"
@@ -87,7 +88,7 @@ fuzz: deps $(if $(filter afl,$(ENGINE)),afl)
 soak: deps
 	set -e; for fs in $(SOAK_FS); do \
 	    $(PC) fuzz --fs $$fs --engine $(ENGINE) --max-workloads $(SOAK_WORKLOADS) --duration $(SOAK_DURATION) \
-	        --jobs $(JOBS) --out campaigns/soak-$$fs-$$(date +%Y%m%d-%H%M%S) $(FUZZ_ARGS); \
+	        --jobs $(JOBS) --ops $(SOAK_OPS) --out campaigns/soak-$$fs-$$(date +%Y%m%d-%H%M%S) $(FUZZ_ARGS); \
 	done
 
 test: deps

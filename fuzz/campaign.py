@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -172,6 +173,7 @@ class Campaign:
             "spec": asdict(self.spec), "started": self.start, "stopped": time.time(), "stop_reason": self.stop_reason,
             **self.rates(t), "workloads": t.workloads, "workloads_this_session": t.workloads - self.before.workloads,
             "shrink_runs": t.shrink_runs, "harness_errors": t.errors, "crash_states_checked": t.states,
+            "ops_per_workload": ops_distribution(t.ops),
             "findings_by_kind": dict(sorted(t.kinds.items())),
             "saved_findings": [{"dir": s["dir"], "kind": s["kind"], "signature": s["signatures"][0],
                                 "ops": s["ops"], "state_id": s["state_id"]} for s in saved],
@@ -182,6 +184,15 @@ class Campaign:
         if self.spec.engine == "afl":
             report["afl"] = afl_stats(self.spec.options.get("afl_sync_dir") or self.cdir.sub("afl"))
         return report
+
+
+def ops_distribution(ops: Counter[int]) -> dict[str, Any]:
+    """How long the generated workloads were (ops as the executor ran them)."""
+    if not ops:
+        return {}
+    sizes = sorted(ops.elements())
+    return {"min": sizes[0], "median": sizes[len(sizes) // 2], "max": sizes[-1],
+            "histogram": {str(n): c for n, c in sorted(ops.items())}}
 
 
 AFL_STATS = ("corpus_count", "execs_done", "saved_crashes", "stability", "bitmap_cvg")
@@ -208,6 +219,9 @@ def summary(report: dict[str, Any], path: str) -> str:
              f"checked: {report['crash_states_checked']} ({report['crash_states_per_second']}/s), shrink runs: "
              f"{report['shrink_runs']}",
              f"  findings (crash states): {kinds}"]
+    if report.get("ops_per_workload"):
+        o = report["ops_per_workload"]
+        lines.insert(2, f"  ops per workload: min {o['min']}, median {o['median']}, max {o['max']}")
     if "exhaustive" in report:
         e = report["exhaustive"]
         lines.append(f"  seq-{e['seq']} space: {e['done']} of {e['space']} workloads done")

@@ -52,6 +52,13 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
     return cfg
 
 
+def parse_ops_range(text: str) -> list[int]:
+    lo, sep, hi = text.partition("-")
+    if not (sep and lo.isdigit() and hi.isdigit() and 1 <= int(lo) <= int(hi)):
+        raise UsageError(f"--ops {text}: expected LO-HI with 1 <= LO <= HI, e.g. 5-20")
+    return [int(lo), int(hi)]
+
+
 def _spec(args: argparse.Namespace) -> CampaignSpec:
     if args.seq not in (1, 2, 3):
         raise UsageError(f"--seq {args.seq}: 1, 2 or 3")
@@ -61,11 +68,13 @@ def _spec(args: argparse.Namespace) -> CampaignSpec:
         raise UsageError(f"--core-ops: unknown {', '.join(unknown)}; choose from {', '.join(exhaustive.CORE_NAMES)}")
     if not 1 <= args.min_ops <= args.max_ops:
         raise UsageError("--min-ops/--max-ops: need 1 <= min <= max")
+    ops_range = parse_ops_range(args.ops) if args.ops else None
     options: dict[str, Any] = {
         "seq": args.seq, "seq_cap": args.seq_cap if args.seq_cap is not None else (SEQ3_CAP if args.seq == 3 else 0),
         "shard": parse_shard(args.shard), "hypothesis_db": args.hypothesis_db, "afl_sync_dir": args.afl_sync_dir,
         "afl_prefix": args.afl_prefix, "afl_secondary": args.afl_secondary, "min_ops": args.min_ops,
         "max_ops": args.max_ops, "shrink_seconds": args.shrink_seconds, "core_ops": core,
+        "ops_range": ops_range,
     }
     return CampaignSpec(args.engine, 0.0, 1, args.seed if args.seed is not None else int(time.time()) & 0xFFFFFF,
                         options=options)
@@ -156,6 +165,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     g.add_argument("--min-ops", type=int, default=2, help="fewest op records in a generated workload (default 2; a "
                    "record is an op and maybe a persistence op after it)")
     g.add_argument("--max-ops", type=int, default=10, help="most op records (default 10)")
+    g.add_argument("--ops", metavar="LO-HI", help="keep only workloads of LO..HI ops as the executor runs them "
+                   "(opens and persistence ops count), e.g. 5-20; shrinking stays in the range too")
     g.add_argument("--hypothesis-db", metavar="DIR|redis://HOST:PORT/N",
                    help="example database to share between machines (default: CAMPAIGN/hypothesis-db)")
     g = p.add_argument_group("exhaustive engine")

@@ -26,7 +26,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.errors import Flaky
 
 from checkers.findings import KINDS
-from fuzz.trial import Signature, Trial
+from fuzz.trial import Signature, Trial, op_count
 from fuzz.worker import Worker
 from workloads.strategies import workloads
 
@@ -70,6 +70,8 @@ class _Round:
 def run(w: Worker) -> None:
     db = example_database(w.options.get("hypothesis_db") or w.campaign.sub("hypothesis-db"))
     min_ops, max_ops = w.options["min_ops"], w.options["max_ops"]
+    lo, hi = w.options.get("ops_range") or (0, 1 << 30)
+    generated = workloads(min_ops, max_ops).filter(lambda d: lo <= op_count(d) <= hi)
     done = w.campaign.totals().workloads  # a resumed campaign continues with fresh seeds
     n = 0
     while not w.should_stop():
@@ -80,7 +82,7 @@ def run(w: Worker) -> None:
                   phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
                   suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet, print_blob=False)
         @seed(hash((w.seed, w.number, done, n)) & 0xFFFFFFFF)
-        @given(workloads(min_ops, max_ops))
+        @given(generated)
         def example(doc: dict[str, Any]) -> None:
             if w.should_stop():
                 return

@@ -37,6 +37,7 @@ class Totals:
     states: int = 0
     seconds: float = 0.0                                  # summed over workers
     kinds: Counter[str] = field(default_factory=Counter)  # findings (crash states) by kind
+    ops: Counter[int] = field(default_factory=Counter)    # generated workloads by op count
     indices: set[int] = field(default_factory=set)        # exhaustive indices done
 
 
@@ -103,6 +104,8 @@ class CampaignDir:
                     t.shrink_runs += 1
                 else:
                     t.workloads += 1
+                    if "ops" in e:
+                        t.ops[e["ops"]] += 1
                 t.states += e.get("states", 0)
                 t.seconds += e.get("seconds", 0.0)
                 t.kinds.update(e.get("kinds", {}))

@@ -49,11 +49,18 @@ def check_reproduces(pc: PcEnv, d: Path, kind: str) -> None:
 
 
 def test_healthy_ext4_campaign_finds_nothing(pc: PcEnv) -> None:
-    report, out, text = campaign(pc, "--fs", "ext4", "--duration", "60s", "--jobs", "4", rc=0)
+    report, out, text = campaign(pc, "--fs", "ext4", "--duration", "60s", "--jobs", "4", "--ops", "4-12", rc=0)
     assert report["workloads"] >= 10 and report["crash_states_checked"] > 100
     assert report["findings_by_kind"] == {} and report["saved_findings"] == []
     assert report["stop_reason"] == "duration" and report["harness_errors"] == 0
     assert "workloads" in text and "crash states" in text and "remaining" in text
+    # the op-count histogram counts every generated workload, as the journal recorded it
+    o = report["ops_per_workload"]
+    journal = [json.loads(ln) for j in (out / "journal").glob("*.jsonl") for ln in j.read_text().splitlines()]
+    assert sum(o["histogram"].values()) == report["workloads"] == len(journal)
+    assert o["min"] == min(e["ops"] for e in journal) and o["max"] == max(e["ops"] for e in journal)
+    assert f"median {o['median']}" in text
+    assert 4 <= o["min"] and o["max"] <= 12  # --ops 4-12
 
 
 def test_unjournaled_ext4_fsck_finding_is_shrunk_and_reproduces(pc: PcEnv) -> None:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from checkers.findings import Finding
 from conftest import ROOT
-from fuzz.commands import parse_duration, parse_shard
+from fuzz.commands import parse_duration, parse_ops_range, parse_shard
 from fuzz.engine_hypothesis import VIOLATIONS
 from fuzz.minimize import repair, subset
 from fuzz.trial import Signature, signature
@@ -119,6 +119,13 @@ def test_bad_durations(bad: str) -> None:
         parse_duration(bad)
 
 
+def test_ops_ranges() -> None:
+    assert parse_ops_range("5-20") == [5, 20]
+    for bad in ("0-3", "7-6", "5", "-20", "a-b"):
+        with pytest.raises(UsageError):
+            parse_ops_range(bad)
+
+
 def test_shards() -> None:
     assert parse_shard("1/3") == (1, 3)
     with pytest.raises(UsageError):
@@ -127,7 +134,8 @@ def test_shards() -> None:
 
 def test_bad_options_are_one_line_exit_2(tmp_path) -> None:
     env_cmd = [sys.executable, "-m", "harness.cli", "fuzz", "--fs", "ext4", "--out", str(tmp_path / "c")]
-    for extra in (["--duration", "soon"], ["--engine", "exhaustive", "--core-ops", "nope"], ["--jobs", "0"]):
+    for extra in (["--duration", "soon"], ["--engine", "exhaustive", "--core-ops", "nope"], ["--jobs", "0"],
+                  ["--ops", "20-5"], ["--ops", "five"]):
         p = subprocess.run(env_cmd + extra, capture_output=True, text=True, cwd=ROOT)
         assert p.returncode == 2 and p.stderr.startswith("powercut: ") and len(p.stderr.splitlines()) == 1, p.stderr
     p = subprocess.run([sys.executable, "-m", "harness.cli", "fuzz", "--resume", str(tmp_path / "none")],
