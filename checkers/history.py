@@ -6,7 +6,8 @@ positions of the executor's completion marks in the log. Ops are ordered by
 their mark, i.e. by when they were known to have completed, so the ops
 completed at a crash point are always a prefix (`position < n_done`). Each
 op is applied with its *actual* result: a failed op changes nothing, a short
-write writes what it returned. While applying, the model predicts the
+write writes what it returned. One exception: a failed write may still have
+written part of its range ("maybe" events, see op_write). While applying, the model predicts the
 outcome of each op it is sure about; a disagreement with what the kernel
 returned is a `semantics` finding (a bug without any crash).
 """
@@ -57,7 +58,7 @@ class Exec:
 @dataclass
 class DataEvent:
     pos: int
-    kind: str            # "data" | "zero" | "size" | "collapse" | "insert"
+    kind: str            # "data" | "zero" | "size" | "collapse" | "insert" | "maybe"
     start: int = 0
     end: int = 0
     src: Src | None = None
@@ -328,7 +329,10 @@ class _Builder:
 
     def op_write(self, ex: Exec) -> None:
         ino, osync, append = self.fd_inode(ex)
-        if ino is None or not ex.ok or ino.kind != "file":
+        if ino is None or ino.kind != "file":
+            return
+        if not ex.ok:
+            self.failed_write(ex, ino, append)
             return
         start = ex.rec.aux  # a short write is legal: the model follows what was written
         delta = 0
@@ -341,6 +345,23 @@ class _Builder:
             self.persists.append(Persist(ex, "osync-write", ino.ino, ex.pos + 1, (start, start + ex.rec.ret)))
 
     op_pwrite = op_write
+
+    def failed_write(self, ex: Exec, ino: Inode, append: bool) -> None:
+        """write(2) promises nothing about the file after an error, and Linux
+        does leave data behind: on ext4 an O_DIRECT write whose length is
+        misaligned writes its aligned first block, then returns EINVAL (iomap
+        submits per mapped extent and reports the error, not the bytes done;
+        tests/workloads/failed_direct_write.json). Its bytes are therefore
+        allowed, never required, in its range from then on."""
+        if ex.rec.skipped or ex.rec.errno == E.EBADF:  # never started / fd not writable
+            return
+        start, length = ex.rec.aux, int(ex.f("length") or 0)
+        places = {(start, 0)}
+        if append:  # or at the end of the file, with either offset's pattern
+            places |= {(ino.size, 0), (ino.size, ino.size - start)}
+        for at, delta in sorted(places) if length > 0 else ():
+            ino.events.append(DataEvent(ex.pos, "maybe", at, at + length,
+                                        Src(ex.f("file"), ex.op.seq, ex.rec.iter, delta), ino.size))
 
     def op_mmap_write(self, ex: Exec) -> None:
         ino, _, _ = self.fd_inode(ex)

@@ -353,17 +353,20 @@ class FileCheck:
         self.later = [e for e in ino.events if e.pos >= floor and e.pos in v.allowed]
         self.history = [e for e in ino.events if e.pos in v.allowed]
         self.shifted = any(e.kind in ("collapse", "insert") for e in self.later)
+        # failed writes that may have left bytes behind: allowed at any time after they ran
+        self.maybe = [e for e in self.history if e.kind == "maybe"]
         self.by_writer: dict[tuple[int, int, int], list[Any]] = {}
-        for e in self.later:
-            if e.kind == "data":
+        for e in self.later + [m for m in self.maybe if m not in self.later]:
+            if e.kind in ("data", "maybe"):
                 self.by_writer.setdefault((e.src.file_id, e.src.seq, e.src.iter), []).append(e)
 
     def size_range(self) -> tuple[int, int]:
         sizes = [e.size for e in self.later]
+        top = max([e.end for e in self.maybe], default=0)  # a failed write past EOF: not ruled out
         if self.g is None:
-            return 0, max(sizes, default=0)
+            return 0, max(sizes + [top])
         sizes.append(self.g.size)
-        return min(sizes), max(sizes)
+        return min(sizes), max(sizes + [top])
 
     def check(self, data: bytes) -> Finding | None:
         if self.shifted:
@@ -449,8 +452,9 @@ class FileCheck:
         if cur < end:
             base.append((cur, end, None))
         layers = [base]
-        for e in (self.later if strict else self.history):
-            if e.kind in ("data", "zero") and e.start < end and e.end > start:
+        events = self.later if strict else self.history
+        for e in events + [m for m in self.maybe if m not in events]:
+            if e.kind in ("data", "zero", "maybe") and e.start < end and e.end > start:
                 layers.append([(max(e.start, start), min(e.end, end), e.src)])
         return layers
 

@@ -63,6 +63,7 @@ class _Round:
     calls: int = 0
     shrink_runs: int = 0
     original: dict[str, Any] | None = None   # the first failing workload
+    first: Trial | None = None               # its run, kept: saved unshrunk if the shrink never ends
     trial: Trial | None = None               # the latest failing one: the shrunk one at the end
     sig: Signature | None = None
 
@@ -96,7 +97,9 @@ def run(w: Worker) -> None:
             new = w.new_signatures(trial)
             if new:
                 r.sig = new[0][0]
-                r.original = r.original or trial.doc
+                if r.original is None:
+                    r.original = trial.doc
+                    r.first = w.keep(trial, os.path.join(w.work, "first-failure"))
                 r.trial = trial
                 raise VIOLATIONS[r.sig.kind](r.sig.key())
 
@@ -107,4 +110,8 @@ def run(w: Worker) -> None:
             if w.store.claim(r.sig):
                 w.save(r.trial, r.sig, r.original, {"method": "hypothesis", "runs": r.shrink_runs})
         except Flaky:
-            pass  # stopped while shrinking, or the bug did not show again: nothing to save
+            # Stopped while shrinking, or the bug did not show again: save the
+            # first failing run as it was (its crash states are in its own log).
+            if r.first is not None and r.sig is not None and w.store.claim(r.sig):
+                w.save(r.first, r.sig, r.first.doc, {"method": "none (stopped or not reproduced while shrinking)",
+                                                     "runs": r.shrink_runs})

@@ -82,12 +82,16 @@ class Worker:
             shrinker = Shrinker(self._shrink_run, sig.kind, os.path.join(self.work, "best"),
                                 deadline=time.monotonic() + float(self.options.get("shrink_seconds", 600)),
                                 stopped=self.stop.is_set)
-            remove_owned(shrinker.best_dir)
-            os.replace(trial.out_dir, shrinker.best_dir)
-            trial.out_dir = shrinker.best_dir
-            shrunk = shrinker.shrink(trial)
+            shrunk = shrinker.shrink(self.keep(trial, shrinker.best_dir))
             self.save(shrunk, sig, trial.doc, {"method": "delta debugging", "runs": shrinker.runs})
             return
+
+    def keep(self, trial: Trial, path: str) -> Trial:
+        """Move TRIAL's run directory to PATH, out of the way of the next run."""
+        remove_owned(path)
+        os.replace(trial.out_dir, path)
+        trial.out_dir = path
+        return trial
 
     def _shrink_run(self, doc: dict[str, Any]) -> Trial:
         trial = self.run(doc, shrink=True)

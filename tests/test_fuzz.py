@@ -73,6 +73,20 @@ def test_unjournaled_ext4_fsck_finding_is_shrunk_and_reproduces(pc: PcEnv) -> No
     check_reproduces(pc, d, "fsck")
 
 
+def test_a_finding_is_saved_even_when_the_campaign_stops_while_shrinking(pc: PcEnv) -> None:
+    """Unjournaled ext4 fails in the first workload (8 records or more: a shrink that
+    takes a while); --max-workloads 1 then stops the campaign while Hypothesis shrinks.
+    The finding is saved all the same (shrunk as far as it got, or the first failing
+    run as it was), and the campaign exits 1."""
+    report, out, _ = campaign(pc, "--fs", "ext4", "--mkfs-opts", "-O ^has_journal", "--crash-points", "write",
+                              "--max-workloads", "1", "--min-ops", "8", "--duration", "5m", rc=1)
+    assert report["stop_reason"] == "max-workloads" and report["workloads"] == 1
+    assert report["findings_by_kind"] and report["saved_findings"]
+    d, f = saved_finding(out, report["saved_findings"][0]["kind"])
+    assert f["shrink"]["method"].startswith("none") or f["ops"] <= f["shrink"]["ops_before"]
+    check_reproduces(pc, d, f["kind"])
+
+
 def test_writeback_nodelalloc_stale_data_from_exhaustive_seq2(pc: PcEnv) -> None:
     """A deleted large file's blocks reused by a new file whose size commits (fsync of its
     directory) before its data: data=writeback shows the deleted file's bytes."""

@@ -245,3 +245,29 @@ def test_report_evidence_is_json(tmp_path: Path) -> None:
     os.unlink(run.dir / "A/foo")
     for f in run.check(run.after(3)):
         json.dumps(f.to_json())
+
+
+def test_a_failed_write_may_leave_its_bytes(tmp_path: Path) -> None:
+    """write(2) promises nothing about the file after an error, and Linux's O_DIRECT
+    write with a misaligned length writes its aligned first blocks before it returns
+    EINVAL: a failed write's bytes are allowed in its range, never required. EBADF
+    (fd not open for writing) is the exception: nothing was written."""
+    ops = [
+        {"op": "open", "path": "foo", "flags": ["O_CREAT", "O_RDWR"], "fd": "f"},  # 0
+        {"op": "pwrite", "fd": "f", "offset": 0, "length": 4096},                  # 1
+        {"op": "fsync", "fd": "f"},                                                # 2
+        {"op": "pwrite", "fd": "f", "offset": 0, "length": 5000},                  # 3: "fails", its bytes are there
+        {"op": "fdatasync", "fd": "f"},                                            # 4
+        {"op": "close", "fd": "f"},                                                # 5
+    ]
+
+    def failed(err: int):
+        return lambda r: dataclasses.replace(r, ret=-1, errno=err) if r.seq == 3 else r
+
+    for name, err, kinds in (("einval", errno.EINVAL, []), ("ebadf", errno.EBADF, ["stale-data"])):
+        (tmp_path / name).mkdir()
+        run = Run(tmp_path / name, ops, tamper=failed(err))
+        found = run.check(run.after(5))
+        assert [f.kind for f in found] == kinds, found
+        # before the failed write started, its bytes are foreign all the same
+        assert [f.kind for f in run.check(run.after(1))] == ["stale-data"]

@@ -37,6 +37,15 @@ def test_data_writeback_exposes_stale_data_and_ordered_does_not(pc: PcEnv) -> No
     assert run_report(pc, wl, "--fs", "ext4", "--size", "32", rc=0)["findings"] == []
 
 
+@pytest.mark.parametrize("fs", ["ext4", "xfs", "btrfs"])
+def test_a_failed_direct_write_is_no_finding(pc: PcEnv, fs: str) -> None:
+    """The misaligned O_DIRECT pwrite: ext4 writes the aligned first block, then
+    returns EINVAL; xfs returns EINVAL having written nothing; btrfs falls back to
+    buffered I/O and succeeds (kernel 6.18). Every crash state is clean all the same."""
+    r = run_report(pc, WORKLOADS / "failed_direct_write.json", "--fs", fs)
+    assert r["findings"] == [] and r["crash_states_checked"] > 0
+
+
 @pytest.mark.parametrize("fs", ["ext4", "xfs"])
 def test_recorder_loss_window_at_every_crash_point(pc: PcEnv, fs: str) -> None:
     r = run_report(pc, WORKLOADS / "mini_recorder.json", "--fs", fs, rc=0)
