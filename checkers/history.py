@@ -299,7 +299,9 @@ class _Builder:
         flags = set(ex.f("flags") or ())
         if ex.kind == "creat":
             flags |= {"O_CREAT", "O_WRONLY", "O_TRUNC"}
-        path = self.path(ex, "path")
+        # open(2): with O_CREAT | O_EXCL a symbolic link is not followed, so
+        # any symlink there (dangling too) is EEXIST.
+        path = self.path(ex, "path", follow=not {"O_CREAT", "O_EXCL"} <= flags)
         if path is None:
             return
         ino = self.lookup(path)

@@ -240,6 +240,21 @@ def test_paths_through_symlinks_are_followed(tmp_path: Path) -> None:
     assert [f.kind for f in run.check(run.marks[-1][0])] == ["durability"]
 
 
+def test_o_creat_o_excl_does_not_follow_a_dangling_symlink(tmp_path: Path) -> None:
+    """open(2): with O_CREAT | O_EXCL a symlink is not followed: EEXIST, nothing created
+    (a semantics false positive a btrfs campaign found); without O_EXCL the open
+    follows the dangling link and creates its target."""
+    ops = [{"op": "symlink", "target": "missing", "path": "bar"},
+           {"op": "open", "path": "bar", "flags": ["O_CREAT", "O_EXCL", "O_RDWR"], "fd": "f"},
+           {"op": "open", "path": "bar", "flags": ["O_CREAT", "O_RDWR"], "fd": "g"},
+           {"op": "close", "fd": "g"}]
+    run = Run(tmp_path, ops)
+    opens = [r for r in run.history.execs if r.kind == "open"]
+    assert [(x.rec.ret < 0, x.rec.errno) for x in opens] == [(True, errno.EEXIST), (False, 0)]
+    assert run.history.disagreements == [] and "missing" in run.history.ns[-1]
+    assert run.check(run.marks[-1][0]) == []
+
+
 def test_report_evidence_is_json(tmp_path: Path) -> None:
     run = Run(tmp_path, FSYNCED)
     os.unlink(run.dir / "A/foo")
