@@ -55,6 +55,10 @@ class CrashCheckResult:
     states_duplicate: int = 0    # skipped: same image as a state already checked
     findings: list[Finding] = field(default_factory=list)
     stopped_early: bool = False  # --first-failure
+    # States whose recovery mount failed once, then succeeded on the identical
+    # image rebuilt from the log: not a property of the crash state, so no
+    # finding; listed in the report so that nothing goes unseen.
+    mount_retries: list[dict[str, str]] = field(default_factory=list)
 
 
 def verdict_findings(v: Verdict, cs: CrashState, fs: FsType) -> list[Finding]:
@@ -141,7 +145,16 @@ class _HostWorkers:
             self.before_mount(loop.path, cs)
         inspect = (lambda mnt: self.inspect_one(mnt, cs)) if self.inspect else None
         fs = self.walk.fs
-        return verdict_findings(recover_and_check(loop, fs, self.mount_opts, slot.mnt, inspect), cs, fs)
+        verdict = recover_and_check(loop, fs, self.mount_opts, slot.mnt, inspect)
+        if not verdict.mount_ok:
+            # Mountability is a function of the image's bytes: mount the same
+            # state once more, rebuilt from the log (undoing anything the failed
+            # recovery wrote). Only a failure that repeats is a finding.
+            first = verdict.mount_error
+            verdict = recover_and_check(slot.load(cs), fs, self.mount_opts, slot.mnt, inspect)
+            if verdict.mount_ok:  # (list.append is atomic: workers are threads)
+                self.walk.result.mount_retries.append({"state_id": cs.id, "error": first})
+        return verdict_findings(verdict, cs, fs)
 
     def inspect_one(self, mnt: str, cs: CrashState) -> list[Finding]:
         assert self.inspect is not None

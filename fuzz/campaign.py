@@ -173,6 +173,7 @@ class Campaign:
             "spec": asdict(self.spec), "started": self.start, "stopped": time.time(), "stop_reason": self.stop_reason,
             **self.rates(t), "workloads": t.workloads, "workloads_this_session": t.workloads - self.before.workloads,
             "shrink_runs": t.shrink_runs, "harness_errors": t.errors, "crash_states_checked": t.states,
+            "mount_retries": t.mount_retries,
             "ops_per_workload": ops_distribution(t.ops),
             "findings_by_kind": dict(sorted(t.kinds.items())),
             "saved_findings": [{"dir": s["dir"], "kind": s["kind"], "signature": s["signatures"][0],
@@ -219,6 +220,9 @@ def summary(report: dict[str, Any], path: str) -> str:
              f"checked: {report['crash_states_checked']} ({report['crash_states_per_second']}/s), shrink runs: "
              f"{report['shrink_runs']}",
              f"  findings (crash states): {kinds}"]
+    if report.get("mount_retries"):
+        lines.append(f"  warning: {report['mount_retries']} crash states mounted only at the second try "
+                     "(no finding: the same state, rebuilt from the log, mounted)")
     if report.get("ops_per_workload"):
         o = report["ops_per_workload"]
         lines.insert(2, f"  ops per workload: min {o['min']}, median {o['median']}, max {o['max']}")

@@ -38,6 +38,7 @@ class Totals:
     seconds: float = 0.0                                  # summed over workers
     kinds: Counter[str] = field(default_factory=Counter)  # findings (crash states) by kind
     ops: Counter[int] = field(default_factory=Counter)    # generated workloads by op count
+    mount_retries: int = 0        # crash states that mounted only at the second try (no finding)
     indices: set[int] = field(default_factory=set)        # exhaustive indices done
 
 
@@ -109,6 +110,7 @@ class CampaignDir:
                 t.states += e.get("states", 0)
                 t.seconds += e.get("seconds", 0.0)
                 t.kinds.update(e.get("kinds", {}))
+                t.mount_retries += e.get("mount_retries", 0)
                 if e.get("index") is not None:
                     t.indices.add(e["index"])
         return t

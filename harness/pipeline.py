@@ -194,7 +194,8 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
     findings = checks.findings + result.findings
     extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report, **backend.report_extra(),
              "reorder": cfg.reorder, "crash_states_total": result.states_total,
-             "crash_states_duplicate": result.states_duplicate, "stopped_at_first_failure": result.stopped_early}
+             "crash_states_duplicate": result.states_duplicate, "stopped_at_first_failure": result.stopped_early,
+             "mount_retries": result.mount_retries}
     if isinstance(workload, ExecutorWorkload):
         results = read_records(records_path(out_dir, rec.workload), workload.plan)
         section = scenarios.section(workload.workload, results,

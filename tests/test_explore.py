@@ -248,3 +248,30 @@ def test_corruption_the_inspector_hits_is_a_finding() -> None:
                            "/run/powercut/r/mnt-worker0")
     assert (f.kind, f.evidence) == ("fsck", {"path": "d/foo", "read_error": "EBADMSG"})
     assert errno.ENOENT not in CORRUPTION_ERRNOS
+
+
+def test_a_mount_failure_that_does_not_repeat_is_no_finding(pc: PcEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mountability is a property of the image's bytes: a recovery mount that fails once is
+    retried on the same state rebuilt from the log; only a repeated failure is a finding.
+    Here the first mount of every other state sees a wiped superblock (as a racing
+    process might leave it); the rebuilt image mounts, so the walk has no finding and
+    lists those states as retried. A mount that fails every time is still a finding."""
+    log, _ = record(pc, (WORKLOADS / "mixed.sh").read_text())
+    wiped: dict[str, int] = {}
+
+    def wipe_superblock(dev: str, cs: CrashState) -> None:  # called before the first mount only
+        if cs.point % 2 == 0:
+            wiped[cs.id] = wiped.get(cs.id, 0) + 1
+            fd = os.open(dev, os.O_WRONLY)
+            try:
+                os.pwrite(fd, bytes(1024), 1024)  # ext4's superblock
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    result = walk(pc, monkeypatch, log, reorder="none", jobs=2, before_mount=wipe_superblock)
+    assert result.findings == [] and wiped
+    assert sorted(r["state_id"] for r in result.mount_retries) == sorted(wiped)
+    assert all(r["error"] for r in result.mount_retries)
+    always = walk(pc, monkeypatch, log, reorder="none", jobs=2, mount_opts="no_such_option")
+    assert always.findings and {f.kind for f in always.findings} == {"mount"} and always.mount_retries == []
