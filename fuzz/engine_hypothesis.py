@@ -94,6 +94,11 @@ def run(w: Worker) -> None:
             trial = w.run(doc, engine="hypothesis", shrink=shrinking)
             if trial is None:
                 return
+            if r.sig is not None and any(s == r.sig for s, _ in trial.signatures()):
+                # Shrinking stays on its bug even if another worker saved the
+                # same signature meanwhile (then it is no longer "new").
+                r.trial = trial
+                raise VIOLATIONS[r.sig.kind](r.sig.key())
             new = w.new_signatures(trial)
             if new:
                 r.sig = new[0][0]
