@@ -20,6 +20,7 @@ from typing import Any
 from checkers.crash_check import Inspect, check_crash_states
 from checkers.findings import Finding
 from checkers.oracle import ContentOracle
+from checkers.design import design_points
 from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
 from harness.foundation import ownership, sysres
 from harness.backends import Backend, open_backend
@@ -33,7 +34,7 @@ from harness.foundation.runstate import RunState
 from harness.backends.session import Recording
 from harness.foundation.sparse import sparse_copy
 from workloads.runner import ExecutorWorkload, WorkloadRunner, load_runner, read_document
-from replay.crashpoints import DEFAULT as DEFAULT_POINTS, mark_range, parse_spec, select_crash_points
+from replay.crashpoints import DEFAULT as DEFAULT_POINTS, budget_points, mark_range, parse_spec, select_crash_points
 from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER, CrashState, ReorderSpec
 from replay.logformat import LogReader
 from workloads import scenarios
@@ -56,6 +57,7 @@ class RunConfig:
     first_failure: bool = False
     fault: str | None = None        # test-only recorder fault mode
     keep_image: bool = False
+    max_states: int = 0             # crash-point budget (0: every point): spread evenly + design points
     kernel: str | None = None       # --backend vm: debian:PACKAGE or a kernel image path
     kernel_modules: str | None = None
     quiet: bool = False             # no crash-walk progress (campaigns print their own)
@@ -183,6 +185,13 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
         checks = prepare(workload.workload, workload.plan, records_path(out_dir, rec.workload), reader, fs.name)
         if checks.oracle is not None:
             inspect = _state_inspector(checks.oracle)
+    all_points = points
+    if cfg.max_states and not state_ids:
+        must = design_points(checks.oracle.h, points) if checks.oracle is not None else set()
+        points = budget_points(points, must, cfg.max_states)
+        checks.report["budget"] = {"max_states": cfg.max_states, "crash_points_all": len(all_points),
+                                   "crash_points_checked": len(points), "design_points": len(must),
+                                   "fraction_checked": round(len(points) / max(1, len(all_points)), 6)}
     inspect = _combine(inspect, inspect_extra)
     with (nullcontext() if cfg.quiet else CrashProgress(f"checking {fs.name}")) as progress:
         result = check_crash_states(rec.log_path, points, fs=fs, mount_opts=mount_opts,
@@ -190,7 +199,7 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
                                     jobs=cfg.jobs, first_failure=cfg.first_failure, inspect=inspect,
                                     engine=backend.recovery(fs, mount_opts, state, inspect),
                                     progress=progress, only=state_ids)
-    finish(checks)
+    finish(checks, reader, all_points)
     findings = checks.findings + result.findings
     extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report, **backend.report_extra(),
              "reorder": cfg.reorder, "crash_states_total": result.states_total,
