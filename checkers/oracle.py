@@ -30,7 +30,7 @@ from checkers.findings import Finding
 from checkers.fsrules import RULES, Semantics, rule
 from checkers.history import ROOT, Exec, History, Inode, Persist
 from checkers.linux_names import NameIndex, observed_kind, order_gap
-from checkers.intervals import IntervalMap, Piece, Src, merge_ranges
+from harness.foundation.intervals import IntervalMap, Piece, Src, merge_ranges
 from workloads.pattern import CHUNK, decode_chunk, generate
 
 ZERO_CHUNK = bytes(CHUNK)
