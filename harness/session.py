@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import platform
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from checkers.recovery import PointInspect
-from harness import sysres
+from harness import kmount, sysres
 from harness.device import RecordedDevice
 from harness.device_tuning import tuned
 from harness.errors import EnvError
@@ -20,9 +20,15 @@ from harness.filesystems import FsType
 from harness.runstate import RunState
 from harness.workload_runner import WorkloadRunner
 
+if TYPE_CHECKING:
+    from checkers.recovery_crash import RecordRecovery
+
 MARK_MKFS = "pc:mkfs-done"      # crash points start after this mark
 MARK_MOUNTED = "pc:mounted"
 MARK_WORKLOAD_END = "pc:workload-end"
+MARK_RECOVERY_MOUNTED = "pc:recovery-mounted"   # in a recovery recording: the recovery mount returned
+# --fault modes: which recording makes the recorder lie (it drops flushes).
+FAULTS = {"drop-flush": "workload", "recovery-drop-flush": "recovery"}
 
 
 @dataclass
@@ -60,6 +66,28 @@ def record(device: RecordedDevice, fs: FsType, mkfs_opts: str, mount_opts: str,
     return Recording(log, device.size_bytes, device.sector_size, info, device.final_image(), device_tuning=tuning)
 
 
+def record_recovery(device: RecordedDevice, fs: FsType, mount_opts: str, state: RunState) -> bool:
+    """Record one recovery: mount DEVICE's crash image (the kernel recovers it), unmount.
+
+    Returns False when the kernel refuses the mount (then there is no
+    recovery to crash in; the crash walk reports the failed mount itself).
+    """
+    with device:
+        mnt = state.subdir(f"mnt-recovery{device.tag}")
+        mount_res = state.record("mount", path=mnt)
+        try:
+            kmount.mount(device.block_device, mnt, fs.name, mount_opts)
+            device.mark(MARK_RECOVERY_MOUNTED)
+            mounted = True
+        except kmount.MountError:
+            mounted = False
+        finally:
+            kmount.umount(mnt)
+            state.released(mount_res)
+        device.stop()
+    return mounted
+
+
 @dataclass
 class DeviceBackend:
     """A host-side backend: it supplies the recorded device, the host does the rest."""
@@ -69,8 +97,19 @@ class DeviceBackend:
 
     def record(self, fs: FsType, mkfs_opts: str, mount_opts: str, workload: WorkloadRunner,
                state: RunState, out_dir: str, device_bytes: int, log_path: str) -> Recording:
-        device = self.device_cls(state, device_bytes, log_path, fault=self.fault)
+        device = self.device_cls(state, device_bytes, log_path, fault=self._fault("workload"))
         return record(device, fs, mkfs_opts, mount_opts, workload, state, out_dir)
+
+    def _fault(self, recording: str) -> str | None:
+        return "drop-flush" if self.fault and FAULTS[self.fault] == recording else None
+
+    def recovery_recorder(self, fs: FsType, state: RunState, device_bytes: int) -> "RecordRecovery":
+        """Records recovery mounts of crash images on this backend's recorded device."""
+        def record_one(image: str, mount_opts: str, log_path: str, tag: str) -> bool:
+            device = self.device_cls(state, device_bytes, log_path, fault=self._fault("recovery"),
+                                     initial_image=image, tag=tag)
+            return record_recovery(device, fs, mount_opts, state)
+        return record_one
 
     def recovery(self, fs: FsType, mount_opts: str, state: RunState, inspect: PointInspect | None = None) -> None:
         return None  # the host kernel recovers crash images (checkers/recovery.py)

@@ -146,6 +146,9 @@ class VmBackend:
             raise RuntimeError("recovery() before record()")
         return VmRecovery(self.guest, fs, mount_opts, state, timeout=BOOT_TIMEOUT_S, inspect=inspect)
 
+    def recovery_recorder(self, fs: FsType, state: RunState, device_bytes: int) -> None:
+        raise UsageError("--recovery-crash records recovery mounts on the fuse recorder, not in the vm guest")
+
     def report_extra(self) -> dict[str, Any]:
         guest = self.guest
         vm: dict[str, Any] = {"kernel_spec": self.kernel.label, "accel": guest.accel if guest else None,
