@@ -34,11 +34,11 @@ from checkers.recovery import RecoveryEngine, Verdict, first_problem, recover_an
 from checkers.recovery_crash import (LOG_DIR, RecordRecovery, RecoveryCrashSpec, RecoveryImages, join_id, log_name,
                                      recovery_plan, split_id, states_of)
 from checkers.recovery_modes import mode_opts
-from harness import ownership
-from harness.errors import UsageError
-from harness.loopdev import LoopDevice
-from harness.filesystems import FsType
-from harness.runstate import RunState
+from harness.foundation import ownership
+from harness.foundation.errors import UsageError
+from harness.foundation.loopdev import LoopDevice
+from harness.foundation.filesystems import FsType
+from harness.foundation.runstate import RunState
 from replay.crashstates import DEFAULT_REORDER, CrashPlan, CrashState, ReorderSpec, plan_for_log
 from replay.logformat import LogReader
 from replay.statehash import StateHasher

@@ -28,9 +28,9 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from harness import ownership
-from harness.errors import UsageError
-from harness.sparse import sparse_copy
+from harness.foundation import ownership
+from harness.foundation.errors import UsageError
+from harness.foundation.sparse import sparse_copy
 from replay.crashstates import (CrashPlan, CrashState, ReorderSpec, join_recovery_id as join_id,
                                plan_for_recovery_log as recovery_plan, split_recovery_id as split_id,
                                RECOVERY_LOG_DIR as LOG_DIR, recovery_log_name as log_name)

@@ -28,8 +28,8 @@ which is why it is worth its own check.
 
 from __future__ import annotations
 
-from harness.errors import UsageError
-from harness.filesystems import join_opts
+from harness.foundation.errors import UsageError
+from harness.foundation.filesystems import join_opts
 
 MODES = ("rw", "ro")
 CHOICES = ("rw", "ro", "both")

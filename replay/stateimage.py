@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import os
 
-from harness.ownership import create_file
-from harness.errors import UsageError
+from harness.foundation.ownership import create_file
+from harness.foundation.errors import UsageError
 from replay.crashstates import CrashState, ReorderSpec, plan_for_log, plan_for_recovery_log, split_recovery_id
 from replay.logformat import Closing, LogReader
-from harness.sparse import punch_hole, pwrite_sparse
+from harness.foundation.sparse import punch_hole, pwrite_sparse
 from replay.replayer import Replayer
 
 
