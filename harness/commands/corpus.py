@@ -14,6 +14,7 @@ from harness.corpus.entries import CORPUS_DIR, VERDICT_KINDS, Row, entry_doc, lo
 from harness.corpus.diff import diff, markdown as corpus_markdown_diff
 from harness.corpus.report import junit, markdown
 from harness.backends import BACKENDS
+from harness.commands.run import add_recovery_args, recovery_kwargs
 from harness.corpus.run import Backend, compare_baseline, load_results, results_doc, run_case
 from harness.foundation.errors import UsageError
 
@@ -39,7 +40,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     rows = _rows(args)
     if (args.kernel or args.kernel_modules) and args.backend != "vm":
         raise UsageError("--kernel and --kernel-modules need --backend vm")
-    backend = Backend(args.backend, args.kernel or None, args.kernel_modules or None)
+    backend = Backend(args.backend, args.kernel or None, args.kernel_modules or None, recovery_kwargs(args))
     baseline = load_results(args.baseline) if args.baseline else None
     out = ownership.make_dir(args.out or os.path.join("out", time.strftime("corpus-%Y%m%d-%H%M%S")))
     started = time.time()
@@ -130,6 +131,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     r.add_argument("--backend", default="fuse", help=f"recording backend of every case: {', '.join(BACKENDS)} (default: fuse)")
     r.add_argument("--kernel", default="", help="--backend vm: debian:PACKAGE or a kernel image path")
     r.add_argument("--kernel-modules", default="", help="--backend vm: the kernel's lib/modules/VERSION directory")
+    add_recovery_args(r)
     r.add_argument("--junit", default="", help="also write JUnit XML here")
     r.add_argument("--out", default="", help="output directory (default: out/corpus-TIME)")
     r.set_defaults(func=cmd_run)
