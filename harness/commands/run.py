@@ -18,7 +18,7 @@ from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER
 
 def add_recovery_args(p: argparse.ArgumentParser, crash: bool = True) -> None:
     """--recovery (and --recovery-crash with its budget): shared by run, fuzz, corpus run, recheck."""
-    p.add_argument("--recovery", choices=CHOICES, default=None,
+    p.add_argument("--recovery", default=None, metavar="|".join(CHOICES),
                    help="how each crash image is recovered: rw (a read-write mount, the default), ro (a read-only "
                         "mount: the kernel still replays its journal/log), both (each crash state both ways)")
     if not crash:
