@@ -67,6 +67,7 @@ class CrashCheckResult:
     mount_retries: list[dict[str, str]] = field(default_factory=list)
     recovery_checks: dict[str, int] = field(default_factory=dict)   # mode -> recoveries checked
     recovery_crash_recorded: int = 0   # recovery mounts recorded (--recovery-crash)
+    recovery_crash_unmounted: int = 0  # recovery mounts that failed while being recorded (nothing to crash in)
     recovery_crash_states: int = 0     # recovery crash states recovered again and checked
 
 
@@ -120,9 +121,12 @@ class _Walk:
             checks = self.result.recovery_checks
             checks[mode] = checks.get(mode, 0) + 1
 
-    def count_recovery_recorded(self) -> None:
+    def count_recovery_recorded(self, failed: bool = False) -> None:
         with self._count_lock:
-            self.result.recovery_crash_recorded += 1
+            if failed:
+                self.result.recovery_crash_unmounted += 1
+            else:
+                self.result.recovery_crash_recorded += 1
 
     def count_recovery_state(self) -> None:
         with self._count_lock:
@@ -222,6 +226,9 @@ class _HostWorkers:
         if saved_log is None:
             assert rec.record is not None
             if not rec.record(slot.ref_path, mode_opts(self.mount_opts, mode), log, f"-{slot.name}"):
+                # The same image mounted in the check just before: a recorded mount that
+                # fails is a harness problem or a flaky mount; counted, never silent.
+                self.walk.count_recovery_recorded(failed=True)
                 return []
             self.walk.count_recovery_recorded()
         findings: list[Finding] = []

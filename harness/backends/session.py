@@ -16,7 +16,7 @@ from harness.foundation import kmount, sysres
 from harness.backends.device import RecordedDevice
 from harness.backends.tuning import tuned
 from harness.foundation.errors import EnvError
-from harness.foundation.filesystems import FsType
+from harness.foundation.filesystems import FsType, join_opts
 from harness.foundation.runstate import RunState
 from workloads.marks import MARK_MKFS, MARK_MOUNTED, MARK_WORKLOAD_END
 from workloads.runner import WorkloadRunner
@@ -75,7 +75,9 @@ def record_recovery(device: RecordedDevice, fs: FsType, mount_opts: str, state: 
         mnt = state.subdir(f"mnt-recovery{device.tag}")
         mount_res = state.record("mount", path=mnt)
         try:
-            kmount.mount(device.block_device, mnt, fs.name, mount_opts)
+            # (with the recovery options of every crash-image mount: xfs needs nouuid
+            # while other workers have images of the same file system mounted)
+            kmount.mount(device.block_device, mnt, fs.name, join_opts(mount_opts, fs.recovery_opts))
             device.mark(MARK_RECOVERY_MOUNTED)
             mounted = True
         except kmount.MountError:

@@ -232,6 +232,7 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
     if crash_spec:
         extra["recovery_crash"] = {"states_per_crash_state": crash_spec.budget, "rate": crash_spec.rate,
                                    "recoveries_recorded": result.recovery_crash_recorded,
+                                   "recorded_mounts_failed": result.recovery_crash_unmounted,
                                    "states_checked": result.recovery_crash_states}
     if isinstance(workload, ExecutorWorkload):
         results = read_records(records_path(out_dir, rec.workload), workload.plan)

@@ -63,6 +63,9 @@ def summary(report: dict[str, Any], report_path: str | None) -> str:
     if rc:
         lines.append(f"  crashes during recovery: {rc['recoveries_recorded']} recoveries recorded, "
                      f"{rc['states_checked']} recovery crash states checked")
+        if rc.get("recorded_mounts_failed"):
+            lines.append(f"  warning: {rc['recorded_mounts_failed']} recovery mounts failed while recorded "
+                         "(their recoveries were not crashed in)")
     if report["workload"].get("exit_code"):
         lines.append(f"  warning: workload exited with {report['workload']['exit_code']}")
     for r in report.get("mount_retries", [])[:SUMMARY_FINDINGS]:
