@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from checkers.checkslot import CheckSlot
-from checkers.findings import Finding
+from checkers.findings import Finding, kernel_finding
 from checkers.recovery import RecoveryEngine, Verdict, first_problem, recover_and_check
 from harness import ownership
 from harness.filesystems import FsType
@@ -64,6 +64,10 @@ class CrashCheckResult:
 def verdict_findings(v: Verdict, cs: CrashState, fs: FsType) -> list[Finding]:
     where = {"crash_point": cs.point, "crash_mark": cs.mark, "state_id": cs.id}
     out = []
+    if v.kernel is not None:
+        out.append(kernel_finding(v.kernel, **where))
+        if v.kernel.get("died"):  # nothing else is known about an image the kernel died on
+            return out
     if not v.mount_ok:
         out.append(Finding("mount", f"recovery mount failed: {v.mount_error}", **where,
                            evidence={"mount_error": v.mount_error}))

@@ -166,6 +166,9 @@ def write_reproduce(d: str, cfg: RunConfig, finding: Finding, info: dict[str, An
              "--mount-opts", shlex.quote(cfg.mount_opts or ""),
              "--crash-points", shlex.quote(cfg.crash_points or DEFAULT_POINTS), "--reorder", shlex.quote(cfg.reorder),
              "--out", '"$(mktemp -d)"'] + (["--fault", cfg.fault] if cfg.fault else [])
+    if cfg.backend == "vm":  # the same kernel, in a guest (recheck boots it too)
+        rerun += ["--backend", "vm", "--kernel", shlex.quote(cfg.kernel or "")]
+        rerun += ["--kernel-modules", shlex.quote(cfg.kernel_modules)] if cfg.kernel_modules else []
     check = (f'exec $POWERCUT recheck "$here/{RUN_DIR}" --state {finding.state_id}'
              if finding.state_id is not None else f"exec $POWERCUT {' '.join(rerun)}")
     text = f"""#!/bin/sh

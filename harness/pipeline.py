@@ -22,8 +22,9 @@ from checkers.findings import Finding
 from checkers.oracle import ContentOracle
 from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
 from harness import ownership, sysres
-from harness.backends import Backend, open_backend
-from harness.errors import Terminated, UsageError
+from checkers.findings import kernel_finding
+from harness.backends import Backend, BackendOpener, open_backend
+from harness.errors import KernelFailure, Terminated, UsageError
 from harness.filesystems import FsType, get_fs
 from harness.plots import latency_plots
 from harness.progress import CrashProgress
@@ -136,9 +137,10 @@ def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -
 
 
 def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
-                inspect_extra: Inspect | None = None) -> RunResult:
+                inspect_extra: Inspect | None = None, opener: BackendOpener | None = None) -> RunResult:
     """run_workload, returning what the report was built from too. INSPECT_EXTRA
-    also reads every recovered crash image (after the content oracle)."""
+    also reads every recovered crash image (after the content oracle). OPENER
+    gives the backend instead of CFG (a campaign worker's live vm guest)."""
     fs = get_fs(cfg.fs)
     if isinstance(workload, str):
         workload = load_runner(workload)
@@ -149,24 +151,39 @@ def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
     parse_spec(kinds)  # a bad spec fails before anything is recorded
     cfg.reorder_spec()
     check_tools(fs)
-    backend = open_backend(cfg.backend, fs, workload, fault=cfg.fault, kernel=cfg.kernel,
-                           kernel_modules=cfg.kernel_modules)
+    backend = opener(fs, workload) if opener else open_backend(cfg.backend, fs, workload, fault=cfg.fault,
+                                                               kernel=cfg.kernel, kernel_modules=cfg.kernel_modules)
     out_dir = ownership.make_dir(out_dir)
     log_path = os.path.join(out_dir, "recording.log")
 
     state = RunState.create(f"run {workload.name}")
     try:
         with terminate_as_exception():
-            rec = backend.record(fs, cfg.mkfs_opts, mount_opts, workload, state, out_dir, size_mib << 20, log_path)
-            if cfg.keep_image and rec.final_image:
-                keep_image(rec.final_image, os.path.join(out_dir, "final.img"))
-            result = _check(rec, workload, fs, cfg, mount_opts, kinds, backend, state, inspect_extra)
+            try:
+                rec = backend.record(fs, cfg.mkfs_opts, mount_opts, workload, state, out_dir, size_mib << 20, log_path)
+            except KernelFailure as e:
+                result = _kernel_died(e, workload, fs, cfg, mount_opts, backend, log_path, size_mib << 20)
+            else:
+                if cfg.keep_image and rec.final_image:
+                    keep_image(rec.final_image, os.path.join(out_dir, "final.img"))
+                result = _check(rec, workload, fs, cfg, mount_opts, kinds, backend, state, inspect_extra)
     finally:
         state.teardown_or_warn()
     result.report["report_path"] = write_report(out_dir, result.report)
     if cfg.markdown:
         result.report["markdown_path"] = write_markdown(out_dir, result.report)
     return result
+
+
+def _kernel_died(e: KernelFailure, workload: WorkloadRunner, fs: FsType, cfg: RunConfig, mount_opts: str,
+                 backend: Backend, log_path: str, device_bytes: int) -> RunResult:
+    """The result of a recording the kernel under test did not survive: one `kernel` finding, no crash walk."""
+    findings = [kernel_finding(e.event)]
+    report = build_report(fs=fs.name, mkfs_opts=cfg.mkfs_opts, mount_opts=mount_opts, backend=cfg.backend,
+                          kernel="", workload={"name": workload.name}, log_path=log_path, log_entries=0,
+                          device_bytes=device_bytes, sector_size=0, crash_points=0, states_checked=0,
+                          findings=findings, extra={**backend.report_extra(), "recording": "the guest kernel died"})
+    return RunResult(report, findings, WorkloadChecks(), log_path, [])
 
 
 def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig, mount_opts: str, kinds: str,
@@ -191,7 +208,7 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
                                     engine=backend.recovery(fs, mount_opts, state, inspect),
                                     progress=progress, only=state_ids)
     finish(checks)
-    findings = checks.findings + result.findings
+    findings = rec.findings + checks.findings + result.findings
     extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report, **backend.report_extra(),
              "reorder": cfg.reorder, "crash_states_total": result.states_total,
              "crash_states_duplicate": result.states_duplicate, "stopped_at_first_failure": result.stopped_early,
@@ -237,7 +254,12 @@ def recheck(run_dir: str, state_id: str) -> RunResult:
     check_tools(fs)
     rec = Recording(os.path.join(run_dir, saved["log"]), saved["device_bytes"], saved["sector_size"], info,
                     kernel=saved["kernel"], device_tuning=saved.get("device_tuning", {}))
-    backend = open_backend("fuse", fs, workload)  # recovery by this host's kernel
+    vm = saved.get("vm") if saved.get("backend") == "vm" else None
+    if vm:  # recovery by the kernel the run was recorded on, in a guest
+        backend = open_backend("vm", fs, workload, kernel=vm["kernel_spec"], kernel_modules=vm.get("kernel_modules"),
+                               fault=vm.get("fault"))
+    else:
+        backend = open_backend("fuse", fs, workload)  # recovery by this host's kernel
     state = RunState.create(f"recheck {run_dir}")
     try:
         with terminate_as_exception():

@@ -72,8 +72,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--first-failure", action="store_true", help="stop checking at the first finding")
     p.add_argument("--keep-image", action="store_true",
                    help="save the device's final image as OUT/final.img (sparse)")
-    p.add_argument("--fault", choices=["drop-flush"], default=None,
-                   help="test-only: make the recorder lie (drop-flush: flushes are acknowledged but not logged)")
+    p.add_argument("--fault", choices=["drop-flush", "recovery-panic"], default=None,
+                   help="test-only: make the recorder lie (drop-flush: flushes are acknowledged but not logged); "
+                        "--backend vm also: recovery-panic (the guest kernel crashes at a recovery mount)")
     p.add_argument("--scale", type=float, default=None,
                    help="scenario:NAME only: size of the experiment, 1.0 = the paper's counts (default 1.0)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
@@ -87,7 +88,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     r = sub.add_parser("recheck", help="check one crash state of a saved run again, from its log",
                        description="Rebuild crash state ID of the run saved in RUN_DIR from its log, let this "
-                                   "host's kernel recover it, fsck it and run the content oracle: the exact crash "
+                                   "host's kernel (for a --backend vm run: a guest booting the same kernel) recover it, fsck it and run the content oracle: the exact crash "
                                    "state a finding came from. Exit 0: clean, 1: findings, 2: error.")
     r.add_argument("run_dir", help="a `powercut run` output directory (report.json, recording.log, records)")
     r.add_argument("--state", required=True, metavar="ID",

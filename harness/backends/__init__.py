@@ -8,6 +8,7 @@ crash images (harness/backends/vm.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from checkers.recovery import PointInspect, RecoveryEngine
@@ -32,6 +33,10 @@ class Backend(Protocol):
 
     def report_extra(self) -> dict[str, Any]:
         """Backend facts for report.json."""
+
+
+# Gives the backend of one run (a campaign worker's live vm guest: harness/backends/vm.py LiveVm.open).
+BackendOpener = Callable[[FsType, WorkloadRunner], Backend]
 
 
 def backend_class(name: str) -> type[RecordedDevice]:
