@@ -28,7 +28,7 @@ class Finding:
 def kernel_finding(event: dict[str, Any], **where: Any) -> Finding:
     """A `kernel` finding: the kernel under test reported a bug of its own (or died, or hung)
     during PHASE (the workload, or the recovery mount of a crash image). EVENT holds
-    event, line, console (excerpt), phase, rule; see harness/vm/console.py."""
+    event, line, console (excerpt), phase, rule; see harness/backends/vm/console.py."""
     detail = f"guest kernel {event['event']} during the {event['phase']}: {event['line']}"
     return Finding("kernel", detail, **where,
                    evidence={"event": event["event"], "phase": event["phase"], "rule": event.get("rule", event["event"]),

@@ -24,8 +24,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.errors import PowercutError, Terminated
-from harness.pipeline import RunConfig, terminate_as_exception
+from harness.foundation.errors import PowercutError, Terminated
+from harness.pipeline.run import RunConfig, terminate_as_exception
 from fuzz.layout import CampaignDir, Totals
 from fuzz.status import StatusLine, clock
 from fuzz.store import FindingStore
@@ -78,7 +78,7 @@ def _run_in_live_guest(w: Worker) -> None:
     """--backend vm: the worker's workloads all run in one guest it boots once (and again
     only after the guest kernel died); where the guest's time went is kept in CAMPAIGN/guests/."""
     from harness.backends.vm import LiveVm
-    from harness.filesystems import get_fs
+    from harness.foundation.filesystems import get_fs
     with LiveVm(w.cfg.kernel, w.cfg.kernel_modules, get_fs(w.cfg.fs), w.cfg.fault) as live:
         w.opener = live.open
         try:

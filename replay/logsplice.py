@@ -1,6 +1,6 @@
 """Logs built from pieces: a file system made elsewhere, then a kernel's own log.
 
-A live vm guest (harness/vm/live.py) does not run mkfs for every workload:
+A live vm guest (harness/backends/vm/live.py) does not run mkfs for every workload:
 the host makes the file system once per configuration and the guest starts
 each recording on a copy of it. The recording's log must still rebuild
 every state from a zeroed device, so the host writes the fresh image as log
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import os
 
-from harness.errors import EnvError
-from harness.sparse import data_extents
+from harness.foundation.errors import EnvError
+from harness.foundation.sparse import data_extents
 from replay.logformat import END_MARK, FLUSH, FUA, HEADER, MAGIC, SUPER, VERSION, LogReader, LogWriter
 
 CHUNK = 1 << 20  # entries of at most 1 MiB, like the block layer's requests
