@@ -77,7 +77,7 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
 def _run_in_live_guest(w: Worker) -> None:
     """--backend vm: the worker's workloads all run in one guest it boots once (and again
     only after the guest kernel died); where the guest's time went is kept in CAMPAIGN/guests/."""
-    from harness.backends.vm import LiveVm
+    from harness.backends.vm.backend import LiveVm
     from harness.foundation.filesystems import get_fs
     with LiveVm(w.cfg.kernel, w.cfg.kernel_modules, get_fs(w.cfg.fs), w.cfg.fault) as live:
         w.opener = live.open

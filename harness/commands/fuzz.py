@@ -55,7 +55,7 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
         if getattr(args, "engine", "") == "afl":
             raise UsageError("--engine afl runs every workload in a new process and cannot keep a vm guest: "
                              "use --engine hypothesis or exhaustive with --backend vm")
-        from harness.backends.vm import FAULTS
+        from harness.backends.vm.backend import FAULTS
         if args.fault and args.fault not in FAULTS:
             raise UsageError(f"--fault {args.fault}: the vm backend knows {', '.join(FAULTS)}")
     elif args.kernel or args.kernel_modules:
