@@ -18,7 +18,7 @@ PATTERNS = [
     ("panic", re.compile(r"Kernel panic - not syncing")),
     ("oops", re.compile(r"\bOops: ")),
     ("bug", re.compile(r"\bBUG: |kernel BUG at ")),
-    ("warning", re.compile(r"\bWARNING: (CPU|at) ")),
+    ("warning", re.compile(r"\bWARNING: (CPU: |at )")),
     ("general-protection", re.compile(r"general protection fault")),
     ("hung-task", re.compile(r"INFO: task .* blocked for more than")),
     ("sanitizer", re.compile(r"\b(UBSAN|KASAN|KFENCE|KMSAN): ")),

@@ -1,0 +1,56 @@
+"""`powercut bisect`: the first kernel where a workload's verdict changes (fuzz/bisect.py)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from fuzz import bisect
+from harness.foundation.errors import UsageError
+from harness.pipeline.run import RunConfig
+from replay.crashpoints import DEFAULT as DEFAULT_POINTS
+from replay.crashstates import DEFAULT_REORDER
+
+
+def bisect_cmd(args: argparse.Namespace) -> int:
+    if os.path.isdir(args.target):
+        workload, cfg = bisect.from_finding(args.target)
+    elif os.path.isfile(args.target):
+        if not args.fs:
+            raise UsageError("--fs is required with a workload file (a finding directory brings its own)")
+        workload = args.target
+        cfg = RunConfig(fs=args.fs, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts,
+                        crash_points=args.crash_points, reorder=args.reorder)
+        cfg.check()
+    else:
+        raise UsageError(f"{args.target}: no such workload file or finding directory")
+    kernels = bisect.kernel_list(args.kernels)
+    out = bisect.ensure_out(args.out or os.path.join("out", f"bisect-{time.strftime('%Y%m%d-%H%M%S')}"))
+    report = bisect.Bisection(workload, cfg, kernels, out).run()
+    path = bisect.write(out, report)
+    print(bisect.summary(report))
+    print(f"  report: {path}")
+    return 1 if report["first_changed"] else 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("bisect", help="find the first kernel where a workload's verdict changes (vm backend)",
+                       description="Run WORKLOAD (every crash state, --backend vm) on kernels chosen by binary "
+                                   "search and report the first kernel whose verdict differs from the first "
+                                   "kernel's, with each tested kernel's verdict. Exit 0: same verdict at both "
+                                   "ends, 1: a change was found, 2: error.")
+    p.add_argument("target", metavar="WORKLOAD-OR-FINDING",
+                   help="a workload file (.json or busybox .sh), or a saved finding directory (its workload and "
+                        "configuration)")
+    p.add_argument("--kernels", required=True, metavar="LIST",
+                   help="debian:A..debian:B (every Debian package of that series between them), "
+                        "SPEC,SPEC,... (in that order), or a directory of kernel directories")
+    p.add_argument("--fs", help="ext4, xfs or btrfs (with a workload file)")
+    p.add_argument("--mkfs-opts", default="")
+    p.add_argument("--mount-opts", default=None)
+    p.add_argument("--crash-points", default=None, metavar="KINDS", help=f"(default: {DEFAULT_POINTS})")
+    p.add_argument("--reorder", default=DEFAULT_REORDER, metavar="MODES")
+    p.add_argument("--out", default="", help="output directory (default: out/bisect-TIME): one run per kernel, "
+                                             "bisect.json")
+    p.set_defaults(func=bisect_cmd)
