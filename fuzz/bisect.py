@@ -29,10 +29,12 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from harness.corpus.diff import diff as corpus_diff
 from harness.corpus.entries import VERDICT_KINDS
 from harness.foundation import ownership
 from harness.foundation.errors import PowercutError, UsageError
 from harness.pipeline.run import RunConfig, run_checked
+from replay.crashstates import DEFAULT_REORDER
 
 _DEBIAN = "debian:"
 
@@ -186,6 +188,37 @@ def from_finding(d: str) -> tuple[str, RunConfig]:
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
         raise UsageError(f"{d}: not a saved finding directory ({e})") from None
     return os.path.join(d, "workload.json"), cfg
+
+
+def from_run_dir(d: str) -> tuple[str, RunConfig]:
+    """A `powercut run` directory's workload (workload.json) and the options it ran with."""
+    try:
+        with open(os.path.join(d, "report.json")) as f:
+            r = json.load(f)
+        saved = r["workload"]["saved"]
+        cfg = RunConfig(fs=r["fs"], mkfs_opts=r["mkfs_opts"], mount_opts=r["mount_opts"],
+                        crash_points=r.get("crash_point_kinds"), reorder=r.get("reorder", DEFAULT_REORDER))
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise UsageError(f"{d}: not a powercut run directory of a JSON workload ({e})") from None
+    return os.path.join(d, saved), cfg
+
+
+def changed_runs(results: str, against: str) -> list[tuple[str, str]]:
+    """(case key, run directory in RESULTS) of every corpus case whose verdict differs from AGAINST's."""
+    try:
+        with open(results) as f:
+            new = json.load(f)
+        with open(against) as f:
+            old = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise UsageError(f"--changed-against: {e}") from None
+    base = os.path.dirname(results)
+    out = []
+    for d in corpus_diff(old, new):
+        case = new.get("cases", {}).get(d.key)
+        if d.changed and case and case.get("report"):
+            out.append((d.key, os.path.dirname(os.path.join(base, case["report"]))))
+    return out
 
 
 def ensure_out(out: str) -> str:

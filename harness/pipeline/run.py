@@ -244,7 +244,8 @@ def recheck(run_dir: str, state_id: str) -> RunResult:
             saved = json.load(f)
         info = saved["workload"]
         cfg = RunConfig(fs=saved["fs"], mkfs_opts=saved["mkfs_opts"], mount_opts=saved["mount_opts"],
-                        reorder=saved.get("reorder", DEFAULT_REORDER), quiet=True)
+                        reorder=saved.get("reorder", DEFAULT_REORDER), quiet=True,
+                        backend=saved.get("backend", "fuse"))
     except (OSError, json.JSONDecodeError, KeyError) as e:
         raise UsageError(f"{run_dir}: not a powercut run directory ({e})") from None
     if info.get("type") != "json":
