@@ -58,7 +58,7 @@ venv: $(VENV)/.deps-ok
 
 RECORDER_SRC := $(wildcard harness/backends/fuse/*.c)
 EXEC_SRC     := $(wildcard workloads/executor/*.c)
-MARKFS_SRC   := $(wildcard harness/backends/vm/markfs/*.c)
+DMLOG_SRC    := $(wildcard harness/backends/dm/*.c)
 
 $(BUILD)/pc-recorder: $(RECORDER_SRC) $(wildcard harness/backends/fuse/*.h) | $(BUILD)/.apt-ok
 	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(RECORDER_SRC) $(FUSE_LIBS) -lpthread
@@ -66,12 +66,12 @@ $(BUILD)/pc-recorder: $(RECORDER_SRC) $(wildcard harness/backends/fuse/*.h) | $(
 $(BUILD)/pc-exec: $(EXEC_SRC) $(wildcard workloads/executor/*.h) | $(BUILD)/.apt-ok
 	$(CC) $(CFLAGS) -o $@ $(EXEC_SRC) -lpthread -lm
 
-# pc-markfs runs inside the vm backend's guest ($POWERCUT_MARK_FILE there).
-$(BUILD)/pc-markfs: $(MARKFS_SRC) | $(BUILD)/.apt-ok
-	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(MARKFS_SRC) $(FUSE_LIBS)
+# pc-dmlog: the dm-log-writes target of the dm backend and of the vm guest.
+$(BUILD)/pc-dmlog: $(DMLOG_SRC) | $(BUILD)/.apt-ok
+	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(DMLOG_SRC) $(FUSE_LIBS)
 
 CPROGS := $(if $(RECORDER_SRC),$(BUILD)/pc-recorder) $(if $(EXEC_SRC),$(BUILD)/pc-exec) \
-          $(if $(MARKFS_SRC),$(BUILD)/pc-markfs)
+          $(if $(DMLOG_SRC),$(BUILD)/pc-dmlog)
 cbuild: $(CPROGS)
 
 # afl++ is optional (only the afl engine needs it): installed on demand.

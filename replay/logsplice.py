@@ -20,7 +20,7 @@ import os
 
 from harness.foundation.errors import EnvError
 from harness.foundation.sparse import data_extents
-from replay.logformat import END_MARK, FLUSH, FUA, HEADER, MAGIC, SUPER, VERSION, LogReader, LogWriter
+from replay.logformat import FLUSH, FUA, HEADER, MAGIC, SUPER, VERSION, LogReader, LogWriter
 
 CHUNK = 1 << 20  # entries of at most 1 MiB, like the block layer's requests
 
@@ -41,24 +41,19 @@ def image_prefix(image: str, out: str, mark: str, sectorsize: int = 512) -> int:
         return w.nr_entries
 
 
-def guest_log_end(path: str) -> tuple[int, int]:
-    """(entries, byte offset after the last one) of a kernel-written log, which must end
-    with END_MARK (the kernel appends it when the target is removed)."""
-    with LogReader(path) as reader:
-        last = None
-        for last in reader.entries():
-            pass
-        if last is None or last.mark != END_MARK:
-            raise EnvError(f"{path}: the guest's log does not end with {END_MARK!r} "
-                           "(dm-log-writes stopped early: log disk full?)")
-        return reader.nr_entries, last.next_offset(reader.sectorsize)
+def _entries_end(reader: LogReader) -> int:
+    last = None
+    for last in reader.entries():
+        pass
+    return reader.sectorsize if last is None else last.next_offset(reader.sectorsize)
 
 
 def splice(prefix: str | None, guest_log: str, out: str, *, drop_flush: bool = False) -> int:
-    """Write OUT = PREFIX's entries (if any) followed by GUEST_LOG's; returns the entry count."""
-    n_guest, end = guest_log_end(guest_log)
+    """Write OUT = PREFIX's entries (if any) followed by GUEST_LOG's; returns the entry count.
+    The caller has checked that the kernel closed GUEST_LOG (harness/backends/dm/logdisk.py)."""
     with LogReader(guest_log) as reader, open(guest_log, "rb") as g:
         ss = reader.sectorsize
+        n_guest, end = reader.nr_entries, _entries_end(reader)
         fd = os.open(out, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         try:
             n, offset = 0, ss
@@ -66,8 +61,7 @@ def splice(prefix: str | None, guest_log: str, out: str, *, drop_flush: bool = F
                 with LogReader(prefix) as p:
                     if p.sectorsize != ss:
                         raise EnvError(f"{prefix}: sectorsize {p.sectorsize}, the guest's log has {ss}")
-                    n = p.nr_entries
-                    p_end = max((e.next_offset(ss) for e in p.entries()), default=ss)
+                    n, p_end = p.nr_entries, _entries_end(p)
                 with open(prefix, "rb") as src:
                     _copy(src.fileno(), fd, ss, p_end - ss, offset)
                 offset = p_end

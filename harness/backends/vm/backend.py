@@ -28,6 +28,7 @@ from typing import Any
 
 from checkers.findings import kernel_finding
 from checkers.recovery import PointInspect
+from harness.backends.dm.logdisk import finish_log, log_disk_bytes, log_end
 from harness.backends.vm.recovery import MAX_IMAGES_PER_BOOT, VmRecovery
 from harness.foundation import ownership, sysres
 from harness.foundation.errors import EnvError, KernelFailure, UsageError
@@ -41,7 +42,7 @@ from harness.backends.vm.live import LiveGuest
 from harness.backends.vm.qemu import Disk, Guest, Outcome
 from workloads.runner import (RECORDS_FILE, SYSCTLS, ExecutorWorkload, ExternalProgram, WorkloadRunner,
                                      check_executor_exit)
-from replay.logsplice import guest_log_end, image_prefix, splice
+from replay.logsplice import image_prefix, splice
 
 # Every guest boot must end within this (seconds); override with POWERCUT_VM_TIMEOUT.
 BOOT_TIMEOUT_S = float(os.environ.get("POWERCUT_VM_TIMEOUT", "900"))
@@ -59,12 +60,6 @@ CONTENT_CHECKS = ("guest kernel recovers (mount + umount); host fsck, then the c
 EXECUTOR_COMMAND = f'/usr/bin/pc-exec --plan {GUEST_PLAN} --dir /mnt --out {GUEST_RECORDS} --mark-file "$POWERCUT_MARK_FILE"'
 
 
-def log_disk_bytes(device_bytes: int) -> int:
-    # Sparse, so generous is free; a full log disk makes dm-log-writes stop
-    # logging, which finish_log reports.
-    return max(1 << 30, 8 * device_bytes)
-
-
 def guest_command(workload: WorkloadRunner) -> str:
     """How the guest runs the workload (a program is copied to /pc/workload; busybox sh evals this)."""
     if isinstance(workload, ExecutorWorkload):
@@ -75,11 +70,6 @@ def guest_command(workload: WorkloadRunner) -> str:
     if ext == ".py":
         raise UsageError(f"workload {workload.path}: the vm guest has no Python; use a busybox sh script")
     return "sh /pc/workload" if ext == ".sh" else "/pc/workload"
-
-
-def finish_log(path: str) -> None:
-    """Check the kernel closed the log, then cut the log file after its last entry."""
-    os.truncate(path, guest_log_end(path)[1])
 
 
 @dataclass
@@ -211,10 +201,16 @@ class VmBackend:
             event = outcome.kernel_event("workload")
             assert event is not None
             raise KernelFailure(event)
-        if prefix is None and not self.fault == "drop-flush":
+        if prefix is None and self.fault != "drop-flush":
             finish_log(log_path)
         else:
+            log_end(guest_log)  # the kernel closed it
+            if guest_log == log_path:  # one-job boot: the guest wrote the run's log file itself
+                guest_log = log_path + ".kernel"
+                os.replace(log_path, guest_log)
             splice(prefix, guest_log, log_path, drop_flush=self.fault == "drop-flush")
+            if guest_log != log_path and self.live is None:
+                os.unlink(guest_log)
         return self._recording(outcome, out_dir, output, records_disk, log_path, device_bytes, data)
 
     def _recording(self, outcome: Outcome, out_dir: str, output: str, records_disk: str | None,

@@ -68,6 +68,21 @@ class Disk:
         return arg + (",discard=unmap" if self.discard else "")
 
 
+@dataclass(frozen=True)
+class Share:
+    """A host directory the guest mounts with virtio 9p (`mount -t 9p -o trans=virtio TAG DIR`)."""
+    tag: str
+    path: str
+    readonly: bool = True
+
+    def qemu_args(self) -> list[str]:
+        # multidevs=remap: a shared tree spanning several host file systems
+        # keeps distinct inode numbers in the guest.
+        fsdev = (f"local,id={self.tag},path={self.path.replace(',', ',,')},security_model=passthrough,"
+                 f"multidevs=remap{',readonly=on' if self.readonly else ''}")
+        return ["-fsdev", fsdev, "-device", f"virtio-9p-pci,fsdev={self.tag},mount_tag={self.tag}"]
+
+
 @dataclass
 class Outcome:
     kernel: str                 # the guest's `uname -r`
@@ -97,9 +112,12 @@ class Guest:
     console_dir: str            # each boot's console is kept here as vm-boot-N.console
     accel: str = field(default_factory=lambda: "kvm" if kvm_usable() else "tcg")
     boots: list[float] = field(default_factory=list)
+    memory_mib: int = GUEST_MEMORY_MIB
+    cpu: str | None = None       # QEMU's -cpu (None: its default model)
 
     def boot(self, job: str, env: dict[str, str], disks: list[Disk], *, timeout: float,
-             files: dict[str, bytes] | None = None, output: str | None = None) -> Outcome:
+             files: dict[str, bytes] | None = None, output: str | None = None,
+             shares: list[Share] | None = None) -> Outcome:
         """Run guest script JOB with ENV (PC_* variables) and FILES added under /pc.
 
         The job's result lines come back in the Outcome; OUTPUT, if given,
@@ -113,7 +131,8 @@ class Guest:
         console = os.path.join(self.console_dir, f"vm-boot-{len(self.boots)}.console")
         results = os.path.join(work, "results.log")
         cmd = qemu_command(self.kernel, self.accel, initrd, [f"file:{console}",
-                           f"file:{output or os.path.join(work, 'output.log')}", f"file:{results}"], disks)
+                           f"file:{output or os.path.join(work, 'output.log')}", f"file:{results}"], disks,
+                           memory_mib=self.memory_mib, cpu=self.cpu, shares=shares)
         t0 = time.monotonic()
         with open(os.path.join(work, "qemu.err"), "w+") as err:
             # Own session: Ctrl-C reaches powercut, whose teardown stops QEMU.
@@ -148,15 +167,21 @@ class Guest:
         return needed
 
 
-def qemu_command(kernel: Kernel, accel: str, initrd: str, serials: list[str], disks: list[Disk]) -> list[str]:
-    """QEMU for one guest: no devices but SERIALS (ttyS0 = console, ...) and DISKS (vda, vdb, ...)."""
+def qemu_command(kernel: Kernel, accel: str, initrd: str, serials: list[str], disks: list[Disk], *,
+                 memory_mib: int = GUEST_MEMORY_MIB, cpu: str | None = None,
+                 shares: list[Share] | None = None) -> list[str]:
+    """QEMU for one guest: no devices but SERIALS (ttyS0 = console, ...), DISKS (vda, vdb, ...) and SHARES."""
     cmd = [QEMU, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-           "-accel", accel, "-m", str(GUEST_MEMORY_MIB), "-smp", "1",
+           "-accel", accel, "-m", str(memory_mib), "-smp", "1",
            "-kernel", kernel.image, "-initrd", initrd, "-append", KERNEL_ARGS]
     for serial in serials:
         cmd += ["-serial", serial]
     for d in disks:
         cmd += ["-drive", d.drive_arg()]
+    if cpu:
+        cmd += ["-cpu", cpu]
+    for share in shares or []:
+        cmd += share.qemu_args()
     return cmd
 
 
