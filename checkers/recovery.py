@@ -59,6 +59,10 @@ def inspect_read_only(image: str, fs: FsType, mnt: str, state: RunState, inspect
                             evidence={"mount_error": err})]
         try:
             return inspect(mnt)
+        except OSError as e:  # as in recover_and_check: the file system says what it read is corrupt
+            if e.errno not in CORRUPTION_ERRNOS:
+                raise
+            return [corruption_finding(e, mnt)]
         finally:
             state.release(mount_res)
     finally:
