@@ -22,7 +22,10 @@ batch disk (`batch_file`, `batch_bytes`) and run the job (`run_job`).
 from __future__ import annotations
 
 import os
+import queue
 import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from checkers.recovery import PointInspect, Verdict, fsck_verdict, inspect_read_only
@@ -38,6 +41,7 @@ from harness.backends.vm.qemu import Disk, Outcome
 # (it lives in the scratch dir, normally tmpfs).
 MAX_IMAGES_PER_BOOT = 200
 MAX_BATCH_BYTES = 2 << 30
+CHECK_THREADS = max(1, min(4, os.cpu_count() or 1))
 _MOUNT_LINE = re.compile(r"^pc: mount (\d+)\s*$", re.M)
 
 
@@ -62,8 +66,13 @@ class VmRecovery:
         self.batch_path = guest.batch_file(state)
         self.batch_fd = os.open(self.batch_path, os.O_RDWR)
         self._clear_batch()
-        self.check_path = os.path.join(state.scratch, "recovered.img")
-        self.check_fd = ownership.create_file(self.check_path)
+        # Host checks of a batch run in parallel (fsck is a process); the inspector one at a time.
+        self.check_paths = [os.path.join(state.scratch, f"recovered-{i}.img") for i in range(CHECK_THREADS)]
+        self.check_fds = [ownership.create_file(p) for p in self.check_paths]
+        self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for i in range(CHECK_THREADS):
+            self._free.put(i)
+        self._inspect_lock = threading.Lock()
         self.image_bytes = 0
         self.pending: list[int] = []  # crash point of each staged image, by slot
 
@@ -84,7 +93,8 @@ class VmRecovery:
     def close(self) -> None:
         self._clear_batch()
         os.close(self.batch_fd)
-        os.close(self.check_fd)
+        for fd in self.check_fds:
+            os.close(fd)
 
     def _run_batch(self) -> list[tuple[int, Verdict]]:
         n = len(self.pending)
@@ -94,9 +104,12 @@ class VmRecovery:
         first = 0
         while first < n:
             first = self._boot(first, n, mounted, kernel)
+        todo = [(slot, point) for slot, point in enumerate(self.pending) if mounted[slot] is None]
+        with ThreadPoolExecutor(CHECK_THREADS) as pool:
+            checked = dict(zip((slot for slot, _ in todo), pool.map(lambda sp: self._check(*sp), todo)))
         verdicts = []
         for slot, point in enumerate(self.pending):
-            v = mounted[slot] or self._check(slot, point)
+            v = mounted[slot] or checked[slot]
             v.kernel = kernel.get(slot)
             verdicts.append((point, v))
         self.pending.clear()
@@ -139,16 +152,22 @@ class VmRecovery:
                                                             f"{event['line']}")
         return begun + 1
 
-    def _check(self, slot: int, point: int) -> Verdict:
-        os.ftruncate(self.check_fd, 0)
-        os.ftruncate(self.check_fd, self.image_bytes)
-        copy_range(self.batch_fd, self.check_fd, slot * self.image_bytes, self.image_bytes, 0)
-        verdict = fsck_verdict(self.check_path, self.fs)
-        if self.inspect is not None:
-            inspect = self.inspect
-            verdict.content = inspect_read_only(self.check_path, self.fs, self.mnt, self.state,
-                                                lambda mnt: inspect(mnt, point))
-        return verdict
+    def _check(self, slot: int, point: Any) -> Verdict:
+        i = self._free.get()
+        try:
+            path, fd = self.check_paths[i], self.check_fds[i]
+            os.ftruncate(fd, 0)
+            os.ftruncate(fd, self.image_bytes)
+            copy_range(self.batch_fd, fd, slot * self.image_bytes, self.image_bytes, 0)
+            verdict = fsck_verdict(path, self.fs)
+            if self.inspect is not None:
+                inspect = self.inspect
+                with self._inspect_lock:
+                    verdict.content = inspect_read_only(path, self.fs, self.mnt, self.state,
+                                                        lambda mnt: inspect(mnt, point))
+            return verdict
+        finally:
+            self._free.put(i)
 
 
 def _warnings_by_slot(text: str) -> dict[int, dict[str, Any]]:
