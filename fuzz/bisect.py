@@ -130,7 +130,8 @@ class Bisection:
             except PowercutError as e:
                 if e.exit_code != 2:
                     raise
-                verdict, n = f"error: {str(e)[:160]}", 0
+                # Without the console's last line: its timestamps differ from boot to boot.
+                verdict, n = f"error: {str(e).split(' (last console line')[0][:160]}", 0
             self.tested[i] = Tested(k.spec, verdict, n, round(time.monotonic() - t0, 1), out)
             print(f"powercut bisect: {k.spec}: {verdict}", flush=True)
         return self.tested[i].verdict
