@@ -69,3 +69,28 @@ def test_guest_panic_in_a_recovery_mount_is_a_kernel_finding_and_the_campaign_go
     assert f["evidence"]["phase"] == "recovery mount"
     assert "sysrq: Trigger a crash" in f["evidence"]["console"] and "Kernel panic" in f["evidence"]["console"]
     assert pc.leftovers() == []
+
+
+def test_bisect_over_two_real_kernels_reports_where_the_verdict_changes(pc: PcEnv) -> None:
+    """btrfs' deprecated `inode_cache` mount option is accepted (and ignored) by 6.1 and unknown
+    to 6.12: the same workload is clean on one kernel and cannot be run on the next."""
+    from workloads import exhaustive
+    w = pc.tmp / "w.json"
+    w.write_text(json.dumps(exhaustive.workload(1, 0)))
+    old, new = newest_61(), "debian:linux-image-6.12-amd64"
+    out = pc.tmp / "bisect"
+    p = pc.run("bisect", str(w), "--fs", "btrfs", "--mount-opts", "inode_cache", "--kernels", f"{old},{new}",
+               "--out", str(out), timeout=1500)
+    assert p.returncode == 1, p.stdout + p.stderr
+    r = json.loads((out / "bisect.json").read_text())
+    assert r["first_changed"]["kernel"] == new and r["first_changed"]["previous"] == old
+    verdicts = {t["kernel"]: t["verdict"] for t in r["tested"]}
+    assert verdicts[old] == "clean" and verdicts[new].startswith("error: ") and "mount failed" in verdicts[new]
+    assert f"first kernel with a changed verdict: {new}" in p.stdout
+    assert pc.leftovers() == []
+
+
+def newest_61() -> str:
+    p = subprocess.run(["apt-cache", "search", "--names-only", r"^linux-image-6\.1\.0-[0-9]+-amd64$"],
+                       capture_output=True, text=True, check=True)
+    return "debian:" + max((line.split()[0] for line in p.stdout.splitlines()), key=lambda n: int(n.split("-")[3]))
