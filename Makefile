@@ -26,7 +26,7 @@ SOAK_WORKLOADS ?= 300
 SOAK_DURATION  ?= 4h
 SOAK_OPS       ?= 5-20
 
-.PHONY: all deps apt venv cbuild test bench clean help ci-kernel fuzz soak afl
+.PHONY: all deps apt venv cbuild test corpus-check bench clean help ci-kernel fuzz soak afl
 
 all: deps
 
@@ -36,6 +36,7 @@ help:
 	@echo "make fuzz        a fuzzing campaign: FS=ext4|xfs|btrfs ENGINE=hypothesis|exhaustive|afl DURATION=10m"
 	@echo "                 JOBS=N MOUNT_OPTS=... MKFS_OPTS=... FUZZ_ARGS='more powercut fuzz options'"
 	@echo "make soak        long campaigns on $(SOAK_FS), $(SOAK_WORKLOADS) workloads of $(SOAK_OPS) ops each"
+	@echo "make corpus-check  every corpus entry on every matrix row this host can run; fails on an unexpected verdict"
 	@echo "make bench       measure crash states/s and overheads; writes $(BUILD)/bench.json"
 	@echo "make clean       remove build products and the venv"
 	@echo "make ci-kernel KERNEL=debian:PKG [PREV_KERNEL=debian:PKG] [ENTRIES=globs] [ROWS=rows] [OUT=dir]"
@@ -94,6 +95,13 @@ soak: deps
 
 test: deps
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
+
+# The whole corpus on every matrix row this host can run (CI runs it after `make test`).
+CORPUS_JOBS ?= 2
+CORPUS_OUT  ?= $(BUILD)/corpus-check
+corpus-check: deps
+	rm -rf $(CORPUS_OUT)
+	$(PC) corpus run --runnable --jobs $(CORPUS_JOBS) --out $(CORPUS_OUT) --junit $(CORPUS_OUT).xml
 
 # BENCH_KERNEL= (empty) skips the vm backend's part (a guest boot and ~16 workloads under TCG).
 bench: BENCH_KERNEL ?= debian:linux-image-6.12-amd64

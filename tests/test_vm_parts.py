@@ -105,8 +105,8 @@ class FakeGuest:
         self.envs.append(env)
         return self.outcomes.pop(0)
 
-    def batch_file(self, state: SimpleNamespace) -> str:
-        path = os.path.join(state.scratch, "batch.img")
+    def batch_file(self, state: SimpleNamespace, tag: str = "") -> str:
+        path = os.path.join(state.scratch, f"batch{tag}.img")
         open(path, "wb").close()
         return path
 

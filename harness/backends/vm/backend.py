@@ -165,6 +165,7 @@ class VmBackend:
             self.kernel = vmkernel.resolve(kernel, kernel_modules)
             self.base_initrd = initramfs.build(self.kernel, fs)
         self.guest: Guest | LiveGuest | None = None
+        self._engines = 0   # recovery engines made (one per recovery mode)
         self.mkfs = shlex.join([initramfs.which(fs.mkfs[0]), *fs.mkfs[1:]])
 
     def _guest(self, state: RunState, out_dir: str) -> Guest:
@@ -259,7 +260,13 @@ class VmBackend:
         if self.guest is None:  # recheck: recovery only, in one-job boots
             self.guest = self._guest(state, state.scratch)
         fault = self.fault if self.fault == "recovery-panic" else None
-        return VmRecovery(self.guest, fs, mount_opts, state, timeout=BOOT_TIMEOUT_S, inspect=inspect, fault=fault)
+        # One engine per recovery mode (--recovery both): each has its own files.
+        self._engines += 1
+        return VmRecovery(self.guest, fs, mount_opts, state, timeout=BOOT_TIMEOUT_S, inspect=inspect, fault=fault,
+                          tag=f"-{self._engines}" if self._engines > 1 else "")
+
+    def recovery_recorder(self, fs: FsType, state: RunState, device_bytes: int) -> None:
+        raise UsageError("--recovery-crash records recovery mounts on the fuse recorder, not in the vm guest")
 
     def report_extra(self) -> dict[str, Any]:
         guest = self.guest

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 
 from harness.foundation import ownership
-from harness.foundation.errors import EnvError
+from harness.foundation.errors import EnvError, UsageError
 from harness.foundation.runstate import RunState, record_process
 from harness.backends.vm import initramfs
 from harness.backends.vm.kernel import Kernel
@@ -255,7 +255,10 @@ class LiveGuest:
         return Outcome(self.release, body, completed, last_line(self._console), console=text, hung=hung)
 
     # -- the recovery engine's view (harness/backends/vm/recovery.py) ----------------------------
-    def batch_file(self, state: RunState) -> str:
+    def batch_file(self, state: RunState, tag: str = "") -> str:
+        if tag:  # one batch disk: the engines of --recovery both would interleave their images on it
+            raise UsageError("--recovery both needs two recovery engines; a live vm guest has one batch disk: "
+                             "fuzz --backend vm with --recovery rw or ro")
         self._ensure_state()
         assert self.disks is not None
         return self.disks.batch

@@ -158,8 +158,8 @@ class Guest:
     def run_job(self, job: str, env: dict[str, str], disks: list[Disk], *, timeout: float) -> Outcome:
         return self.boot(job, env, disks, timeout=timeout)
 
-    def batch_file(self, state: RunState) -> str:
-        path = os.path.join(state.scratch, "recovery-batch.img")
+    def batch_file(self, state: RunState, tag: str = "") -> str:
+        path = os.path.join(state.scratch, f"recovery-batch{tag}.img")
         os.close(ownership.create_file(path))
         return path
 

@@ -48,7 +48,7 @@ _MOUNT_LINE = re.compile(r"^pc: mount (\d+)\s*$", re.M)
 class RecoveryGuest(Protocol):
     batch_device: str   # the batch disk inside the guest
 
-    def batch_file(self, state: RunState) -> str: ...
+    def batch_file(self, state: RunState, tag: str = "") -> str: ...
 
     def batch_bytes(self, needed: int) -> int: ...
 
@@ -58,16 +58,16 @@ class RecoveryGuest(Protocol):
 class VmRecovery:
     def __init__(self, guest: RecoveryGuest, fs: FsType, mount_opts: str, state: RunState, *, timeout: float,
                  inspect: PointInspect | None = None, fault: str | None = None,
-                 max_images: int = MAX_IMAGES_PER_BOOT) -> None:
+                 max_images: int = MAX_IMAGES_PER_BOOT, tag: str = "") -> None:
         self.guest, self.fs, self.state, self.timeout, self.inspect = guest, fs, state, timeout, inspect
         self.fault, self.max_images = fault, max_images
-        self.mnt = state.subdir("inspect-mnt") if inspect else ""
+        self.mnt = state.subdir(f"inspect-mnt{tag}") if inspect else ""
         self.mount_opts = join_opts(mount_opts, fs.recovery_opts)
-        self.batch_path = guest.batch_file(state)
+        self.batch_path = guest.batch_file(state, tag)
         self.batch_fd = os.open(self.batch_path, os.O_RDWR)
         self._clear_batch()
         # Host checks of a batch run in parallel (fsck is a process); the inspector one at a time.
-        self.check_paths = [os.path.join(state.scratch, f"recovered-{i}.img") for i in range(CHECK_THREADS)]
+        self.check_paths = [os.path.join(state.scratch, f"recovered{tag}-{i}.img") for i in range(CHECK_THREADS)]
         self.check_fds = [ownership.create_file(p) for p in self.check_paths]
         self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
         for i in range(CHECK_THREADS):
