@@ -20,7 +20,7 @@ from typing import Any
 
 from checkers.crash_check import Inspect, RecoveryOptions, check_crash_states
 from checkers.recovery_crash import RecoveryCrashSpec
-from checkers.recovery_modes import mode_opts, parse_recovery
+from checkers.recovery_modes import check_recovers, mode_opts, parse_recovery
 from checkers.findings import Finding
 from checkers.oracle import ContentOracle
 from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
@@ -94,6 +94,7 @@ class RunConfig:
     def recovery_crash_spec(self) -> RecoveryCrashSpec | None:
         """--recovery-crash and its budget, checked (UsageError)."""
         self.recovery_modes()
+        check_recovers(self.mount_opts)
         spec = RecoveryCrashSpec(self.recovery_crash_states, self.recovery_crash_rate)
         if not self.recovery_crash:
             return None
