@@ -242,15 +242,18 @@ def check_crash_states(log_path: str, points: list[int], *, fs: FsType, mount_op
                        state: RunState, reorder: ReorderSpec | None = None, jobs: int = 0,
                        first_failure: bool = False, inspect: Inspect | None = None,
                        before_mount: BeforeMount | None = None, engine: RecoveryEngine | None = None,
-                       progress: Progress | None = None, only: Sequence[str] = ()) -> CrashCheckResult:
+                       progress: Progress | None = None, only: Sequence[str] = (),
+                       image: str | None = None) -> CrashCheckResult:
     """Check every crash state of POINTS in LOG_PATH (see the module doc); JOBS 0 = one per CPU.
     ONLY: just the states with these ids (e.g. a finding's), whatever POINTS and REORDER say.
+    IMAGE: check this image (a copy of it) as the crash image of every state, instead of
+    rebuilding the states from the log (a board's disk after a real power cut).
 
     ENGINE (a backend's own recovery, e.g. in a guest) replaces the host
     workers; INSPECT and BEFORE_MOUNT need the host's mounts.
     """
-    if engine is not None and before_mount:
-        raise ValueError("before_mount needs recovery by the host kernel")
+    if engine is not None and (before_mount or image):
+        raise ValueError("before_mount and image need recovery by the host kernel")
     reorder = reorder or ReorderSpec.parse(DEFAULT_REORDER)
     with LogReader(log_path) as reader:
         plan = plan_for_log(reader, points, reorder)
@@ -267,7 +270,7 @@ def check_crash_states(log_path: str, points: list[int], *, fs: FsType, mount_op
             slots: list[CheckSlot] = []
             try:
                 for i in range(max(1, min(jobs or default_jobs(), result.states_total))):
-                    slots.append(CheckSlot(state, reader, device_bytes, f"worker{i}"))
+                    slots.append(CheckSlot(state, reader, device_bytes, f"worker{i}", image))
                 _HostWorkers(walk, slots, mount_opts, inspect, before_mount).run()
             finally:
                 for slot in slots:

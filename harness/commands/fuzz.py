@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from checkers.findings import KINDS
+from harness.commands.options import add_semantics_option
 from harness.foundation import ownership
 from harness.foundation.errors import UsageError
 from harness.pipeline.run import RunConfig, default_out_dir
@@ -47,7 +48,7 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
         raise UsageError("--fs is required (ext4, xfs or btrfs), unless --resume DIR")
     cfg = RunConfig(fs=args.fs, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts, size_mib=args.size, quiet=True,
                     crash_points=args.crash_points, reorder=args.reorder, states_per_point=args.states_per_point,
-                    fault=args.fault)
+                    fault=args.fault, semantics=args.semantics)
     cfg.check()
     return cfg
 
@@ -131,6 +132,7 @@ def minimize_cmd(args: argparse.Namespace) -> int:
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mkfs-opts", default="", help="extra mkfs options, e.g. \"-O ^has_journal\"")
+    add_semantics_option(p)
     p.add_argument("--mount-opts", default="", help="mount options, e.g. data=writeback,nodelalloc")
     p.add_argument("--size", type=int, default=0, help="device size in MiB (default: per file system)")
     p.add_argument("--crash-points", default=DEFAULT_POINTS, metavar="KINDS",

@@ -9,6 +9,7 @@ from harness.backends import BACKENDS
 from harness.pipeline.compare import run_matrix
 from harness.pipeline.run import RunConfig, default_out_dir, recheck, run_workload
 from harness.reports.report import summary
+from harness.commands.options import add_semantics_option
 from workloads.runner import load_runner
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS
 from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER
@@ -19,7 +20,8 @@ def run(args: argparse.Namespace) -> int:
                     size_mib=args.size, crash_points=args.crash_points, start_mark=args.start_mark,
                     end_mark=args.end_mark, reorder=args.reorder, states_per_point=args.states_per_point,
                     jobs=args.jobs, first_failure=args.first_failure, fault=args.fault, keep_image=args.keep_image,
-                    kernel=args.kernel, kernel_modules=args.kernel_modules, markdown=True)
+                    kernel=args.kernel, kernel_modules=args.kernel_modules, markdown=True,
+                    semantics=args.semantics)
     if args.mount_opts_matrix or args.param_matrix:
         return run_matrix(args.workload, cfg, args.scale, args.param, args.out,
                           mount_opts_matrix=args.mount_opts_matrix, param_matrix=args.param_matrix)
@@ -30,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def recheck_cmd(args: argparse.Namespace) -> int:
-    result = recheck(args.run_dir, args.state)
+    result = recheck(args.run_dir, args.state, args.semantics, args.image)
     print(summary(result.report, None))
     return 1 if result.findings else 0
 
@@ -49,6 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--kernel-modules", default=None, metavar="DIR",
                    help="--backend vm with --kernel PATH: its lib/modules/VERSION directory (with modules.dep)")
     p.add_argument("--mkfs-opts", default="", help="extra mkfs options, e.g. \"-O ^has_journal\"")
+    add_semantics_option(p)
     p.add_argument("--mount-opts", default=None,
                    help="mount options, e.g. data=writeback,barrier=0 (default: none, or the scenario's)")
     p.add_argument("--size", type=int, default=0,
@@ -92,4 +95,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     r.add_argument("run_dir", help="a `powercut run` output directory (report.json, recording.log, records)")
     r.add_argument("--state", required=True, metavar="ID",
                    help="crash state id from the report, e.g. p57 (in-order prefix) or p57-d33 (a write dropped)")
+    r.add_argument("--image", metavar="IMG",
+                   help="check this image (e.g. a board's disk after a real power cut) against the guarantees "
+                        "of crash state ID instead of rebuilding it from the log; only a copy is mounted")
+    add_semantics_option(r, default=None)
     r.set_defaults(func=recheck_cmd)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from checkers.fsrules import DEFAULT_TIER
 from harness.foundation import ownership
 from harness.corpus.entries import load_doc, VERDICT_KINDS, Entry, Row
 from harness.foundation.errors import PowercutError, UsageError
@@ -64,10 +65,11 @@ class Backend:
     name: str = "fuse"
     kernel: str | None = None
     kernel_modules: str | None = None
+    semantics: str = DEFAULT_TIER    # the oracle's tier for every case (`--semantics`)
 
 
 def run_config(entry: Entry, row: Row, backend: Backend = Backend()) -> RunConfig:
-    fields = {f.name for f in dataclasses.fields(RunConfig)} - {"fs", "mkfs_opts", "mount_opts", "quiet"}
+    fields = {f.name for f in dataclasses.fields(RunConfig)} - {"fs", "mkfs_opts", "mount_opts", "quiet", "semantics"}
     bad = set(entry.run) - fields
     if bad:
         raise UsageError(f"{entry.path}: unknown run option(s) {', '.join(sorted(bad))}")
@@ -75,7 +77,8 @@ def run_config(entry: Entry, row: Row, backend: Backend = Backend()) -> RunConfi
     # opts in to reordering (`"run": {"reorder": ...}`) with verdicts to match.
     run = {"reorder": "none", **entry.run}
     return RunConfig(fs=row.fs, mkfs_opts=row.mkfs_opts, mount_opts=row.mount_opts, quiet=True,
-                     backend=backend.name, kernel=backend.kernel, kernel_modules=backend.kernel_modules, **run)
+                     backend=backend.name, kernel=backend.kernel, kernel_modules=backend.kernel_modules,
+                     semantics=backend.semantics, **run)
 
 
 def run_case(entry: Entry, row: Row, out_dir: str, backend: Backend = Backend()) -> Case:
@@ -125,6 +128,7 @@ def results_doc(cases: list[Case], started: float, backend: Backend = Backend())
         "kernel": ", ".join(kernels) or (backend.kernel or "?" if backend.name == "vm" else platform.release()),
         "host_kernel": platform.release(),
         "backend": backend.name,
+        "semantics": backend.semantics,
         "kernel_spec": backend.kernel,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "seconds": round(time.time() - started, 1),

@@ -19,6 +19,7 @@ from typing import Any
 
 from checkers.crash_check import Inspect, check_crash_states
 from checkers.findings import Finding
+from checkers.fsrules import DEFAULT_TIER, TIERS, Semantics
 from checkers.oracle import ContentOracle
 from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
 from harness.foundation import ownership, sysres
@@ -60,9 +61,12 @@ class RunConfig:
     kernel_modules: str | None = None
     quiet: bool = False             # no crash-walk progress (campaigns print their own)
     markdown: bool = False          # also write OUT/report.md with latency figures (powercut run)
+    semantics: str = DEFAULT_TIER   # the oracle's tier of rules: posix or linux (checkers/fsrules.py)
 
     def reorder_spec(self) -> ReorderSpec:
         """The crash-state options, checked (before a long recording, not after)."""
+        if self.semantics not in TIERS:
+            raise UsageError(f"--semantics {self.semantics}: choose {' or '.join(TIERS)}")
         if self.jobs < 0:
             raise UsageError(f"--jobs {self.jobs}: must be at least 1 (0: one per CPU)")
         return ReorderSpec.parse(self.reorder, self.states_per_point)
@@ -171,7 +175,7 @@ def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
 
 def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig, mount_opts: str, kinds: str,
            backend: Backend, state: RunState, inspect_extra: Inspect | None,
-           state_ids: tuple[str, ...] = ()) -> RunResult:
+           state_ids: tuple[str, ...] = (), image: str | None = None) -> RunResult:
     """The checking half of a run: every crash state of REC's log (or only STATE_IDS), the report."""
     out_dir = os.path.dirname(rec.log_path)
     reader = LogReader(rec.log_path)
@@ -180,7 +184,8 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
     checks = WorkloadChecks()
     inspect: Inspect | None = None
     if isinstance(workload, ExecutorWorkload):
-        checks = prepare(workload.workload, workload.plan, records_path(out_dir, rec.workload), reader, fs.name)
+        checks = prepare(workload.workload, workload.plan, records_path(out_dir, rec.workload), reader,
+                         Semantics(cfg.semantics, fs.name, cfg.mkfs_opts, mount_opts))
         if checks.oracle is not None:
             inspect = _state_inspector(checks.oracle)
     inspect = _combine(inspect, inspect_extra)
@@ -188,14 +193,14 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
         result = check_crash_states(rec.log_path, points, fs=fs, mount_opts=mount_opts,
                                     device_bytes=rec.device_bytes, state=state, reorder=cfg.reorder_spec(),
                                     jobs=cfg.jobs, first_failure=cfg.first_failure, inspect=inspect,
-                                    engine=backend.recovery(fs, mount_opts, state, inspect),
-                                    progress=progress, only=state_ids)
+                                    engine=None if image else backend.recovery(fs, mount_opts, state, inspect),
+                                    progress=progress, only=state_ids, image=image)
     finish(checks)
     findings = checks.findings + result.findings
     extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report, **backend.report_extra(),
              "reorder": cfg.reorder, "crash_states_total": result.states_total,
              "crash_states_duplicate": result.states_duplicate, "stopped_at_first_failure": result.stopped_early,
-             "mount_retries": result.mount_retries}
+             "mount_retries": result.mount_retries, "semantics": cfg.semantics}
     if isinstance(workload, ExecutorWorkload):
         results = read_records(records_path(out_dir, rec.workload), workload.plan)
         section = scenarios.section(workload.workload, results,
@@ -219,15 +224,18 @@ def _combine(a: Inspect | None, b: Inspect | None) -> Inspect | None:
     return lambda mnt, cs: a(mnt, cs) + b(mnt, cs)
 
 
-def recheck(run_dir: str, state_id: str) -> RunResult:
+def recheck(run_dir: str, state_id: str, semantics: str | None = None, image: str | None = None) -> RunResult:
     """Check one crash state of the run saved in RUN_DIR again, rebuilt from its log
-    (no new recording) and recovered by this host's kernel."""
+    (no new recording) and recovered by this host's kernel. SEMANTICS: the tier
+    (default: the saved run's). IMAGE: check this image instead of the rebuilt
+    state, against that state's guarantees; it is copied, never written."""
     try:
         with open(os.path.join(run_dir, "report.json")) as f:
             saved = json.load(f)
         info = saved["workload"]
         cfg = RunConfig(fs=saved["fs"], mkfs_opts=saved["mkfs_opts"], mount_opts=saved["mount_opts"],
-                        reorder=saved.get("reorder", DEFAULT_REORDER), quiet=True)
+                        reorder=saved.get("reorder", DEFAULT_REORDER), quiet=True,
+                        semantics=semantics or saved.get("semantics", DEFAULT_TIER))
     except (OSError, json.JSONDecodeError, KeyError) as e:
         raise UsageError(f"{run_dir}: not a powercut run directory ({e})") from None
     if info.get("type") != "json":
@@ -235,6 +243,8 @@ def recheck(run_dir: str, state_id: str) -> RunResult:
     workload = ExecutorWorkload(read_document(os.path.join(run_dir, info["saved"])), {"file": info["saved"]})
     fs = cfg.check()
     check_tools(fs)
+    if image is not None:
+        check_image(image, saved["device_bytes"])
     rec = Recording(os.path.join(run_dir, saved["log"]), saved["device_bytes"], saved["sector_size"], info,
                     kernel=saved["kernel"], device_tuning=saved.get("device_tuning", {}))
     backend = open_backend("fuse", fs, workload)  # recovery by this host's kernel
@@ -242,6 +252,18 @@ def recheck(run_dir: str, state_id: str) -> RunResult:
     try:
         with terminate_as_exception():
             return _check(rec, workload, fs, cfg, cfg.mount_opts or "", saved.get("crash_point_kinds", DEFAULT_POINTS),
-                          backend, state, None, (state_id,))
+                          backend, state, None, (state_id,), image)
     finally:
         state.teardown_or_warn()
+
+
+def check_image(path: str, device_bytes: int) -> None:
+    """A supplied image must be a regular file of the recorded device's size."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise UsageError(f"--image {path}: {e.strerror}") from None
+    if not os.path.isfile(path):
+        raise UsageError(f"--image {path}: not a regular file (copy the device into an image file first)")
+    if st.st_size != device_bytes:
+        raise UsageError(f"--image {path}: {st.st_size} bytes, but the run's device had {device_bytes}")
