@@ -64,10 +64,11 @@ class DeviceBackend:
 
     device_cls: type[RecordedDevice]
     fault: str | None = None
+    device_opts: dict[str, Any] = field(default_factory=dict)  # extra arguments of device_cls
 
     def record(self, fs: FsType, mkfs_opts: str, mount_opts: str, workload: WorkloadRunner,
                state: RunState, out_dir: str, device_bytes: int, log_path: str) -> Recording:
-        device = self.device_cls(state, device_bytes, log_path, fault=self.fault)
+        device = self.device_cls(state, device_bytes, log_path, fault=self.fault, **self.device_opts)
         return record(device, fs, mkfs_opts, mount_opts, workload, state, out_dir)
 
     def recovery(self, fs: FsType, mount_opts: str, state: RunState, inspect: PointInspect | None = None) -> None:

@@ -6,6 +6,7 @@ import argparse
 
 from checkers.crash_check import default_jobs
 from harness.backends import BACKENDS
+from harness.backends.dm.devices import CONFIRM_FLAG
 from harness.pipeline.compare import run_matrix
 from harness.pipeline.run import RunConfig, default_out_dir, recheck, run_workload
 from harness.reports.report import summary
@@ -20,7 +21,8 @@ def run(args: argparse.Namespace) -> int:
                     size_mib=args.size, crash_points=args.crash_points, start_mark=args.start_mark,
                     end_mark=args.end_mark, reorder=args.reorder, states_per_point=args.states_per_point,
                     jobs=args.jobs, first_failure=args.first_failure, fault=args.fault, keep_image=args.keep_image,
-                    kernel=args.kernel, kernel_modules=args.kernel_modules, markdown=True,
+                    kernel=args.kernel, kernel_modules=args.kernel_modules, data_dev=args.data_dev,
+                    log_dev=args.log_dev, erase_ok=tuple(args.erase_ok), markdown=True,
                     semantics=args.semantics)
     if args.mount_opts_matrix or args.param_matrix:
         return run_matrix(args.workload, cfg, args.scale, args.param, args.out,
@@ -44,7 +46,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("workload", help="a workload: a powercut-workload/1 .json file or scenario:NAME (run by the "
                                     "timing executor), or an executable, .sh or .py program run in the mounted directory")
     p.add_argument("--fs", required=True, help="ext4, xfs or btrfs")
-    p.add_argument("--backend", default="fuse", help=f"recorded-device backend: {', '.join(BACKENDS)} (default: fuse)")
+    p.add_argument("--backend", default="fuse",
+                   help=f"recorded-device backend: {', '.join(BACKENDS)} (default: fuse; auto: dm where this "
+                        "kernel has dm-log-writes, else fuse)")
+    p.add_argument("--data-dev", default=None, metavar="DEV",
+                   help="--backend dm: record on this block device (erased; default: a loop device on a new file)")
+    p.add_argument("--log-dev", default=None, metavar="DEV", help="--backend dm with --data-dev: the log's block device (erased)")
+    p.add_argument(CONFIRM_FLAG, dest="erase_ok", action="append", default=[], metavar="DEV",
+                   help="confirm that DEV (--data-dev or --log-dev) may be erased; needed for each")
     p.add_argument("--kernel", default=None, metavar="debian:PACKAGE|PATH",
                    help="--backend vm: the kernel under test, a Debian kernel package "
                         "(e.g. debian:linux-image-6.12-amd64) or a vmlinux/bzImage file")

@@ -8,6 +8,7 @@ exact state a finding came from, rebuilt from the saved log."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -23,7 +24,7 @@ from checkers.fsrules import DEFAULT_TIER, TIERS, Semantics
 from checkers.oracle import ContentOracle
 from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
 from harness.foundation import ownership, sysres
-from harness.backends import Backend, open_backend
+from harness.backends import Backend, DeviceArgs, open_backend, resolve as resolve_backend
 from harness.foundation.errors import Terminated, UsageError
 from harness.foundation.filesystems import FsType, get_fs
 from harness.reports.plots import latency_plots
@@ -59,6 +60,9 @@ class RunConfig:
     keep_image: bool = False
     kernel: str | None = None       # --backend vm: debian:PACKAGE or a kernel image path
     kernel_modules: str | None = None
+    data_dev: str | None = None     # --backend dm on the user's block devices (else loop devices)
+    log_dev: str | None = None
+    erase_ok: tuple[str, ...] = ()  # --i-know-this-erases DEV, repeated
     quiet: bool = False             # no crash-walk progress (campaigns print their own)
     markdown: bool = False          # also write OUT/report.md with latency figures (powercut run)
     semantics: str = DEFAULT_TIER   # the oracle's tier of rules: posix or linux (checkers/fsrules.py)
@@ -144,6 +148,7 @@ def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
     """run_workload, returning what the report was built from too. INSPECT_EXTRA
     also reads every recovered crash image (after the content oracle)."""
     fs = get_fs(cfg.fs)
+    cfg = dataclasses.replace(cfg, backend=resolve_backend(cfg.backend))  # the report names the real one
     if isinstance(workload, str):
         workload = load_runner(workload)
     size_mib = cfg.size_mib or max(fs.default_size_mib, workload.device.size_mib or 0)
@@ -154,7 +159,8 @@ def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
     cfg.reorder_spec()
     check_tools(fs)
     backend = open_backend(cfg.backend, fs, workload, fault=cfg.fault, kernel=cfg.kernel,
-                           kernel_modules=cfg.kernel_modules)
+                           kernel_modules=cfg.kernel_modules,
+                           devices=DeviceArgs(cfg.data_dev, cfg.log_dev, tuple(cfg.erase_ok)))
     out_dir = ownership.make_dir(out_dir)
     log_path = os.path.join(out_dir, "recording.log")
 

@@ -17,6 +17,7 @@ import shlex
 from typing import Any
 
 from checkers.recovery import PointInspect
+from harness.backends.dm.logdisk import finish_log, log_disk_bytes
 from harness.backends.vm.recovery import VmRecovery
 from harness.foundation import ownership
 from harness.foundation.errors import EnvError, UsageError
@@ -28,7 +29,6 @@ from harness.backends.vm import initramfs, kernel as vmkernel, packages
 from harness.backends.vm.qemu import Disk, Guest
 from workloads.runner import (RECORDS_FILE, SYSCTLS, ExecutorWorkload, ExternalProgram, WorkloadRunner,
                                      check_executor_exit)
-from replay.logformat import END_MARK, LogReader
 
 # Every guest boot must end within this (seconds); override with POWERCUT_VM_TIMEOUT.
 BOOT_TIMEOUT_S = float(os.environ.get("POWERCUT_VM_TIMEOUT", "900"))
@@ -42,12 +42,6 @@ CONTENT_CHECKS = ("guest kernel recovers (mount + umount); host fsck, then the c
 EXECUTOR_COMMAND = f'/usr/bin/pc-exec --plan {GUEST_PLAN} --dir /mnt --out {GUEST_RECORDS} --mark-file "$POWERCUT_MARK_FILE"'
 
 
-def log_disk_bytes(device_bytes: int) -> int:
-    # Sparse, so generous is free; a full log disk makes dm-log-writes stop
-    # logging, which finish_log reports.
-    return max(1 << 30, 8 * device_bytes)
-
-
 def guest_command(workload: WorkloadRunner) -> str:
     """How the guest runs the workload (a program is copied to /pc/workload; busybox sh evals this)."""
     if isinstance(workload, ExecutorWorkload):
@@ -58,19 +52,6 @@ def guest_command(workload: WorkloadRunner) -> str:
     if ext == ".py":
         raise UsageError(f"workload {workload.path}: the vm guest has no Python; use a busybox sh script")
     return "sh /pc/workload" if ext == ".sh" else "/pc/workload"
-
-
-def finish_log(path: str) -> None:
-    """Check the kernel closed the log, then cut the log file after its last entry."""
-    with LogReader(path) as reader:
-        last = None
-        for last in reader.entries():
-            pass
-        if last is None or last.mark != END_MARK:
-            raise EnvError(f"{path}: the guest's log does not end with {END_MARK!r} "
-                           "(dm-log-writes stopped early: log disk full?)")
-        end = last.next_offset(reader.sectorsize)
-    os.truncate(path, end)
 
 
 class VmBackend:

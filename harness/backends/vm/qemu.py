@@ -65,6 +65,21 @@ class Disk:
         return arg + (",discard=unmap" if self.discard else "")
 
 
+@dataclass(frozen=True)
+class Share:
+    """A host directory the guest mounts with virtio 9p (`mount -t 9p -o trans=virtio TAG DIR`)."""
+    tag: str
+    path: str
+    readonly: bool = True
+
+    def qemu_args(self) -> list[str]:
+        # multidevs=remap: a shared tree spanning several host file systems
+        # keeps distinct inode numbers in the guest.
+        fsdev = (f"local,id={self.tag},path={self.path.replace(',', ',,')},security_model=passthrough,"
+                 f"multidevs=remap{',readonly=on' if self.readonly else ''}")
+        return ["-fsdev", fsdev, "-device", f"virtio-9p-pci,fsdev={self.tag},mount_tag={self.tag}"]
+
+
 @dataclass
 class Outcome:
     kernel: str                 # the guest's `uname -r`
@@ -83,9 +98,12 @@ class Guest:
     console_dir: str            # each boot's console is kept here as vm-boot-N.console
     accel: str = field(default_factory=lambda: "kvm" if kvm_usable() else "tcg")
     boots: list[float] = field(default_factory=list)
+    memory_mib: int = GUEST_MEMORY_MIB
+    cpu: str | None = None       # QEMU's -cpu (None: its default model)
 
     def boot(self, job: str, env: dict[str, str], disks: list[Disk], *, timeout: float,
-             files: dict[str, bytes] | None = None, output: str | None = None) -> Outcome:
+             files: dict[str, bytes] | None = None, output: str | None = None,
+             shares: list[Share] | None = None) -> Outcome:
         """Run guest script JOB with ENV (PC_* variables) and FILES added under /pc.
 
         The job's result lines come back in the Outcome; OUTPUT, if given,
@@ -99,12 +117,16 @@ class Guest:
         console = os.path.join(self.console_dir, f"vm-boot-{len(self.boots)}.console")
         results = os.path.join(work, "results.log")
         cmd = [QEMU, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-               "-accel", self.accel, "-m", str(GUEST_MEMORY_MIB), "-smp", "1",
+               "-accel", self.accel, "-m", str(self.memory_mib), "-smp", "1",
                "-kernel", self.kernel.image, "-initrd", initrd, "-append", KERNEL_ARGS,
                "-serial", f"file:{console}", "-serial", f"file:{output or os.path.join(work, 'output.log')}",
                "-serial", f"file:{results}"]
         for d in disks:
             cmd += ["-drive", d.drive_arg()]
+        if self.cpu:
+            cmd += ["-cpu", self.cpu]
+        for share in shares or []:
+            cmd += share.qemu_args()
         t0 = time.monotonic()
         with open(os.path.join(work, "qemu.err"), "w+") as err:
             # Own session: Ctrl-C reaches powercut, whose teardown stops QEMU.

@@ -5,14 +5,15 @@
 # Optional: PC_SYSCTLS (vm.* names reported as "sysctl vm.NAME VALUE"
 # before the workload), PC_RECORDS (a file the workload writes, copied to
 # /dev/vdc after it and reported as "records BYTES").
+# The target is made, marked and removed by pc-dmlog, the same program the
+# dm backend uses on a host (harness/backends/dm/pc-dmlog.c).
 dev=pc-logwrites
-map=/dev/mapper/$dev
 marks=/run/pc-marks
 
-mark() { /usr/sbin/dmsetup message "$dev" 0 mark "$1" || fail "dmsetup message mark $1 failed"; }
+mark() { /usr/bin/pc-dmlog mark "$dev" "$1" || fail "pc-dmlog mark $1 failed"; }
 
-/usr/sbin/dmsetup create --noudevsync "$dev" \
-    --table "0 $(blockdev --getsz /dev/vda) log-writes /dev/vda /dev/vdb" || fail "dmsetup create log-writes failed"
+map=$(/usr/bin/pc-dmlog create "$dev" "powercut-vm-$dev" "$(blockdev --getsz /dev/vda)" /dev/vda /dev/vdb) \
+    || fail "pc-dmlog create log-writes failed"
 say "mkfs"
 eval "$PC_MKFS $map" > /dev/console 2>&1 || fail "mkfs failed: $PC_MKFS"
 mark "$PC_MARK_MKFS"
@@ -21,7 +22,7 @@ mark "$PC_MARK_MOUNTED"
 
 # $POWERCUT_MARK_FILE: each write() is one mark, logged before write() returns.
 mkdir -p "$marks"
-/usr/bin/pc-markfs "$dev" "$marks" || fail "pc-markfs did not start"
+/usr/bin/pc-dmlog markfs "$dev" "$marks" || fail "pc-dmlog markfs did not start"
 for n in $PC_SYSCTLS; do
     [ -r "/proc/sys/vm/$n" ] && result "sysctl vm.$n $(cat "/proc/sys/vm/$n")"
 done
@@ -37,10 +38,10 @@ if [ -n "$PC_RECORDS" ] && [ -f "$PC_RECORDS" ]; then
     dd if="$PC_RECORDS" of=/dev/vdc bs=1M conv=fsync 2> /dev/null || fail "copying the records to /dev/vdc failed"
     result "records $n"
 fi
-umount "$marks" || fail "umount of pc-markfs failed"
+umount "$marks" || fail "umount of the mark file system failed"
 result "workload-exit $code"
 mark "$PC_MARK_END"
 say "umount"
 err=$(umount /mnt 2>&1) || fail "umount failed: $err"
 # Removing the target makes the kernel append the mark dm-log-writes-end.
-/usr/sbin/dmsetup remove --noudevsync "$dev" || fail "dmsetup remove failed"
+/usr/bin/pc-dmlog remove "$dev" || fail "pc-dmlog remove failed"
