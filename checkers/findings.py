@@ -17,6 +17,7 @@ class Finding:
     crash_mark: str | None = None     # the last mark at or before the crash point
     evidence: dict[str, Any] = field(default_factory=dict)
     state_id: str | None = None       # the crash state (replay/crashstates.py), e.g. "p57-d33"
+    recovery: str | None = None       # how it was recovered, when not the default rw mount: "ro"
 
     def __post_init__(self) -> None:
         assert self.kind in KINDS, self.kind

@@ -156,8 +156,9 @@ class Campaign:
         space = ""
         if self.spec.engine == "exhaustive":
             space = f" of {self.space()}"
+        inner = f" (+{t.recovery_states} inside recoveries)" if self.cfg.recovery_crash else ""
         return (f"{self.spec.engine} {self.cfg.fs}: {t.workloads}{space} workloads ({r['workloads_per_minute']}/min)"
-                f", {t.states} crash states ({r['crash_states_per_second']}/s), findings: {kinds}, "
+                f", {t.states} crash states{inner} ({r['crash_states_per_second']}/s), findings: {kinds}, "
                 f"saved {len(self.store.dirs())}, elapsed {clock(r['elapsed_s'])}, remaining {clock(remaining)}")
 
     def space(self) -> int:
@@ -173,7 +174,8 @@ class Campaign:
             "spec": asdict(self.spec), "started": self.start, "stopped": time.time(), "stop_reason": self.stop_reason,
             **self.rates(t), "workloads": t.workloads, "workloads_this_session": t.workloads - self.before.workloads,
             "shrink_runs": t.shrink_runs, "harness_errors": t.errors, "crash_states_checked": t.states,
-            "mount_retries": t.mount_retries,
+            "mount_retries": t.mount_retries, "recovery": self.cfg.recovery,
+            "recovery_crash_states_checked": t.recovery_states,
             "ops_per_workload": ops_distribution(t.ops),
             "findings_by_kind": dict(sorted(t.kinds.items())),
             "saved_findings": [{"dir": s["dir"], "kind": s["kind"], "signature": s["signatures"][0],
@@ -220,6 +222,13 @@ def summary(report: dict[str, Any], path: str) -> str:
              f"checked: {report['crash_states_checked']} ({report['crash_states_per_second']}/s), shrink runs: "
              f"{report['shrink_runs']}",
              f"  findings (crash states): {kinds}"]
+    if report["run"].get("recovery_crash"):
+        lines.insert(3, f"  crash states inside recoveries checked: {report['recovery_crash_states_checked']} "
+                        f"(--recovery-crash-rate {report['run']['recovery_crash_rate']}, at most "
+                        f"{report['run']['recovery_crash_states']} per crash state)")
+    if report["run"].get("recovery", "rw") != "rw":
+        lines.insert(3, f"  recovery: {report['run']['recovery']} (each crash state recovered "
+                        f"{'read-write and read-only' if report['run']['recovery'] == 'both' else 'read-only'})")
     if report.get("mount_retries"):
         lines.append(f"  warning: {report['mount_retries']} crash states mounted only at the second try "
                      "(no finding: the same state, rebuilt from the log, mounted)")

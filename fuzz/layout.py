@@ -39,6 +39,7 @@ class Totals:
     kinds: Counter[str] = field(default_factory=Counter)  # findings (crash states) by kind
     ops: Counter[int] = field(default_factory=Counter)    # generated workloads by op count
     mount_retries: int = 0        # crash states that mounted only at the second try (no finding)
+    recovery_states: int = 0      # crash states inside recoveries checked (--recovery-crash)
     indices: set[int] = field(default_factory=set)        # exhaustive indices done
 
 
@@ -111,6 +112,7 @@ class CampaignDir:
                 t.seconds += e.get("seconds", 0.0)
                 t.kinds.update(e.get("kinds", {}))
                 t.mount_retries += e.get("mount_retries", 0)
+                t.recovery_states += e.get("recovery_states", 0)
                 if e.get("index") is not None:
                     t.indices.add(e["index"])
         return t

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from checkers.recovery import PointInspect, RecoveryEngine
+from checkers.recovery_crash import RecordRecovery
 from harness.backends.device import RecordedDevice
 from harness.foundation.errors import UsageError
 from harness.foundation.filesystems import FsType
@@ -43,6 +44,9 @@ class Backend(Protocol):
     def recovery(self, fs: FsType, mount_opts: str, state: RunState,
                  inspect: PointInspect | None = None) -> RecoveryEngine | None:
         """The engine that recovers crash images (INSPECT reads each recovered one); None: the host kernel."""
+
+    def recovery_recorder(self, fs: FsType, state: RunState, device_bytes: int) -> RecordRecovery:
+        """Records a recovery mount of a crash image on the recorded device (--recovery-crash)."""
 
     def report_extra(self) -> dict[str, Any]:
         """Backend facts for report.json."""

@@ -16,6 +16,7 @@ from harness.corpus.entries import CORPUS_DIR, VERDICT_KINDS, Row, entry_doc, lo
 from harness.corpus.diff import diff, markdown as corpus_markdown_diff
 from harness.corpus.report import junit, markdown
 from harness.backends import BACKENDS
+from harness.commands.run import add_recovery_args, recovery_kwargs
 from harness.corpus.run import Backend, compare_baseline, host_cannot_run, load_results, results_doc, run_cases
 from harness.foundation.errors import UsageError
 
@@ -49,7 +50,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--kernel and --kernel-modules need --backend vm")
     if args.semantics not in TIERS:
         raise UsageError(f"--semantics {args.semantics}: choose {' or '.join(TIERS)}")
-    backend = Backend(args.backend, args.kernel or None, args.kernel_modules or None, args.semantics)
+    backend = Backend(args.backend, args.kernel or None, args.kernel_modules or None, recovery_kwargs(args),
+                      args.semantics)
     baseline = load_results(args.baseline) if args.baseline else None
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: must be at least 1")
@@ -144,6 +146,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     r.add_argument("--backend", default="fuse", help=f"recording backend of every case: {', '.join(BACKENDS)} (default: fuse)")
     r.add_argument("--kernel", default="", help="--backend vm: debian:PACKAGE or a kernel image path")
     r.add_argument("--kernel-modules", default="", help="--backend vm: the kernel's lib/modules/VERSION directory")
+    add_recovery_args(r)
     r.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="cases run in parallel, each in its own process (default 1)")
     r.add_argument("--junit", default="", help="also write JUnit XML here")

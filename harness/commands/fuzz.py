@@ -13,6 +13,8 @@ from checkers.findings import KINDS
 from harness.commands.options import add_semantics_option
 from harness.foundation import ownership
 from harness.foundation.errors import UsageError
+from harness.backends.session import FAULTS
+from harness.commands.run import add_recovery_args, recovery_kwargs
 from harness.pipeline.run import RunConfig, default_out_dir
 from fuzz.campaign import ENGINES, Campaign, CampaignSpec
 from fuzz.layout import CampaignDir
@@ -48,7 +50,7 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
         raise UsageError("--fs is required (ext4, xfs or btrfs), unless --resume DIR")
     cfg = RunConfig(fs=args.fs, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts, size_mib=args.size, quiet=True,
                     crash_points=args.crash_points, reorder=args.reorder, states_per_point=args.states_per_point,
-                    fault=args.fault, semantics=args.semantics)
+                    fault=args.fault, semantics=args.semantics, **recovery_kwargs(args))
     cfg.check()
     return cfg
 
@@ -142,7 +144,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                         f"(default: {DEFAULT_REORDER})")
     p.add_argument("--states-per-point", type=int, default=DEFAULT_PER_POINT, metavar="N",
                    help=f"at most N states per reorder mode and crash point (default: {DEFAULT_PER_POINT})")
-    p.add_argument("--fault", choices=["drop-flush"], default=None,
+    add_recovery_args(p)
+    p.add_argument("--fault", choices=sorted(FAULTS), default=None,
                    help="test-only: a recorder that acknowledges flushes without logging them")
 
 

@@ -74,6 +74,7 @@ class Backend:
     name: str = "fuse"
     kernel: str | None = None
     kernel_modules: str | None = None
+    recovery: dict[str, Any] = field(default_factory=dict)  # --recovery* (RunConfig fields); a row's recovery wins
     semantics: str = DEFAULT_TIER    # the oracle's tier for every case (`--semantics`)
 
 
@@ -98,7 +99,9 @@ def run_config(entry: Entry, row: Row, backend: Backend = Backend()) -> RunConfi
         raise UsageError(f"{entry.path}: unknown run option(s) {', '.join(sorted(bad))}")
     # The expectations were recorded with in-order crash states only: an entry
     # opts in to reordering (`"run": {"reorder": ...}`) with verdicts to match.
-    run = {"reorder": "none", **entry.run}
+    run = {"reorder": "none", **backend.recovery, **entry.run}
+    if row.recovery:
+        run["recovery"] = row.recovery
     return RunConfig(fs=row.fs, mkfs_opts=row.mkfs_opts, mount_opts=row.mount_opts, quiet=True,
                      backend=backend.name, kernel=backend.kernel, kernel_modules=backend.kernel_modules,
                      semantics=backend.semantics, **run)

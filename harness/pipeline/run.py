@@ -18,7 +18,9 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from checkers.crash_check import Inspect, check_crash_states
+from checkers.crash_check import Inspect, RecoveryOptions, check_crash_states
+from checkers.recovery_crash import RecoveryCrashSpec
+from checkers.recovery_modes import mode_opts, parse_recovery
 from checkers.findings import Finding
 from checkers.fsrules import DEFAULT_TIER, TIERS, Semantics
 from checkers.oracle import ContentOracle
@@ -36,7 +38,7 @@ from harness.backends.session import Recording
 from harness.foundation.sparse import sparse_copy
 from workloads.runner import ExecutorWorkload, WorkloadRunner, load_runner, read_document
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS, mark_range, parse_spec, select_crash_points
-from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER, CrashState, ReorderSpec
+from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER, RECOVERY_LOG_DIR, CrashState, ReorderSpec
 from replay.logformat import LogReader
 from workloads import scenarios
 from workloads.results import read_records
@@ -57,6 +59,10 @@ class RunConfig:
     jobs: int = 0                   # parallel crash checks; 0: one per CPU
     first_failure: bool = False
     fault: str | None = None        # test-only recorder fault mode
+    recovery: str = "rw"            # how crash images are recovered: rw, ro or both (checkers/recovery_modes.py)
+    recovery_crash: bool = False    # also crash inside each recovery (checkers/recovery_crash.py)
+    recovery_crash_states: int = 8  # at most this many recovery crash states per crash state and mode
+    recovery_crash_rate: float = 1.0  # fraction of crash states whose recovery is recorded
     keep_image: bool = False
     kernel: str | None = None       # --backend vm: debian:PACKAGE or a kernel image path
     kernel_modules: str | None = None
@@ -82,7 +88,22 @@ class RunConfig:
             check_size(fs, self.size_mib)
         parse_spec(self.crash_points or DEFAULT_POINTS)
         self.reorder_spec()
+        self.recovery_crash_spec()
         return fs
+
+    def recovery_modes(self) -> tuple[str, ...]:
+        return parse_recovery(self.recovery)
+
+    def recovery_crash_spec(self) -> RecoveryCrashSpec | None:
+        """--recovery-crash and its budget, checked (UsageError)."""
+        self.recovery_modes()
+        spec = RecoveryCrashSpec(self.recovery_crash_states, self.recovery_crash_rate)
+        if not self.recovery_crash:
+            return None
+        if self.backend != "fuse":
+            raise UsageError(f"--recovery-crash records the recovery mount on the fuse recorder; "
+                             f"not available with --backend {self.backend}")
+        return spec
 
     def to_json(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -157,6 +178,7 @@ def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
     kinds = cfg.crash_points or workload.run_defaults.get("crash_points", DEFAULT_POINTS)
     parse_spec(kinds)  # a bad spec fails before anything is recorded
     cfg.reorder_spec()
+    cfg.recovery_crash_spec()
     check_tools(fs)
     backend = open_backend(cfg.backend, fs, workload, fault=cfg.fault, kernel=cfg.kernel,
                            kernel_modules=cfg.kernel_modules,
@@ -195,18 +217,29 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
         if checks.oracle is not None:
             inspect = _state_inspector(checks.oracle)
     inspect = _combine(inspect, inspect_extra)
+    modes = cfg.recovery_modes()
+    crash_spec = cfg.recovery_crash_spec()
+    recovery = RecoveryOptions(modes, crash_spec, log_dir=os.path.join(out_dir, RECOVERY_LOG_DIR),
+                               record=backend.recovery_recorder(fs, state, rec.device_bytes) if crash_spec else None)
+    engines = {m: e for m in modes if (e := backend.recovery(fs, mode_opts(mount_opts, m), state, inspect))}
     with (nullcontext() if cfg.quiet else CrashProgress(f"checking {fs.name}")) as progress:
         result = check_crash_states(rec.log_path, points, fs=fs, mount_opts=mount_opts,
                                     device_bytes=rec.device_bytes, state=state, reorder=cfg.reorder_spec(),
                                     jobs=cfg.jobs, first_failure=cfg.first_failure, inspect=inspect,
-                                    engine=None if image else backend.recovery(fs, mount_opts, state, inspect),
-                                    progress=progress, only=state_ids, image=image)
+                                    engines=None if image else engines, progress=progress, only=state_ids,
+                                    recovery=recovery, image=image)
     finish(checks)
     findings = checks.findings + result.findings
     extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report, **backend.report_extra(),
              "reorder": cfg.reorder, "crash_states_total": result.states_total,
              "crash_states_duplicate": result.states_duplicate, "stopped_at_first_failure": result.stopped_early,
-             "mount_retries": result.mount_retries, "semantics": cfg.semantics}
+             "mount_retries": result.mount_retries, "recovery": cfg.recovery,
+             "recovery_checks": result.recovery_checks, "semantics": cfg.semantics}
+    if crash_spec:
+        extra["recovery_crash"] = {"states_per_crash_state": crash_spec.budget, "rate": crash_spec.rate,
+                                   "recoveries_recorded": result.recovery_crash_recorded,
+                                   "recorded_mounts_failed": result.recovery_crash_unmounted,
+                                   "states_checked": result.recovery_crash_states}
     if isinstance(workload, ExecutorWorkload):
         results = read_records(records_path(out_dir, rec.workload), workload.plan)
         section = scenarios.section(workload.workload, results,
@@ -230,17 +263,21 @@ def _combine(a: Inspect | None, b: Inspect | None) -> Inspect | None:
     return lambda mnt, cs: a(mnt, cs) + b(mnt, cs)
 
 
-def recheck(run_dir: str, state_id: str, semantics: str | None = None, image: str | None = None) -> RunResult:
+def recheck(run_dir: str, state_id: str, recovery: str | None = None, semantics: str | None = None,
+            image: str | None = None) -> RunResult:
     """Check one crash state of the run saved in RUN_DIR again, rebuilt from its log
-    (no new recording) and recovered by this host's kernel. SEMANTICS: the tier
-    (default: the saved run's). IMAGE: check this image instead of the rebuilt
-    state, against that state's guarantees; it is copied, never written."""
+    (no new recording) and recovered by this host's kernel, in RECOVERY mode(s)
+    (default: the run's). A state inside a recovery (`p57/r12`) is rebuilt from
+    the recovery log the run kept for it. SEMANTICS: the tier (default: the
+    saved run's). IMAGE: check this image instead of the rebuilt state, against
+    that state's guarantees; it is copied, never written."""
     try:
         with open(os.path.join(run_dir, "report.json")) as f:
             saved = json.load(f)
         info = saved["workload"]
         cfg = RunConfig(fs=saved["fs"], mkfs_opts=saved["mkfs_opts"], mount_opts=saved["mount_opts"],
                         reorder=saved.get("reorder", DEFAULT_REORDER), quiet=True,
+                        recovery=recovery or saved.get("recovery", "rw"),
                         semantics=semantics or saved.get("semantics", DEFAULT_TIER))
     except (OSError, json.JSONDecodeError, KeyError) as e:
         raise UsageError(f"{run_dir}: not a powercut run directory ({e})") from None

@@ -67,6 +67,7 @@ class VmBackend:
         self.kernel = vmkernel.resolve(kernel, kernel_modules)
         self.base_initrd = initramfs.build(self.kernel, fs)
         self.guest: Guest | None = None
+        self._engines = 0   # recovery engines made (one per recovery mode)
         self.mkfs = shlex.join([initramfs.which(fs.mkfs[0]), *fs.mkfs[1:]])
 
     def _guest(self, state: RunState, out_dir: str) -> Guest:
@@ -126,7 +127,13 @@ class VmBackend:
                  inspect: PointInspect | None = None) -> VmRecovery:
         if self.guest is None:
             raise RuntimeError("recovery() before record()")
-        return VmRecovery(self.guest, fs, mount_opts, state, timeout=BOOT_TIMEOUT_S, inspect=inspect)
+        # One engine per recovery mode (--recovery both): each has its own files.
+        self._engines += 1
+        return VmRecovery(self.guest, fs, mount_opts, state, timeout=BOOT_TIMEOUT_S, inspect=inspect,
+                          tag=f"-{self._engines}" if self._engines > 1 else "")
+
+    def recovery_recorder(self, fs: FsType, state: RunState, device_bytes: int) -> None:
+        raise UsageError("--recovery-crash records recovery mounts on the fuse recorder, not in the vm guest")
 
     def report_extra(self) -> dict[str, Any]:
         guest = self.guest

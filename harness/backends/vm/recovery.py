@@ -33,13 +33,13 @@ MAX_BATCH_BYTES = 2 << 30
 
 class VmRecovery:
     def __init__(self, guest: Guest, fs: FsType, mount_opts: str, state: RunState, *, timeout: float,
-                 inspect: PointInspect | None = None) -> None:
+                 inspect: PointInspect | None = None, tag: str = "") -> None:
         self.guest, self.fs, self.state, self.timeout, self.inspect = guest, fs, state, timeout, inspect
-        self.mnt = state.subdir("inspect-mnt") if inspect else ""
+        self.mnt = state.subdir(f"inspect-mnt{tag}") if inspect else ""
         self.mount_opts = join_opts(mount_opts, fs.recovery_opts)
-        self.batch_path = os.path.join(state.scratch, "recovery-batch.img")
+        self.batch_path = os.path.join(state.scratch, f"recovery-batch{tag}.img")
         self.batch_fd = ownership.create_file(self.batch_path)
-        self.check_path = os.path.join(state.scratch, "recovered.img")
+        self.check_path = os.path.join(state.scratch, f"recovered{tag}.img")
         self.check_fd = ownership.create_file(self.check_path)
         self.image_bytes = 0
         self.pending: list[int] = []  # crash point of each staged image, by slot

@@ -15,6 +15,7 @@ while [ "$i" -lt "$PC_IMAGES" ]; do
 done
 /usr/sbin/dmsetup create --noudevsync --concise "$table" || fail "dmsetup create of the linear devices failed"
 
+say "recovery mounts: -o ${PC_MOUNT_OPTS:-defaults}"
 i=$PC_FIRST
 while [ "$i" -lt "$PC_IMAGES" ]; do
     result "begin $i"
