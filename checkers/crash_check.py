@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from checkers.checkslot import CheckSlot
-from checkers.findings import Finding
+from checkers.findings import Finding, kernel_finding
 from checkers.recovery import RecoveryEngine, Verdict, first_problem, recover_and_check
 from checkers.recovery_crash import (LOG_DIR, RecordRecovery, RecoveryCrashSpec, RecoveryImages, join_id, log_name,
                                      recovery_plan, split_id, states_of)
@@ -88,6 +88,10 @@ def verdict_findings(v: Verdict, cs: CrashState, fs: FsType, mode: str = "rw",
     if mode != "rw" or tagged:
         where["recovery"] = mode
     out = []
+    if v.kernel is not None:
+        out.append(kernel_finding(v.kernel, **where))
+        if v.kernel.get("died"):  # nothing else is known about an image the kernel died on
+            return out
     if not v.mount_ok:
         out.append(Finding("mount", f"recovery mount failed: {v.mount_error}", **where,
                            evidence={"mount_error": v.mount_error}))

@@ -44,6 +44,19 @@ def parse_recovery(spec: str) -> tuple[str, ...]:
     raise UsageError(f"--recovery {spec!r}: choose one of {', '.join(CHOICES)}")
 
 
+# Mount options that skip recovery: a crash image mounted with them is not
+# recovered, and fsck after it would judge an unrecovered image (false positives).
+NO_RECOVERY_OPTS = ("norecovery", "noload", "nologreplay", "rescue=nologreplay", "rescue=all")
+
+
+def check_recovers(mount_opts: str | None) -> None:
+    """UsageError if MOUNT_OPTS would keep the recovery mounts from recovering."""
+    bad = [o for o in (mount_opts or "").split(",") if o.strip() in NO_RECOVERY_OPTS]
+    if bad:
+        raise UsageError(f"--mount-opts {bad[0]}: the recovery mounts would not recover the crash images "
+                         "(and fsck on an unrecovered image reports errors on healthy ones)")
+
+
 def mode_opts(mount_opts: str, mode: str) -> str:
     """The mount options of a recovery mount in MODE (the run's options, plus `ro`)."""
     if mode == "ro":

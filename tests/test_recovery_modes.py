@@ -143,6 +143,7 @@ def test_recovery_that_loses_its_flushes_is_caught_and_reproduces(pc: PcEnv) -> 
     (["--recovery", "readonly"], "--recovery"),
     (["--recovery-crash", "--recovery-crash-states", "0"], "--recovery-crash-states"),
     (["--recovery-crash", "--recovery-crash-rate", "2"], "--recovery-crash-rate"),
+    (["--recovery", "ro", "--mount-opts", "ro,noload"], "would not recover"),
 ])
 def test_bad_recovery_arguments_exit_2(pc: PcEnv, args: list[str], message: str) -> None:
     p = pc.run("run", str(WORKLOADS / "mixed.sh"), "--fs", "ext4", *args, "--out", str(pc.tmp / "out"), check_rc=2)

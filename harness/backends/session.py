@@ -39,6 +39,7 @@ class Recording:
     final_image: str | None = None
     kernel: str = field(default_factory=platform.release)  # the kernel that wrote the log
     device_tuning: dict[str, str] = field(default_factory=dict)  # sysfs attribute -> value in force
+    findings: list[Any] = field(default_factory=list)  # found while recording (a vm guest's kernel reports)
 
 
 def record(device: RecordedDevice, fs: FsType, mkfs_opts: str, mount_opts: str,

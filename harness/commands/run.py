@@ -8,6 +8,7 @@ from checkers.crash_check import default_jobs
 from harness.backends import BACKENDS
 from checkers.recovery_modes import CHOICES
 from harness.backends.session import FAULTS
+from harness.backends.vm.backend import FAULTS as VM_FAULTS
 from harness.backends.dm.devices import CONFIRM_FLAG
 from harness.pipeline.compare import run_matrix
 from harness.pipeline.run import RunConfig, default_out_dir, recheck, run_workload
@@ -109,9 +110,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--first-failure", action="store_true", help="stop checking at the first finding")
     p.add_argument("--keep-image", action="store_true",
                    help="save the device's final image as OUT/final.img (sparse)")
-    p.add_argument("--fault", choices=sorted(FAULTS), default=None,
+    p.add_argument("--fault", choices=sorted({*FAULTS, *VM_FAULTS}), default=None,
                    help="test-only: make the recorder lie (drop-flush: flushes are acknowledged but not logged; "
-                        "recovery-drop-flush: the same, only while a recovery is recorded for --recovery-crash)")
+                        "recovery-drop-flush: the same, only while a recovery is recorded for --recovery-crash); "
+                        "--backend vm also: recovery-panic (the guest kernel crashes at a recovery mount)")
     add_recovery_args(p)
     p.add_argument("--scale", type=float, default=None,
                    help="scenario:NAME only: size of the experiment, 1.0 = the paper's counts (default 1.0)")
@@ -126,7 +128,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     r = sub.add_parser("recheck", help="check one crash state of a saved run again, from its log",
                        description="Rebuild crash state ID of the run saved in RUN_DIR from its log, let this "
-                                   "host's kernel recover it, fsck it and run the content oracle: the exact crash "
+                                   "host's kernel (for a --backend vm run: a guest booting the same kernel) recover it, fsck it and run the content oracle: the exact crash "
                                    "state a finding came from. Exit 0: clean, 1: findings, 2: error.")
     r.add_argument("run_dir", help="a `powercut run` output directory (report.json, recording.log, records)")
     r.add_argument("--state", required=True, metavar="ID",

@@ -20,14 +20,15 @@ from typing import Any
 
 from checkers.crash_check import Inspect, RecoveryOptions, check_crash_states
 from checkers.recovery_crash import RecoveryCrashSpec
-from checkers.recovery_modes import mode_opts, parse_recovery
+from checkers.recovery_modes import check_recovers, mode_opts, parse_recovery
 from checkers.findings import Finding
 from checkers.fsrules import DEFAULT_TIER, TIERS, Semantics
 from checkers.oracle import ContentOracle
 from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
+from checkers.findings import kernel_finding
 from harness.foundation import ownership, sysres
-from harness.backends import Backend, DeviceArgs, open_backend, resolve as resolve_backend
-from harness.foundation.errors import Terminated, UsageError
+from harness.backends import Backend, BackendOpener, DeviceArgs, open_backend, resolve as resolve_backend
+from harness.foundation.errors import KernelFailure, Terminated, UsageError
 from harness.foundation.filesystems import FsType, get_fs
 from harness.reports.plots import latency_plots
 from harness.foundation.progress import CrashProgress
@@ -97,6 +98,7 @@ class RunConfig:
     def recovery_crash_spec(self) -> RecoveryCrashSpec | None:
         """--recovery-crash and its budget, checked (UsageError)."""
         self.recovery_modes()
+        check_recovers(self.mount_opts)
         spec = RecoveryCrashSpec(self.recovery_crash_states, self.recovery_crash_rate)
         if not self.recovery_crash:
             return None
@@ -165,9 +167,10 @@ def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -
 
 
 def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
-                inspect_extra: Inspect | None = None) -> RunResult:
+                inspect_extra: Inspect | None = None, opener: BackendOpener | None = None) -> RunResult:
     """run_workload, returning what the report was built from too. INSPECT_EXTRA
-    also reads every recovered crash image (after the content oracle)."""
+    also reads every recovered crash image (after the content oracle). OPENER
+    gives the backend instead of CFG (a campaign worker's live vm guest)."""
     fs = get_fs(cfg.fs)
     cfg = dataclasses.replace(cfg, backend=resolve_backend(cfg.backend))  # the report names the real one
     if isinstance(workload, str):
@@ -180,25 +183,40 @@ def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
     cfg.reorder_spec()
     cfg.recovery_crash_spec()
     check_tools(fs)
-    backend = open_backend(cfg.backend, fs, workload, fault=cfg.fault, kernel=cfg.kernel,
-                           kernel_modules=cfg.kernel_modules,
-                           devices=DeviceArgs(cfg.data_dev, cfg.log_dev, tuple(cfg.erase_ok)))
+    backend = opener(fs, workload) if opener else open_backend(
+        cfg.backend, fs, workload, fault=cfg.fault, kernel=cfg.kernel, kernel_modules=cfg.kernel_modules,
+        devices=DeviceArgs(cfg.data_dev, cfg.log_dev, tuple(cfg.erase_ok)))
     out_dir = ownership.make_dir(out_dir)
     log_path = os.path.join(out_dir, "recording.log")
 
     state = RunState.create(f"run {workload.name}")
     try:
         with terminate_as_exception():
-            rec = backend.record(fs, cfg.mkfs_opts, mount_opts, workload, state, out_dir, size_mib << 20, log_path)
-            if cfg.keep_image and rec.final_image:
-                keep_image(rec.final_image, os.path.join(out_dir, "final.img"))
-            result = _check(rec, workload, fs, cfg, mount_opts, kinds, backend, state, inspect_extra)
+            try:
+                rec = backend.record(fs, cfg.mkfs_opts, mount_opts, workload, state, out_dir, size_mib << 20, log_path)
+            except KernelFailure as e:
+                result = _kernel_died(e, workload, fs, cfg, mount_opts, backend, log_path, size_mib << 20)
+            else:
+                if cfg.keep_image and rec.final_image:
+                    keep_image(rec.final_image, os.path.join(out_dir, "final.img"))
+                result = _check(rec, workload, fs, cfg, mount_opts, kinds, backend, state, inspect_extra)
     finally:
         state.teardown_or_warn()
     result.report["report_path"] = write_report(out_dir, result.report)
     if cfg.markdown:
         result.report["markdown_path"] = write_markdown(out_dir, result.report)
     return result
+
+
+def _kernel_died(e: KernelFailure, workload: WorkloadRunner, fs: FsType, cfg: RunConfig, mount_opts: str,
+                 backend: Backend, log_path: str, device_bytes: int) -> RunResult:
+    """The result of a recording the kernel under test did not survive: one `kernel` finding, no crash walk."""
+    findings = [kernel_finding(e.event)]
+    report = build_report(fs=fs.name, mkfs_opts=cfg.mkfs_opts, mount_opts=mount_opts, backend=cfg.backend,
+                          kernel="", workload={"name": workload.name}, log_path=log_path, log_entries=0,
+                          device_bytes=device_bytes, sector_size=0, crash_points=0, states_checked=0,
+                          findings=findings, extra={**backend.report_extra(), "recording": "the guest kernel died"})
+    return RunResult(report, findings, WorkloadChecks(), log_path, [])
 
 
 def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig, mount_opts: str, kinds: str,
@@ -229,7 +247,7 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
                                     engines=None if image else engines, progress=progress, only=state_ids,
                                     recovery=recovery, image=image)
     finish(checks)
-    findings = checks.findings + result.findings
+    findings = rec.findings + checks.findings + result.findings
     extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report, **backend.report_extra(),
              "reorder": cfg.reorder, "crash_states_total": result.states_total,
              "crash_states_duplicate": result.states_duplicate, "stopped_at_first_failure": result.stopped_early,
@@ -277,7 +295,7 @@ def recheck(run_dir: str, state_id: str, recovery: str | None = None, semantics:
         info = saved["workload"]
         cfg = RunConfig(fs=saved["fs"], mkfs_opts=saved["mkfs_opts"], mount_opts=saved["mount_opts"],
                         reorder=saved.get("reorder", DEFAULT_REORDER), quiet=True,
-                        recovery=recovery or saved.get("recovery", "rw"),
+                        recovery=recovery or saved.get("recovery", "rw"), backend=saved.get("backend", "fuse"),
                         semantics=semantics or saved.get("semantics", DEFAULT_TIER))
     except (OSError, json.JSONDecodeError, KeyError) as e:
         raise UsageError(f"{run_dir}: not a powercut run directory ({e})") from None
@@ -290,7 +308,12 @@ def recheck(run_dir: str, state_id: str, recovery: str | None = None, semantics:
         check_image(image, saved["device_bytes"])
     rec = Recording(os.path.join(run_dir, saved["log"]), saved["device_bytes"], saved["sector_size"], info,
                     kernel=saved["kernel"], device_tuning=saved.get("device_tuning", {}))
-    backend = open_backend("fuse", fs, workload)  # recovery by this host's kernel
+    vm = saved.get("vm") if saved.get("backend") == "vm" else None
+    if vm:  # recovery by the kernel the run was recorded on, in a guest
+        backend = open_backend("vm", fs, workload, kernel=vm["kernel_spec"], kernel_modules=vm.get("kernel_modules"),
+                               fault=vm.get("fault"))
+    else:
+        backend = open_backend("fuse", fs, workload)  # recovery by this host's kernel
     state = RunState.create(f"recheck {run_dir}")
     try:
         with terminate_as_exception():
