@@ -48,8 +48,13 @@ def run(args: argparse.Namespace) -> int:
                     end_mark=args.end_mark, reorder=args.reorder, states_per_point=args.states_per_point,
                     jobs=args.jobs, first_failure=args.first_failure, fault=args.fault, keep_image=args.keep_image,
                     kernel=args.kernel, kernel_modules=args.kernel_modules, data_dev=args.data_dev,
+<<<<<<< HEAD
                     log_dev=args.log_dev, erase_ok=tuple(args.erase_ok), markdown=True,
                     semantics=args.semantics, **recovery_kwargs(args))
+=======
+                    log_dev=args.log_dev, erase_ok=tuple(args.erase_ok), markdown=True, max_states=args.max_states,
+                    **recovery_kwargs(args))
+>>>>>>> main
     if args.mount_opts_matrix or args.param_matrix:
         return run_matrix(args.workload, cfg, args.scale, args.param, args.out,
                           mount_opts_matrix=args.mount_opts_matrix, param_matrix=args.param_matrix)
@@ -95,6 +100,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--crash-points", default=None, metavar="KINDS",
                    help="where to crash: comma-separated flush, fua, mark, write, or N for every Nth entry "
                         f"(default: {DEFAULT_POINTS}, or the scenario's; the end of the log always)")
+    p.add_argument("--max-states", type=int, default=0, metavar="N",
+                   help="crash-point budget: check at most N crash points spread evenly over the log, plus the "
+                        "points at and just before every fsync, sync_file_range, ftruncate, open and close "
+                        "(0: every point; the report says which fraction was checked)")
     p.add_argument("--start-mark", metavar="MARK", help="crash points start at the first mark MARK")
     p.add_argument("--end-mark", metavar="MARK", help="crash points end at the first mark MARK after the start")
     p.add_argument("--reorder", default=DEFAULT_REORDER, metavar="MODES",

@@ -24,6 +24,7 @@ from checkers.recovery_modes import check_recovers, mode_opts, parse_recovery
 from checkers.findings import Finding
 from checkers.fsrules import DEFAULT_TIER, TIERS, Semantics
 from checkers.oracle import ContentOracle
+from checkers.design import design_points
 from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
 from checkers.findings import kernel_finding
 from harness.foundation import ownership, sysres
@@ -38,7 +39,7 @@ from harness.foundation.runstate import RunState
 from harness.backends.session import Recording
 from harness.foundation.sparse import sparse_copy
 from workloads.runner import ExecutorWorkload, WorkloadRunner, load_runner, read_document
-from replay.crashpoints import DEFAULT as DEFAULT_POINTS, mark_range, parse_spec, select_crash_points
+from replay.crashpoints import DEFAULT as DEFAULT_POINTS, budget_points, mark_range, parse_spec, select_crash_points
 from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER, RECOVERY_LOG_DIR, CrashState, ReorderSpec
 from replay.logformat import LogReader
 from workloads import scenarios
@@ -65,6 +66,7 @@ class RunConfig:
     recovery_crash_states: int = 8  # at most this many recovery crash states per crash state and mode
     recovery_crash_rate: float = 1.0  # fraction of crash states whose recovery is recorded
     keep_image: bool = False
+    max_states: int = 0             # crash-point budget (0: every point): spread evenly + design points
     kernel: str | None = None       # --backend vm: debian:PACKAGE or a kernel image path
     kernel_modules: str | None = None
     data_dev: str | None = None     # --backend dm on the user's block devices (else loop devices)
@@ -234,6 +236,13 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
                          Semantics(cfg.semantics, fs.name, cfg.mkfs_opts, mount_opts))
         if checks.oracle is not None:
             inspect = _state_inspector(checks.oracle)
+    all_points = points
+    if cfg.max_states and not state_ids:
+        must = design_points(checks.oracle.h, points) if checks.oracle is not None else set()
+        points = budget_points(points, must, cfg.max_states)
+        checks.report["budget"] = {"max_states": cfg.max_states, "crash_points_all": len(all_points),
+                                   "crash_points_checked": len(points), "design_points": len(must),
+                                   "fraction_checked": round(len(points) / max(1, len(all_points)), 6)}
     inspect = _combine(inspect, inspect_extra)
     modes = cfg.recovery_modes()
     crash_spec = cfg.recovery_crash_spec()
@@ -246,7 +255,7 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
                                     jobs=cfg.jobs, first_failure=cfg.first_failure, inspect=inspect,
                                     engines=None if image else engines, progress=progress, only=state_ids,
                                     recovery=recovery, image=image)
-    finish(checks)
+    finish(checks, reader, all_points)
     findings = rec.findings + checks.findings + result.findings
     extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report, **backend.report_extra(),
              "reorder": cfg.reorder, "crash_states_total": result.states_total,
