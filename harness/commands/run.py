@@ -48,13 +48,8 @@ def run(args: argparse.Namespace) -> int:
                     end_mark=args.end_mark, reorder=args.reorder, states_per_point=args.states_per_point,
                     jobs=args.jobs, first_failure=args.first_failure, fault=args.fault, keep_image=args.keep_image,
                     kernel=args.kernel, kernel_modules=args.kernel_modules, data_dev=args.data_dev,
-<<<<<<< HEAD
-                    log_dev=args.log_dev, erase_ok=tuple(args.erase_ok), markdown=True,
-                    semantics=args.semantics, **recovery_kwargs(args))
-=======
                     log_dev=args.log_dev, erase_ok=tuple(args.erase_ok), markdown=True, max_states=args.max_states,
-                    **recovery_kwargs(args))
->>>>>>> main
+                    semantics=args.semantics, **recovery_kwargs(args))
     if args.mount_opts_matrix or args.param_matrix:
         return run_matrix(args.workload, cfg, args.scale, args.param, args.out,
                           mount_opts_matrix=args.mount_opts_matrix, param_matrix=args.param_matrix)
