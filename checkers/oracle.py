@@ -21,16 +21,20 @@ from __future__ import annotations
 import bisect
 import os
 import stat
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from checkers.design import RecordsInvariant, check_records
 from checkers.findings import Finding
-from checkers.fsrules import rule
+from checkers.fsrules import RULES, Semantics, rule
 from checkers.history import ROOT, Exec, History, Inode, Persist
-from harness.foundation.intervals import IntervalMap, Piece, Src, merge_ranges
-from workloads.pattern import CHUNK, decode_chunk, generate
+from checkers.linux_names import NameIndex, observed_kind, order_gap
+from harness.foundation.intervals import IntervalMap, Piece, Src, merge_ranges, subtract_ranges
+from workloads.pattern import CHUNK, ChunkScan, decode_chunk, generate, scan_chunks
 
 ZERO_CHUNK = bytes(CHUNK)
 
@@ -48,6 +52,18 @@ class Guarantee:
 
 
 @dataclass
+class Cover:
+    """Why a name is durable from some version on: the persisting op and the rule."""
+
+    p: Persist
+    rule: str
+
+    @property
+    def ex(self) -> Exec:
+        return self.p.ex
+
+
+@dataclass
 class PointView:
     """What the model allows at one crash point."""
 
@@ -58,15 +74,27 @@ class PointView:
 
 
 class ContentOracle:
-    def __init__(self, history: History, wid: int, fs: str, invariants: dict[str, Any] | None = None) -> None:
+    def __init__(self, history: History, wid: int, fs: str, invariants: dict[str, Any] | None = None,
+                 semantics: Semantics | None = None) -> None:
         self.h = history
         self.wid = wid
         self.fs = fs
+        self.semantics = semantics or Semantics(fs=fs)
+        self.names = NameIndex(history)
+        self._ordered: dict[int, tuple[int, Persist | None]] = {}
         self.records = RecordsInvariant.from_workload(invariants or {})
         self.loss_rows: list[dict[str, Any]] = []  # one per crash point and recording file
         self._mark_positions = sorted((ex.mark, ex.pos) for ex in history.execs if ex.mark is not None)
         self._marks = [m for m, _ in self._mark_positions]
         self._content_cache: dict[tuple[int, int], tuple[IntervalMap, int]] = {}
+        self._positions: dict[int, list[int]] = {}
+        self._inode_persists: dict[int, tuple[list[int], list[Persist]]] = {}
+        self._name_floors: dict[str, tuple[list[int], list[tuple[int, Cover | None]]]] = {}
+        self._expected: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._scans: dict[str, ChunkScan] = {}   # path -> its chunks at the last crash state checked
+        self.bulk = True                         # False: the sector-by-sector reference check only
+        self.seconds = 0.0                       # spent in inspect() (bench: the oracle's cost per state)
+        self.states = 0
         self.all_paths = sorted({p for ns in history.ns for p in ns})
 
     # -- the crash point -----------------------------------------------------
@@ -92,16 +120,13 @@ class ContentOracle:
 
     # -- guarantees ------------------------------------------------------------
     def guarantee(self, ino: Inode, v: PointView) -> Guarantee | None:
-        done = [p for p in self.h.persists
-                if p.ex.pos < v.n_done and (p.ino is None or p.ino == ino.ino) and ino.created < p.prefix]
+        positions, mine = self._persists_of(ino)
+        done = mine[:bisect.bisect_left(positions, v.n_done)]
         if not done:
             return None
         whole = max((p for p in done if p.range is None), key=lambda p: p.prefix, default=None)
         floor = whole.prefix if whole else -1
-        key = (ino.ino, floor)
-        if key not in self._content_cache:
-            self._content_cache[key] = ino.content_at(floor) if whole else (IntervalMap(), 0)
-        base, size = self._content_cache[key]
+        base, size = self.content_at(ino, floor) if whole else (IntervalMap(), 0)
         content = base.copy()
         ranges = [(0, size)] if whole else []
         newest = whole
@@ -117,15 +142,67 @@ class ContentOracle:
         metadata = whole if whole and whole.rule in ("fsync-data", "sync-all") else None
         return Guarantee(newest or done[-1], floor, content, ranges, size, metadata)
 
-    def name_floor(self, path: str, v: PointView) -> tuple[int, Persist | None]:
-        """Version from which PATH's name is durable, and the op that made it so."""
-        floor, why = 0, None
-        for p in self.h.persists:
-            if p.ex.pos >= v.n_done or p.prefix <= floor:
-                continue
-            if p.ino is None or self.fsync_covers_name(p, path):
-                floor, why = p.prefix, p
+    def _persists_of(self, ino: Inode) -> tuple[list[int], list[Persist]]:
+        """The persists that can cover INO, in completion order, and their positions."""
+        got = self._inode_persists.get(ino.ino)
+        if got is None:
+            mine = [p for p in self.h.persists if (p.ino is None or p.ino == ino.ino) and ino.created < p.prefix]
+            got = self._inode_persists[ino.ino] = ([p.ex.pos for p in mine], mine)
+        return got
+
+    def name_floor(self, path: str, v: PointView) -> tuple[int, Cover | None]:
+        """Version from which PATH's name is durable, and the op and rule that made it so."""
+        positions, best = self._name_index(path)
+        k = bisect.bisect_left(positions, v.n_done)
+        floor, why = best[k - 1] if k else (0, None)
+        ordered, p = self.ordered_floor(v)
+        if p is not None and ordered > floor:
+            floor, why = ordered, Cover(p, "ordered-metadata")
         return floor, why
+
+    def _name_index(self, path: str) -> tuple[list[int], list[tuple[int, Cover | None]]]:
+        """For PATH, per persist in completion order: its position, and the highest
+        name floor the persists up to it give (the first persist reaching it)."""
+        got = self._name_floors.get(path)
+        if got is None:
+            positions, best = [], []
+            floor, why = 0, None
+            for p in self.h.persists:  # in completion order
+                if p.prefix > floor:
+                    r = "sync-all" if p.ino is None else self.fsync_rule(p, path)
+                    if r is not None:
+                        floor, why = p.prefix, Cover(p, r)
+                positions.append(p.ex.pos)
+                best.append((floor, why))
+            got = self._name_floors[path] = (positions, best)
+        return got
+
+    def fsync_rule(self, p: Persist, path: str) -> str | None:
+        """The rule by which persist P (not a sync) makes PATH's name durable, if any."""
+        if p.rule != "fsync-data" or p.ino is None:
+            return None
+        linux = self.semantics.tier == "linux"
+        if self.fsync_covers_name(p, path):
+            if linux and self.h.inodes[p.ino].kind == "dir" and self.semantics.holds("fsync-dir-entries"):
+                return "fsync-dir-entries"
+            return "fsync-new-name"
+        r = self.names.fsync_rule(p, path) if linux else None
+        return r if r is not None and self.semantics.holds(r) else None
+
+    def ordered_floor(self, v: PointView) -> tuple[int, Persist | None]:
+        """ordered-metadata: the version every completed fsync's inode's last name
+        change lifts the whole namespace to."""
+        if not self.semantics.holds("ordered-metadata"):
+            return 0, None
+        if v.n_done not in self._ordered:
+            best: tuple[int, Persist | None] = (0, None)
+            for p in self.h.persists:
+                if p.ex.pos < v.n_done and p.rule == "fsync-data" and p.ino is not None:
+                    f = self.names.ordered_floor(p)
+                    if f > best[0]:
+                        best = (f, p)
+            self._ordered[v.n_done] = best
+        return self._ordered[v.n_done]
 
     def fsync_covers_name(self, p: Persist, path: str) -> bool:
         """fsync-new-name: fsync of a file created in this run, untouched by
@@ -153,17 +230,74 @@ class ContentOracle:
                 return False
         return True
 
-    def candidates(self, path: str, v: PointView) -> tuple[set[int | None], int, Persist | None]:
+    def candidates(self, path: str, v: PointView) -> tuple[set[int | None], int, Cover | None]:
         floor, why = self.name_floor(path, v)
         versions = list(range(floor, v.n_done + 1)) + v.versions_after
         return {self.h.ns[k].get(path) for k in versions}, floor, why
 
+    def scan(self, path: str, data: bytes) -> ChunkScan:
+        """PATH's chunks, reusing the verdicts of chunks unchanged since the last
+        crash state checked (a crash state differs from the one before by a few writes)."""
+        got = scan_chunks(data, self._scans.get(path))
+        self._scans[path] = got
+        return got
+
+    def content_at(self, ino: Inode, prefix: int) -> tuple[IntervalMap, int]:
+        """ino.content_at(PREFIX), cached by how many of its events that prefix includes."""
+        key = (ino.ino, bisect.bisect_left(self._event_positions(ino), prefix))
+        if key not in self._content_cache:
+            self._content_cache[key] = ino.content_at(prefix)
+        return self._content_cache[key]
+
+    def _event_positions(self, ino: Inode) -> list[int]:
+        got = self._positions.get(ino.ino)
+        if got is None or len(got) != len(ino.events):
+            got = self._positions[ino.ino] = [e.pos for e in ino.events]
+        return got
+
+    def expected_chunks(self, ino: Inode, n_done: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """For N whole chunks: where the content after the ops before N_DONE is one
+        writer's whole chunk, and that writer's header fields (wid omitted)."""
+        key = (ino.ino, bisect.bisect_left(self._event_positions(ino), n_done), n)
+        got = self._expected.get(key)
+        if got is not None:
+            return got
+        newest, _ = self.content_at(ino, n_done)
+        writer = np.zeros(n, dtype=bool)
+        partial = np.zeros(n, dtype=bool)
+        exp = np.zeros(n, dtype=[("file_id", "<i8"), ("seq", "<i8"), ("iter", "<i8"), ("offset", "<i8")])
+        for s, t, src in newest.pieces:
+            if s >= n * CHUNK:
+                break
+            c0, c1 = -(-s // CHUNK), min(t // CHUNK, n)
+            if c1 > c0:
+                writer[c0:c1] = True
+                exp["file_id"][c0:c1], exp["seq"][c0:c1], exp["iter"][c0:c1] = src.file_id, src.seq, src.iter
+                exp["offset"][c0:c1] = np.arange(c0, c1, dtype=np.int64) * CHUNK - src.delta
+            for edge in (s, t):
+                if edge % CHUNK and edge // CHUNK < n:
+                    partial[edge // CHUNK] = True
+        writer &= ~partial
+        if len(self._expected) > 256:
+            self._expected.clear()
+        self._expected[key] = (writer, exp)
+        return writer, exp
+
     # -- checking the image ------------------------------------------------------
     def inspect(self, mnt: str, crash_point: int, state_id: str | None = None) -> list[Finding]:
+        t0 = time.perf_counter()
+        try:
+            return self._inspect(mnt, crash_point, state_id)
+        finally:
+            self.seconds += time.perf_counter() - t0
+            self.states += 1
+
+    def _inspect(self, mnt: str, crash_point: int, state_id: str | None) -> list[Finding]:
         v = self.view(crash_point)
         out: list[Finding] = []
         if self.records:
-            rows, design = check_records(self.records, self.h, self.wid, mnt, v.n_done, v.allowed, crash_point)
+            rows, design = check_records(self.records, self.h, self.wid, mnt, v.n_done, v.allowed, crash_point,
+                                         scan=self.scan if self.bulk else None)
             self.loss_rows += [dict(r, state_id=state_id) if state_id else r for r in rows]
             out += design
         if self.h.lost:
@@ -178,8 +312,13 @@ class ContentOracle:
                     missing_dirs.append(path)
                 out.append(f)
         out += self.check_renames(mnt, v)
+        if not out:
+            out += self.check_order(mnt, v)
         for f in out:
             f.crash_point = crash_point
+            r = f.evidence.get("rule")
+            if r in RULES:
+                f.evidence.setdefault("tier", RULES[r].tier)
             if state_id:
                 f.evidence["state_id"] = state_id
         return out
@@ -225,7 +364,7 @@ class ContentOracle:
             return self.check_file(full, path, same, v) or self.check_metadata(full, path, same, st, v)
         return None
 
-    def name_finding(self, path: str, floor: int, why: Persist | None, v: PointView, found: str) -> Finding:
+    def name_finding(self, path: str, floor: int, why: Cover | None, v: PointView, found: str) -> Finding:
         renames = [pos for pos, paths, _ in self.h.name_changes
                    if floor <= pos and pos in v.allowed and path in paths
                    and self.h.execs[pos].kind == "rename"]
@@ -239,8 +378,8 @@ class ContentOracle:
             return Finding("stale-data", f"{path} is {found}, which it never was",
                            evidence={"path": path, "rule": "no-stale-data", "found": found,
                                      "reference": rule("no-stale-data").reference})
-        r = "sync-all" if why.ino is None else "fsync-new-name"
-        if found != "missing" and why.ino is None:
+        r = why.rule
+        if found != "missing" and r == "sync-all":
             r = "no-resurrection"
         expected = "absent" if None in {self.h.ns[floor].get(path)} else "present"
         return Finding("durability", f"{path} is {found}, but {why.ex.describe()} made it {expected}: {rule(r).promise}",
@@ -251,9 +390,10 @@ class ContentOracle:
     def check_file(self, full: str, path: str, inodes: list[Inode], v: PointView) -> Finding | None:
         with open(full, "rb") as f:
             data = f.read()
+        scan = self.scan(path, data) if self.bulk else None
         first: Finding | None = None
         for ino in inodes:
-            problem = FileCheck(self, ino, v).check(data)
+            problem = FileCheck(self, ino, v).check(data, scan)
             if problem is None:
                 return None
             first = first or problem
@@ -272,6 +412,10 @@ class ContentOracle:
         if g is None or g.metadata is None:
             return None
         q = g.metadata.prefix
+        if self.semantics.holds("fallocate-fsync"):
+            short = self.allocation_shortfall(full, ino, q, st)
+            if short is not None:
+                return self.meta_finding(path, g, "allocation", short[0], short[1], "fallocate-fsync")
         later = [pos for pos, _, inos in self.h.name_changes if pos >= q and pos in v.allowed and ino.ino in inos]
         if g.metadata.ino is None and not later:  # sync: the names, so the link count, are durable
             want = sum(1 for i in self.h.ns[q].values() if i == ino.ino)
@@ -298,13 +442,59 @@ class ContentOracle:
                 return self.meta_finding(path, g, f"xattr {name}", "absent", "present")
         return None
 
-    def meta_finding(self, path: str, g: Guarantee, what: str, expected: Any, found: Any) -> Finding:
+    def allocation_shortfall(self, full: str, ino: Inode, q: int, st: os.stat_result) -> tuple[str, str] | None:
+        """fallocate-fsync: blocks fallocate reserved before the guarantee at Q
+        must still be allocated; (expected, found) if fewer are. Checked only
+        while nothing since the first fallocate could free blocks: a punch or
+        a truncate, to any size (ext4 drops blocks past EOF on truncate)."""
+        allocs = [e for e in ino.events if e.kind == "alloc" and e.pos < q]
+        if not allocs:
+            return None
+        first = allocs[0].pos
+        if any(e.kind in ("zero", "size", "collapse", "insert") and e.pos > first for e in ino.events):
+            return None
+        bsize = os.statvfs(full).f_bsize
+        whole = [(-(-e.start // bsize) * bsize, e.end // bsize * bsize) for e in allocs]
+        want = sum(t - s for s, t in merge_ranges([(s, t) for s, t in whole if t > s]))
+        have = st.st_blocks * 512
+        if have >= want:
+            return None
+        return f"at least {want} bytes allocated", f"{have} bytes allocated"
+
+    def meta_finding(self, path: str, g: Guarantee, what: str, expected: Any, found: Any,
+                     rule_name: str | None = None) -> Finding:
         p = g.metadata
         assert p is not None
+        r = rule_name or p.rule
         return Finding("durability", f"{path}: {what} is {found}, but {p.ex.describe()} made it {expected}",
-                       evidence={"path": path, "rule": p.rule, "op": p.ex.describe(), "op_mark": p.ex.mark,
+                       evidence={"path": path, "rule": r, "op": p.ex.describe(), "op_mark": p.ex.mark,
                                  "expected": str(expected), "found": str(found),
-                                 "reference": rule(p.rule).reference})
+                                 "reference": rule(r).reference})
+
+    # -- ordering (linux tier, ext4 and xfs) ----------------------------------------
+    def check_order(self, mnt: str, v: PointView) -> list[Finding]:
+        """ordered-metadata: the recovered names must be those after one prefix of
+        the namespace ops. Only single-threaded workloads: ops of two threads
+        that overlap in time have no order to keep."""
+        if not self.semantics.holds("ordered-metadata") or len(self.h.threads) != 1:
+            return []
+        floor = max([self.ordered_floor(v)[0]] + [p.prefix for p in self.h.persists
+                                                   if p.ino is None and p.ex.pos < v.n_done])
+        versions = list(range(floor, v.n_done + 1)) + v.versions_after
+        seen = {p: observed_kind(mnt, p) for p in self.all_paths if not self.uncertain(p, v)}
+        gap = order_gap(self.h, seen, versions)
+        if gap is None:
+            return []
+        late, early = self.h.execs[gap.late_pos], self.h.execs[gap.early_pos]
+        what = (f"{gap.late_path} shows the result of {late.describe()}, but {gap.early_path} lacks that "
+                f"of {early.describe()}" + (" (the same op, half applied)" if late is early else ", done before it"))
+        r = rule("ordered-metadata")
+        return [Finding("durability", f"no prefix of the completed namespace ops explains the names: {what}",
+                        evidence={"path": gap.early_path, "rule": r.name, "op": early.describe(),
+                                  "op_mark": early.mark, "expected": f"{gap.early_path} as after {early.describe()}",
+                                  "found": f"{gap.early_path} {seen[gap.early_path] or 'missing'}, "
+                                           f"{gap.late_path} {seen[gap.late_path] or 'missing'}",
+                                  "reference": r.reference})]
 
     # -- renames -------------------------------------------------------------------
     def check_renames(self, mnt: str, v: PointView) -> list[Finding]:
@@ -348,6 +538,7 @@ class FileCheck:
     def __init__(self, oracle: ContentOracle, ino: Inode, v: PointView) -> None:
         self.o = oracle
         self.ino = ino
+        self.v = v
         self.g = oracle.guarantee(ino, v)
         floor = self.g.floor if self.g else -1
         self.later = [e for e in ino.events if e.pos >= floor and e.pos in v.allowed]
@@ -368,7 +559,10 @@ class FileCheck:
         sizes.append(self.g.size)
         return min(sizes), max(sizes + [top])
 
-    def check(self, data: bytes) -> Finding | None:
+    def check(self, data: bytes, scan: ChunkScan | None = None) -> Finding | None:
+        """The first sector (by offset) no allowed state explains, as a finding.
+        With SCAN (the bulk check), whole chunks that bulk_ok() accepts are not
+        looked at one by one: it accepts only what sector_ok() accepts."""
         if self.shifted:
             return None  # ranges moved after the last guarantee: not modelled precisely
         lo, hi = self.size_range()
@@ -377,7 +571,11 @@ class FileCheck:
             return self.finding("durability", f"size {size}, but {self.g.persist.ex.describe()} "  # type: ignore[union-attr]
                                 f"made size {self.g.size} durable and no later op shrank it below {lo}",  # type: ignore[union-attr]
                                 expected=f"size in [{lo}, {hi}]", found=f"size {size}")
-        for off in range(0, size, CHUNK):
+        offsets: Iterable[int] = range(0, size, CHUNK)
+        if scan is not None:
+            suspects = np.flatnonzero(~self.bulk_ok(scan)).tolist() + ([scan.n] if size % CHUNK else [])
+            offsets = [c * CHUNK for c in suspects]
+        for off in offsets:
             sector = data[off:off + CHUNK]
             if not self.sector_ok(off, sector):
                 return self.sector_finding(off, sector)
@@ -385,6 +583,26 @@ class FileCheck:
             return self.finding("stale-data", f"size {size} is larger than the file ever was ({hi}) and holds data there",
                                 expected=f"size <= {hi}", found=f"size {size}")
         return None
+
+    # -- all whole chunks at once ----------------------------------------------------
+    def bulk_ok(self, scan: ChunkScan) -> np.ndarray:
+        """Per whole chunk, True where sector_ok() is sure to hold, by two sufficient
+        conditions: the chunk is exactly the content after the completed ops
+        (whole chunks of one writer: header and CRC), or all zeros where
+        zero_ok() holds. Everything else is left to sector_ok()."""
+        n = scan.n
+        expect, exp = self.o.expected_chunks(self.ino, self.v.n_done, n)
+        h = scan.heads
+        writer = expect & scan.valid & (h["wid"] == self.o.wid)
+        for name in ("file_id", "seq", "iter", "offset"):
+            writer &= h[name].astype(np.int64) == exp[name]
+        # zero_ok(): zeros are allowed unless guaranteed data not zeroed later is there.
+        zero = scan.zero.copy()
+        durable = [(s, t) for s, t, _ in self.durable_pieces(0, n * CHUNK) or ()]
+        zeroed = merge_ranges([(e.start, e.end) for e in self.later if e.kind == "zero"])
+        for s, t in subtract_ranges(merge_ranges(durable), zeroed):
+            zero[s // CHUNK:-(-t // CHUNK)] = False
+        return writer | zero
 
     # -- one sector -----------------------------------------------------------------
     def guaranteed_parts(self, start: int, end: int) -> list[tuple[int, int]]:
