@@ -10,6 +10,7 @@ from typing import Any
 from checkers import latency
 from checkers.design import summarize_loss
 from checkers.findings import Finding
+from checkers.fsrules import Semantics
 from checkers.history import build_history
 from checkers.logloss import loss_from_log, summarize_from_log
 from checkers.oracle import ContentOracle
@@ -30,7 +31,8 @@ def log_marks(reader: LogReader) -> list[tuple[int, str]]:
     return [(e.index, e.mark) for e in reader.entries() if e.is_mark and e.mark is not None]
 
 
-def prepare(workload: Workload, plan: Plan, records_path: str, reader: LogReader, fs: str) -> WorkloadChecks:
+def prepare(workload: Workload, plan: Plan, records_path: str, reader: LogReader,
+            semantics: Semantics) -> WorkloadChecks:
     results = read_records(records_path, plan)
     checks = WorkloadChecks()
     checks.report["latency"] = latency.summarize(results, workload)
@@ -40,8 +42,8 @@ def prepare(workload: Workload, plan: Plan, records_path: str, reader: LogReader
     for d in history.disagreements:
         checks.findings.append(Finding("semantics", f"{d.ex.describe()}: {d.expected}",
                                        evidence={"op": d.ex.describe(), "op_mark": d.ex.mark, "expected": d.expected}))
-    checks.oracle = ContentOracle(history, plan.wid, fs, dict(workload.invariants or {}))
-    checks.report["oracle"] = {"ops_modelled": len(history.execs), "lost_track": history.lost,
+    checks.oracle = ContentOracle(history, plan.wid, semantics.fs, dict(workload.invariants or {}), semantics)
+    checks.report["oracle"] = {"semantics": semantics.tier, "ops_modelled": len(history.execs), "lost_track": history.lost,
                                "uncertain_paths": sorted(history.uncertain)}
     return checks
 
