@@ -75,7 +75,8 @@ class Trial:
         return {"t": round(time.time(), 3), "name": self.doc["name"], "ops": op_count(self.doc),
                 "states": self.result.report["crash_states_checked"], "entries": self.result.report["log_entries"],
                 "seconds": round(self.seconds, 3), "kinds": kinds,
-                "mount_retries": len(self.result.report.get("mount_retries", [])), **extra}
+                "mount_retries": len(self.result.report.get("mount_retries", [])),
+                "device_waits": len(self.result.report.get("device_waits", [])), **extra}
 
 
 def op_count(doc: dict[str, Any]) -> int:

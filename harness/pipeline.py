@@ -195,7 +195,7 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
     extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report, **backend.report_extra(),
              "reorder": cfg.reorder, "crash_states_total": result.states_total,
              "crash_states_duplicate": result.states_duplicate, "stopped_at_first_failure": result.stopped_early,
-             "mount_retries": result.mount_retries}
+             "mount_retries": result.mount_retries, "device_waits": result.device_waits}
     if isinstance(workload, ExecutorWorkload):
         results = read_records(records_path(out_dir, rec.workload), workload.plan)
         section = scenarios.section(workload.workload, results,
