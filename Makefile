@@ -56,11 +56,11 @@ $(VENV)/.deps-ok: requirements.txt pyproject.toml | $(BUILD)/.apt-ok
 	@touch $@
 venv: $(VENV)/.deps-ok
 
-RECORDER_SRC := $(wildcard harness/recorder/*.c)
+RECORDER_SRC := $(wildcard harness/backends/fuse/*.c)
 EXEC_SRC     := $(wildcard workloads/executor/*.c)
-MARKFS_SRC   := $(wildcard harness/vm/markfs/*.c)
+MARKFS_SRC   := $(wildcard harness/backends/vm/markfs/*.c)
 
-$(BUILD)/pc-recorder: $(RECORDER_SRC) $(wildcard harness/recorder/*.h) | $(BUILD)/.apt-ok
+$(BUILD)/pc-recorder: $(RECORDER_SRC) $(wildcard harness/backends/fuse/*.h) | $(BUILD)/.apt-ok
 	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(RECORDER_SRC) $(FUSE_LIBS) -lpthread
 
 $(BUILD)/pc-exec: $(EXEC_SRC) $(wildcard workloads/executor/*.h) | $(BUILD)/.apt-ok

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkers.intervals import IntervalMap, Src
+from harness.foundation.intervals import IntervalMap, Src
 from workloads.marks import parse_mark
 from workloads.plan import Plan, PlanOp
 from workloads.results import FLAG_SIGBUS, OpRecord, Results

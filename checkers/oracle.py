@@ -29,7 +29,7 @@ from checkers.design import RecordsInvariant, check_records
 from checkers.findings import Finding
 from checkers.fsrules import rule
 from checkers.history import ROOT, Exec, History, Inode, Persist
-from checkers.intervals import IntervalMap, Piece, Src, merge_ranges
+from harness.foundation.intervals import IntervalMap, Piece, Src, merge_ranges
 from workloads.pattern import CHUNK, decode_chunk, generate
 
 ZERO_CHUNK = bytes(CHUNK)

@@ -19,9 +19,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from harness.errors import UsageError
-from harness.ownership import require_owned
-from harness.sparse import punch_hole, pwrite_sparse
+from harness.foundation.errors import UsageError
+from harness.foundation.ownership import require_owned
+from harness.foundation.sparse import punch_hole, pwrite_sparse
 from replay.logformat import Closing, Entry, LogReader
 
 

@@ -18,10 +18,10 @@ import pytest
 
 from checkers.crash_check import verdict_findings
 from checkers.recovery import mount_for_recovery, recover_and_check
-from harness import kmount, ownership
-from harness.errors import EnvError
-from harness.filesystems import get_fs
-from harness.loopdev import LoopDevice
+from harness.foundation import kmount, ownership
+from harness.foundation.errors import EnvError
+from harness.foundation.filesystems import get_fs
+from harness.foundation.loopdev import LoopDevice
 from replay.crashstates import CrashState
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (loop devices, mounts)")

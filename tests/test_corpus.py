@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, WORKLOADS, PcEnv, needs_root_stack
-from harness.corpus import CORPUS_DIR, load_corpus, load_entry, load_matrix
-from harness.corpus_run import Case, compare_baseline
-from harness.errors import UsageError
+from harness.corpus.entries import CORPUS_DIR, load_corpus, load_entry, load_matrix
+from harness.corpus.run import Case, compare_baseline
+from harness.foundation.errors import UsageError
 from workloads.format import OP_KINDS
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli
-from harness.errors import RefusedError, UsageError
-from harness.ownership import create_file
+from harness.commands import cli
+from harness.foundation.errors import RefusedError, UsageError
+from harness.foundation.ownership import create_file
 from replay.logformat import DISCARD, END_MARK, FLUSH, FUA, MARK, METADATA, LogReader, LogWriter, flags_str
 from replay.replayer import Replayer, find_mark
 

@@ -1,7 +1,7 @@
 """Backends, by name: how a run's recording is made and who recovers crash images.
 
 `fuse` (and any other host-side device) is a RecordedDevice the host makes
-the file system on (harness/session.py). `vm` runs the whole recording in a
+the file system on (harness/backends/session.py). `vm` runs the whole recording in a
 QEMU guest with the real dm-log-writes and lets the guest kernel recover the
 crash images (harness/backends/vm.py).
 """
@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from checkers.recovery import PointInspect, RecoveryEngine
-from harness.device import RecordedDevice
-from harness.errors import UsageError
-from harness.filesystems import FsType
-from harness.runstate import RunState
-from harness.session import DeviceBackend, Recording
-from harness.workload_runner import WorkloadRunner
+from harness.backends.device import RecordedDevice
+from harness.foundation.errors import UsageError
+from harness.foundation.filesystems import FsType
+from harness.foundation.runstate import RunState
+from harness.backends.session import DeviceBackend, Recording
+from workloads.runner import WorkloadRunner
 
 BACKENDS = ("fuse", "vm")
 
@@ -36,7 +36,7 @@ class Backend(Protocol):
 
 def backend_class(name: str) -> type[RecordedDevice]:
     if name == "fuse":
-        from harness.backends.fuse import FuseRecordedDevice
+        from harness.backends.fuse.recorded_device import FuseRecordedDevice
         return FuseRecordedDevice
     raise UsageError(f"unknown --backend {name!r}: available: {', '.join(BACKENDS)}")
 
@@ -45,7 +45,7 @@ def open_backend(name: str, fs: FsType, workload: WorkloadRunner, *, fault: str 
                  kernel: str | None = None, kernel_modules: str | None = None) -> Backend:
     """The backend NAME, checked and prepared (a vm kernel is fetched here) before anything is created."""
     if name == "vm":
-        from harness.backends.vm import VmBackend
+        from harness.backends.vm.backend import VmBackend
         return VmBackend(fs, workload, kernel, kernel_modules, fault)
     if kernel or kernel_modules:
         raise UsageError("--kernel and --kernel-modules need --backend vm")
