@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.foundation.errors import UsageError
+from replay.logformat import LogReader
 from workloads.format import parse_workload
 from workloads.marks import parse_mark
 
@@ -34,6 +35,7 @@ class ExportInput:
     device_bytes: int
     ops: list[dict[str, Any]]       # the ops completed at the crash point, in order
     ops_after: int                  # ops of the workload after them (not run: the crash comes first)
+    in_flight: str = ""             # the op that was running at the crash point and is run to its end here
     kernels: list[str] = field(default_factory=list)
     fsck_output: str = ""
     expected: str = ""
@@ -62,6 +64,14 @@ def load(directory: str) -> ExportInput:
     if any(op["op"] in ("repeat", "barrier") for op in ops):
         raise UsageError(f"{directory}: export does not handle repeat, barrier or fiemap ops yet")
     done = completed_ops(info.get("crash_mark"), len(ops))
+    # A crash point after some of the next op's writes: that op had begun to
+    # reach the disk. A power cut between ops cannot be in the middle of it,
+    # so it runs to its end here (the nearest state after it).
+    in_flight = ""
+    if done < len(ops) and _writes_after_mark(os.path.join(directory, RUN_DIR, report["log"]),
+                                              info.get("crash_point"), info.get("crash_mark")):
+        in_flight = ops[done]["op"]
+        done += 1
     cfg = info.get("config", {})
     kernels = [k for k in [report.get("kernel"), *info.get("seen_on", [])] if k]
     fsck = ""
@@ -76,6 +86,7 @@ def load(directory: str) -> ExportInput:
         fs=cfg.get("fs") or report["fs"], mkfs_opts=cfg.get("mkfs_opts", report.get("mkfs_opts", "")) or "",
         mount_opts=report.get("mount_opts", "") or "", device_bytes=int(report["device_bytes"]),
         ops=[op for op in ops[:done] if op["op"] not in ("sleep", "fiemap")], ops_after=len(ops) - done,
+        in_flight=in_flight,
         kernels=sorted(set(kernels)), fsck_output=fsck, expected=str(info.get("expected") or ""),
         found=str(info.get("found") or ""), evidence=info.get("evidence", {}))
 
@@ -92,3 +103,19 @@ def completed_ops(crash_mark: str | None, n_ops: int) -> int:
     if mark.event == "start" or mark.seq is None:
         return 0
     return min(mark.seq + 1, n_ops)
+
+
+def _writes_after_mark(log: str, crash_point: int | None, crash_mark: str | None) -> bool:
+    """Whether the log has writes (or flushes) after the mark CRASH_MARK and up to CRASH_POINT."""
+    if crash_point is None or not crash_mark or not os.path.exists(log):
+        return False
+    after = False
+    with LogReader(log) as reader:
+        for e in reader.entries():
+            if e.index > crash_point:
+                break
+            if e.is_mark:
+                after = e.mark == crash_mark or (e.mark or "").rstrip("\n") == crash_mark.rstrip("\n")
+            elif after and (e.nr_sectors or e.is_flush):
+                return True
+    return False

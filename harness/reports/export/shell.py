@@ -46,6 +46,8 @@ def header(x: ExportInput, what: str) -> str:
         f"# Seen on kernels: {', '.join(x.kernels) or 'unknown'}.",
         f"# Ops completed before the power cut: {ops}" + (f" ({x.ops_after} later ops of the workload never ran)" if x.ops_after else ""),
         f"# {state}.",
+        f"# The crash point fell while {x.in_flight} (the last op above) was running: it runs to its end here, "
+        "and power goes right after it." if x.in_flight else "",
         "# What the kernel logged at the failed recovery mount:\n" + _comment(kernel_log) if kernel_log else "",
         "# fsck after the kernel's recovery mount, as powercut saw it:\n" + _comment(x.fsck_output) if x.fsck_output else "",
     ]
