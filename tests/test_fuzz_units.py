@@ -103,6 +103,29 @@ def test_signature_names_the_op_and_rule() -> None:
     assert Signature.parse("fsck|open|-") == signature(g, plan)
 
 
+def test_mount_and_fsck_signatures_are_what_the_file_system_said_not_the_last_op() -> None:
+    """One fast_commit refusal at two crash points after different ops, on two devices: one bug."""
+    doc = workload_doc([{"op": "open", "path": "foo", "flags": ["O_CREAT", "O_RDWR"], "fd": "a"},
+                        {"op": "fsync", "fd": "a"}])
+    plan = build_plan(parse_workload(doc))
+
+    def refused(mark: str, dev: str) -> Finding:
+        return Finding("mount", "x", crash_point=9, crash_mark=mark,
+                       evidence={"errno": "EUCLEAN", "kernel_log": ["JBD2: journal recovery failed",
+                                                                     f"EXT4-fs ({dev}): error loading journal"]})
+    a, b = signature(refused("op 0.0.0", "loop3"), plan), signature(refused("op 0.1.0", "loop12"), plan)
+    assert a == b and a.key() == "mount|-|EUCLEAN JBD2: journal recovery failed"
+    assert Signature.parse(a.key()) == a
+
+    def fsck(out: str, mark: str) -> Finding:
+        return Finding("fsck", "y", crash_point=9, crash_mark=mark, evidence={"fsck_output": out})
+    c = signature(fsck("Pass 1: Checking inodes\nInode 12, i_blocks is 0, should be 8.  Fix? no\n", "op 0.0.0"), plan)
+    d = signature(fsck("Pass 1: Checking inodes\nInode 13, i_blocks is 0, should be 16.  Fix? no\n", "op 0.1.0"), plan)
+    assert c == d and c.kind == "fsck" and c.op == "-" and "i_blocks is N" in c.rule and "|" not in c.rule
+    other = signature(fsck("Inode 2 ref count is 3, should be 4.  Fix? no", "op 0.1.0"), plan)
+    assert other != c
+
+
 def _needs(ops_needed: set[str], tmp_path) -> tuple[Shrinker, Trial]:
     """A shrinker whose workloads "fail" while they still hold every op kind in OPS_NEEDED
     (the algorithm alone: each run's directory is real, the recording is not)."""
