@@ -58,7 +58,7 @@ class Exec:
 @dataclass
 class DataEvent:
     pos: int
-    kind: str            # "data" | "zero" | "size" | "collapse" | "insert" | "maybe"
+    kind: str            # "data" | "zero" | "size" | "collapse" | "insert" | "maybe" | "alloc"
     start: int = 0
     end: int = 0
     src: Src | None = None
@@ -401,8 +401,11 @@ class _Builder:
             self.data(ex, ino, off, end, None)
             if "KEEP_SIZE" not in mode and end > ino.size:
                 self.resize(ex, ino, end)
-        elif "KEEP_SIZE" not in mode and "UNSHARE_RANGE" not in mode and end > ino.size:
-            self.resize(ex, ino, end)
+        elif "UNSHARE_RANGE" not in mode:
+            if "KEEP_SIZE" not in mode and end > ino.size:
+                self.resize(ex, ino, end)
+            # the blocks stay allocated (fallocate-fsync checks them after an fsync)
+            ino.events.append(DataEvent(ex.pos, "alloc", off, end, None, ino.size))
 
     def op_ftruncate(self, ex: Exec) -> None:
         ino, _, _ = self.fd_inode(ex)

@@ -23,6 +23,7 @@ from checkers.crash_check import Inspect
 from checkers.findings import KINDS, Finding
 from checkers.recovery import first_problem
 from fuzz.layout import fresh_dir
+from harness.backends import BackendOpener
 from harness.pipeline.run import RunConfig, RunResult, run_checked
 from workloads.runner import ExecutorWorkload
 from workloads.marks import parse_mark
@@ -98,7 +99,8 @@ class Trial:
                 "states": self.result.report["crash_states_checked"], "entries": self.result.report["log_entries"],
                 "seconds": round(self.seconds, 3), "kinds": kinds,
                 "mount_retries": len(self.result.report.get("mount_retries", [])),
-                "device_waits": len(self.result.report.get("device_waits", [])), **extra}
+                "device_waits": len(self.result.report.get("device_waits", [])),
+                "recovery_states": (self.result.report.get("recovery_crash") or {}).get("states_checked", 0), **extra}
 
 
 def op_count(doc: dict[str, Any]) -> int:
@@ -106,11 +108,11 @@ def op_count(doc: dict[str, Any]) -> int:
 
 
 def run_doc(doc: dict[str, Any], cfg: RunConfig, work_dir: str,
-            inspect_extra: Inspect | None = None) -> Trial:
+            inspect_extra: Inspect | None = None, opener: BackendOpener | None = None) -> Trial:
     """Run workload DOC in WORK_DIR/run (replacing what was there); the run directory
     keeps the workload, log, records and report: everything `powercut recheck` needs."""
     out = fresh_dir(os.path.join(work_dir, RUN_DIR))
     workload = ExecutorWorkload(doc, {"generated": doc["name"]})  # saves OUT/workload.json
     t0 = time.monotonic()
-    result = run_checked(workload, cfg, out, inspect_extra)
+    result = run_checked(workload, cfg, out, inspect_extra, opener)
     return Trial(doc, out, result, workload.plan, time.monotonic() - t0)

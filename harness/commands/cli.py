@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "harness.commands.corpus",
     "harness.commands.fuzz",
     "harness.commands.export",
+    "harness.commands.bisect",
 ]
 
 

@@ -37,7 +37,7 @@ SCRATCH_ROOT = os.environ.get(
 @dataclass
 class Resource:
     rid: int
-    kind: str  # mount | loop | fuse | process | dir
+    kind: str  # mount | loop | fuse | dm | process | dir
     info: dict[str, Any]
 
 
@@ -212,6 +212,10 @@ def _release_fuse(info: dict[str, Any]) -> None:
     sysres.fuse_unmount(info["path"])
 
 
+def _release_dm(info: dict[str, Any]) -> None:
+    sysres.dm_remove(info["name"], info["uuid"])
+
+
 def _release_process(info: dict[str, Any]) -> None:
     pid = info["pid"]
     if _proc_start_time(pid) != info.get("start_time"):
@@ -234,6 +238,7 @@ RELEASERS: dict[str, Callable[[dict[str, Any]], None]] = {
     "mount": _release_mount,
     "loop": _release_loop,
     "fuse": _release_fuse,
+    "dm": _release_dm,
     "process": _release_process,
     "dir": _release_dir,
 }

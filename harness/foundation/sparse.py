@@ -69,7 +69,14 @@ def copy_range(src_fd: int, dst_fd: int, src_offset: int, length: int, dst_offse
     for off, n in data_extents(src_fd, src_offset + length, src_offset):
         done = 0
         while done < n:
-            c = os.copy_file_range(src_fd, dst_fd, n - done, off + done, dst_offset + off - src_offset + done)
+            src_at, dst_at = off + done, dst_offset + off - src_offset + done
+            try:
+                c = os.copy_file_range(src_fd, dst_fd, n - done, src_at, dst_at)
+            except OSError as e:
+                if e.errno != errno.EXDEV:  # kernels before 5.19 copy nothing across file systems
+                    raise
+                data = os.pread(src_fd, min(n - done, 1 << 20), src_at)
+                c = os.pwrite(dst_fd, data, dst_at) if data else 0
             if c == 0:
                 break
             done += c

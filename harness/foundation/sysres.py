@@ -14,6 +14,7 @@ import subprocess
 import time
 
 from harness.foundation.errors import EnvError
+from harness.foundation.paths import c_program
 
 
 def run(cmd: list[str], *, check: bool = True, timeout: float | None = 300,
@@ -156,6 +157,38 @@ def loops_backed_by(path: str, *, exact: bool = False) -> list[str]:
 
 
 # -- processes -------------------------------------------------------------
+# -- device-mapper -----------------------------------------------------------
+def dm_device(name: str, uuid: str) -> str | None:
+    """/dev/dm-N of the mapped device NAME, if it exists and still has UUID (is the one we made)."""
+    root = "/sys/block"
+    for dev in os.listdir(root) if os.path.isdir(root) else []:
+        try:
+            with open(f"{root}/{dev}/dm/name") as f:
+                if f.read().strip() != name:
+                    continue
+            with open(f"{root}/{dev}/dm/uuid") as f:
+                return f"/dev/{dev}" if f.read().strip() == uuid else None
+        except OSError:
+            continue
+    return None
+
+
+def dm_remove(name: str, uuid: str) -> None:
+    """Remove the mapped device NAME if it is still the one with UUID (pc-dmlog: DM_DEV_REMOVE)."""
+    if dm_device(name, uuid) is None:
+        return
+    for _ in range(10):
+        # udev's scan of a new device may still hold it open: the remove is
+        # retried for a moment, as dmsetup's --retry does.
+        p = run([c_program("pc-dmlog"), "remove", name], check=False, timeout=60)
+        if p.returncode == 0 or dm_device(name, uuid) is None:
+            return
+        if "busy" not in p.stderr.lower():
+            break
+        time.sleep(0.2)
+    raise EnvError(f"removing the mapped device {name} failed: {p.stderr.strip()}")
+
+
 def wait_pid_gone(pid: int, timeout: float) -> bool:
     """Wait for a (possibly non-child) process to exit, via a pidfd."""
     try:

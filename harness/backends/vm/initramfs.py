@@ -34,17 +34,17 @@ BUSYBOX = "/bin/busybox"  # the guest's shell and applets (busybox-static; a dyn
 # shell: scripts call these by full path.
 GUEST_PROGRAMS = ["dmsetup"]
 # powercut's own C programs (build/), copied to /usr/bin in the guest.
-GUEST_BUILD_PROGRAMS = ["pc-markfs", "pc-exec"]
+GUEST_BUILD_PROGRAMS = ["pc-dmlog", "pc-exec"]
 # Data files those programs read (mke2fs takes its ext4 feature set from here).
 GUEST_FILES = ["/etc/mke2fs.conf"]
 # Loaded at boot before the file system's own module (and the dependencies of
 # all of them): virtio disks, device-mapper (dm-linear is part of dm-mod),
-# dm-log-writes, fuse for pc-markfs; crc32c_generic because ext4/xfs/btrfs
+# dm-log-writes, fuse for the mark file (pc-dmlog markfs); crc32c_generic because ext4/xfs/btrfs
 # ask the crypto API for crc32c and TCG's default CPU has no SSE4.2 for
 # crc32c-intel.
 GUEST_MODULES = ["virtio_pci", "virtio_blk", "dm_mod", "dm_log_writes", "fuse", "crc32c_generic"]
 # Guest scripts: /init and one script per job.
-GUEST_SCRIPTS = {"init": "init.sh", "pc/record.sh": "record.sh", "pc/recover.sh": "recover.sh"}
+GUEST_SCRIPTS = {"init": "init.sh", "pc/record.sh": "record.sh", "pc/recover.sh": "recover.sh", "pc/serve.sh": "serve.sh"}
 
 _LDD_PATH = re.compile(r"(/\S+) \(0x[0-9a-f]+\)$")
 
@@ -126,21 +126,30 @@ def base_tree(kernel: Kernel, fs: FsType) -> Tree:
             tree.add_host_file(path)
     for at, name in GUEST_SCRIPTS.items():
         tree.add_host_file(os.path.join(GUEST_DIR, name), at, executable=True)
-    order = kernel.module_order([*GUEST_MODULES, fs.name])
+    add_modules(tree, kernel, [*GUEST_MODULES, fs.name])
+    return tree
+
+
+def add_modules(tree: Tree, kernel: Kernel, modules: list[str]) -> None:
+    """MODULES and their dependencies as /pc/modules/*.ko, and /pc/modules.list: init's load order."""
     names = []
-    for i, rel in enumerate(order):
+    for i, rel in enumerate(kernel.module_order(modules)):
         name = f"{i:02d}-{os.path.basename(rel).split('.ko')[0]}.ko"
         tree.add(cpio.file(f"pc/modules/{name}", _module_bytes(os.path.join(kernel.modules or "", rel))))
         names.append(name)
     tree.add(cpio.file("pc/modules.list", "".join(n + "\n" for n in names).encode()))
-    return tree
 
 
 def build(kernel: Kernel, fs: FsType) -> str:
     """Path of the cached gzipped base initramfs for KERNEL and FS (built if needed)."""
     if not os.path.exists(BUSYBOX):
         raise EnvError(f"{BUSYBOX} is missing: install busybox-static")
-    raw = cpio.archive(base_tree(kernel, fs).sorted_members())
+    return cached(base_tree(kernel, fs))
+
+
+def cached(tree: Tree) -> str:
+    """Path of the gzipped archive of TREE, cached by content hash (built if needed)."""
+    raw = cpio.archive(tree.sorted_members())
     path = os.path.join(CACHE, hashlib.sha256(raw).hexdigest()[:24] + ".cpio.gz")
     if not os.path.exists(path):
         os.makedirs(CACHE, exist_ok=True)

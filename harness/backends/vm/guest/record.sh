@@ -2,26 +2,31 @@
 # /dev/vda is the data disk, /dev/vdb the log disk. From job.env: PC_FS,
 # PC_MKFS (mkfs command words), PC_MOUNT_OPTS, PC_WORKLOAD (command line),
 # PC_MARK_MKFS, PC_MARK_MOUNTED, PC_MARK_END (the host's mark texts).
+# An empty PC_MKFS means the host put a fresh file system on /dev/vda
+# already and its log starts with that mkfs (harness/backends/vm/live.py).
 # Optional: PC_SYSCTLS (vm.* names reported as "sysctl vm.NAME VALUE"
 # before the workload), PC_RECORDS (a file the workload writes, copied to
 # /dev/vdc after it and reported as "records BYTES").
+# The target is made, marked and removed by pc-dmlog, the same program the
+# dm backend uses on a host (harness/backends/dm/pc-dmlog.c).
 dev=pc-logwrites
-map=/dev/mapper/$dev
 marks=/run/pc-marks
 
-mark() { /usr/sbin/dmsetup message "$dev" 0 mark "$1" || fail "dmsetup message mark $1 failed"; }
+mark() { /usr/bin/pc-dmlog mark "$dev" "$1" || fail "pc-dmlog mark $1 failed"; }
 
-/usr/sbin/dmsetup create --noudevsync "$dev" \
-    --table "0 $(blockdev --getsz /dev/vda) log-writes /dev/vda /dev/vdb" || fail "dmsetup create log-writes failed"
-say "mkfs"
-eval "$PC_MKFS $map" > /dev/console 2>&1 || fail "mkfs failed: $PC_MKFS"
-mark "$PC_MARK_MKFS"
+map=$(/usr/bin/pc-dmlog create "$dev" "powercut-vm-$dev" "$(blockdev --getsz /dev/vda)" /dev/vda /dev/vdb) \
+    || fail "pc-dmlog create log-writes failed"
+if [ -n "$PC_MKFS" ]; then
+    say "mkfs"
+    eval "$PC_MKFS $map" > /dev/console 2>&1 || fail "mkfs failed: $PC_MKFS"
+    mark "$PC_MARK_MKFS"
+fi
 err=$(mount -t "$PC_FS" ${PC_MOUNT_OPTS:+-o "$PC_MOUNT_OPTS"} "$map" /mnt 2>&1) || fail "mount failed: $err"
 mark "$PC_MARK_MOUNTED"
 
 # $POWERCUT_MARK_FILE: each write() is one mark, logged before write() returns.
 mkdir -p "$marks"
-/usr/bin/pc-markfs "$dev" "$marks" || fail "pc-markfs did not start"
+/usr/bin/pc-dmlog markfs "$dev" "$marks" || fail "pc-dmlog markfs did not start"
 for n in $PC_SYSCTLS; do
     [ -r "/proc/sys/vm/$n" ] && result "sysctl vm.$n $(cat "/proc/sys/vm/$n")"
 done
@@ -30,6 +35,7 @@ cd /mnt
 export POWERCUT_MARK_FILE=$marks/mark POWERCUT_DIR=/mnt
 eval "$PC_WORKLOAD" > /dev/ttyS1 2>&1 < /dev/null
 code=$?
+echo "pc: workload-exit $code" > /dev/console
 cd /
 if [ -n "$PC_RECORDS" ] && [ -f "$PC_RECORDS" ]; then
     n=$(wc -c < "$PC_RECORDS")
@@ -37,10 +43,10 @@ if [ -n "$PC_RECORDS" ] && [ -f "$PC_RECORDS" ]; then
     dd if="$PC_RECORDS" of=/dev/vdc bs=1M conv=fsync 2> /dev/null || fail "copying the records to /dev/vdc failed"
     result "records $n"
 fi
-umount "$marks" || fail "umount of pc-markfs failed"
+umount "$marks" || fail "umount of the mark file system failed"
 result "workload-exit $code"
 mark "$PC_MARK_END"
 say "umount"
 err=$(umount /mnt 2>&1) || fail "umount failed: $err"
 # Removing the target makes the kernel append the mark dm-log-writes-end.
-/usr/sbin/dmsetup remove --noudevsync "$dev" || fail "dmsetup remove failed"
+/usr/bin/pc-dmlog remove "$dev" || fail "pc-dmlog remove failed"
