@@ -85,3 +85,16 @@ def test_export_of_something_that_is_no_finding_is_one_line_exit_2(pc: PcEnv) ->
     p = pc.run("export", str(pc.tmp), "--format", "shell")
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "not a saved finding" in p.stderr, p.stderr
     assert POWERCUT  # (the command runs through the real CLI)
+
+
+def test_the_kernels_of_a_bisection_go_into_the_header(pc: PcEnv, finding: Path) -> None:
+    from fuzz import bisect
+    report = {"powercut_bisect": 1, "kernels": ["debian:A", "debian:B", "debian:C"], "first_changed": None,
+              "tested": [{"kernel": "debian:A", "verdict": "fsck", "index": 0},
+                         {"kernel": "debian:C", "verdict": "clean", "index": 2},
+                         {"kernel": "debian:B", "verdict": "error: no such package", "index": 1}]}
+    path = bisect.write(str(pc.tmp), report)
+    out, _ = export(pc, finding, "shell", "--bisect", path)
+    script = (out / f"{finding.name}.sh").read_text()
+    assert "debian:A" in script.split("# Seen on kernels:")[1].splitlines()[0]
+    assert "# Not seen on (powercut bisect): debian:C." in script and "debian:B" not in script

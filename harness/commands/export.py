@@ -15,6 +15,8 @@ def _cmd(args: argparse.Namespace) -> int:
     for k in args.seen_on or []:
         if k not in x.kernels:
             x.kernels.append(k)
+    if args.bisect:
+        export.add_bisect(x, args.bisect)
     out = args.out or os.path.join(args.finding, f"export-{args.format}")
     for path in export.write(x, args.format, out):
         print(f"powercut export: wrote {path}")
@@ -39,6 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--format", choices=export.FORMATS, required=True)
     p.add_argument("--out", help="output directory (default FINDING/export-FORMAT)")
     p.add_argument("--seen-on", action="append", metavar="KERNEL", help="another kernel the finding was seen on")
+    p.add_argument("--bisect", metavar="BISECT_JSON",
+                   help="a `powercut bisect` report of this finding: its kernels go into the header (seen / not seen on)")
     p.add_argument("--check-vm", metavar="KERNEL",
                    help="run the shell export in the vm backend on KERNEL (debian:PACKAGE or a vmlinux); exit 1 if it reproduces")
     p.set_defaults(func=_cmd)

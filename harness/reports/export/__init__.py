@@ -12,7 +12,7 @@ import os
 
 from harness.foundation import ownership
 from harness.reports.export import fstests, shell
-from harness.reports.export.finding import ExportInput, load
+from harness.reports.export.finding import ExportInput, add_bisect, load
 
 FORMATS = ("fstests", "shell")
 
@@ -36,4 +36,4 @@ def write(x: ExportInput, fmt: str, out_dir: str) -> list[str]:
     return written
 
 
-__all__ = ["FORMATS", "ExportInput", "load", "write"]
+__all__ = ["FORMATS", "ExportInput", "add_bisect", "load", "write"]

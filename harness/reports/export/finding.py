@@ -36,7 +36,8 @@ class ExportInput:
     ops: list[dict[str, Any]]       # the ops completed at the crash point, in order
     ops_after: int                  # ops of the workload after them (not run: the crash comes first)
     in_flight: str = ""             # the op that was running at the crash point and is run to its end here
-    kernels: list[str] = field(default_factory=list)
+    kernels: list[str] = field(default_factory=list)      # seen on
+    clean_on: list[str] = field(default_factory=list)     # run there without this finding (powercut bisect)
     fsck_output: str = ""
     expected: str = ""
     found: str = ""
@@ -119,3 +120,15 @@ def _writes_after_mark(log: str, crash_point: int | None, crash_mark: str | None
             elif after and (e.nr_sectors or e.is_flush):
                 return True
     return False
+
+
+def add_bisect(x: ExportInput, path: str) -> None:
+    """The kernels a `powercut bisect` report (bisect.json) tested: with X's kind, or without."""
+    report = _read_json(path)
+    for t in report.get("tested", []):
+        verdict = str(t.get("verdict", ""))
+        if verdict.startswith("error"):
+            continue
+        target = x.kernels if x.kind in verdict.replace(",", " ").split() else x.clean_on
+        if t["kernel"] not in target:
+            target.append(t["kernel"])

@@ -44,6 +44,7 @@ def header(x: ExportInput, what: str) -> str:
         f"# File system: {x.fs}, mkfs options {x.mkfs_opts or '(none)'}, mount options {x.mount_opts or '(none)'}, "
         f"device {x.device_bytes // (1 << 20)} MiB.",
         f"# Seen on kernels: {', '.join(x.kernels) or 'unknown'}.",
+        f"# Not seen on (powercut bisect): {', '.join(x.clean_on)}." if x.clean_on else "",
         f"# Ops completed before the power cut: {ops}" + (f" ({x.ops_after} later ops of the workload never ran)" if x.ops_after else ""),
         f"# {state}.",
         f"# The crash point fell while {x.in_flight} (the last op above) was running: it runs to its end here, "
