@@ -382,17 +382,22 @@ def check_crash_states(log_path: str, points: list[int], *, fs: FsType, mount_op
                        first_failure: bool = False, inspect: Inspect | None = None,
                        before_mount: BeforeMount | None = None,
                        engines: dict[str, RecoveryEngine] | None = None, progress: Progress | None = None,
-                       only: Sequence[str] = (), recovery: RecoveryOptions | None = None) -> CrashCheckResult:
+                       only: Sequence[str] = (), recovery: RecoveryOptions | None = None,
+                       image: str | None = None) -> CrashCheckResult:
     """Check every crash state of POINTS in LOG_PATH (see the module doc); JOBS 0 = one per CPU.
     ONLY: just the states with these ids (e.g. a finding's, `p57-d3` or `p57/r12`), whatever
     POINTS and REORDER say. RECOVERY: the recovery modes and crashes during recovery.
+    IMAGE: check this image (a copy of it) as the crash image of every state, instead of
+    rebuilding the states from the log (a board's disk after a real power cut).
 
     ENGINES (a backend's own recovery per mode, e.g. in a guest) replace the
     host workers; INSPECT, BEFORE_MOUNT and recovery crashes need the host's mounts.
     """
     recovery = recovery or RecoveryOptions()
-    if engines and (before_mount or recovery.crash):
-        raise ValueError("before_mount and recovery crashes need recovery by the host kernel")
+    if engines and (before_mount or recovery.crash or image):
+        raise ValueError("before_mount, recovery crashes and a supplied image need recovery by the host kernel")
+    if image and recovery.crash:
+        raise ValueError("a supplied image has no recovery log to crash in")
     reorder = reorder or ReorderSpec.parse(DEFAULT_REORDER)
     with LogReader(log_path) as reader:
         plan = plan_for_log(reader, points, reorder)
@@ -420,7 +425,7 @@ def check_crash_states(log_path: str, points: list[int], *, fs: FsType, mount_op
             slots: list[CheckSlot] = []
             try:
                 for i in range(max(1, min(jobs or default_jobs(), result.states_total))):
-                    slots.append(CheckSlot(state, reader, device_bytes, f"worker{i}"))
+                    slots.append(CheckSlot(state, reader, device_bytes, f"worker{i}", image))
                 _HostWorkers(walk, slots, mount_opts, inspect, before_mount, recovery, reorder).run()
             finally:
                 for slot in slots:

@@ -51,7 +51,7 @@ def summary(report: dict[str, Any], report_path: str | None) -> str:
     lines = [
         f"powercut {report['workload'].get('name', '')} on {report['fs']} "
         f"(mkfs: {report['mkfs_opts'] or 'defaults'}, mount: {report['mount_opts'] or 'defaults'}, "
-        f"backend {report['backend']}, kernel {report['kernel']})",
+        f"backend {report['backend']}, kernel {report['kernel']}, semantics {report.get('semantics', 'posix')})",
         f"  log entries: {report['log_entries']}   crash points: {report['crash_points']}   "
         f"crash states checked: {report['crash_states_checked']}"
         + (f" (+{report['crash_states_duplicate']} duplicates skipped)" if report.get("crash_states_duplicate") else ""),
