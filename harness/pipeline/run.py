@@ -277,7 +277,7 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
     extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report, **backend.report_extra(),
              "reorder": cfg.reorder, "crash_states_total": result.states_total,
              "crash_states_duplicate": result.states_duplicate, "stopped_at_first_failure": result.stopped_early,
-             "mount_retries": result.mount_retries, "recovery": cfg.recovery,
+             "mount_retries": result.mount_retries, "device_waits": result.device_waits, "recovery": cfg.recovery,
              "recovery_checks": result.recovery_checks, "semantics": cfg.semantics}
     if crash_spec:
         extra["recovery_crash"] = {"states_per_crash_state": crash_spec.budget, "rate": crash_spec.rate,
