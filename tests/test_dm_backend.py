@@ -93,3 +93,11 @@ def test_device_options_need_the_dm_backend(pc: PcEnv, two_loops: tuple[str, str
     data, log = two_loops
     p = pc.run("run", str(WORKLOADS / "mixed.sh"), "--fs", "ext4", "--data-dev", data, "--log-dev", log)
     assert "need --backend dm" in one_line_error(p)
+
+
+@no_dm
+def test_corpus_run_auto_records_with_fuse_here(pc: PcEnv) -> None:
+    out = pc.tmp / "corpus"
+    pc.run("corpus", "run", "--entries", "create-pwrite-fsync", "--rows", "ext4-ordered", "--backend", "auto",
+           "--out", str(out), check_rc=0)
+    assert json.loads((out / "results.json").read_text())["backend"] == "fuse"

@@ -13,7 +13,7 @@ from harness.foundation import ownership
 from harness.corpus.entries import CORPUS_DIR, VERDICT_KINDS, Row, entry_doc, load_corpus, load_matrix
 from harness.corpus.diff import diff, markdown as corpus_markdown_diff
 from harness.corpus.report import junit, markdown
-from harness.backends import BACKENDS
+from harness.backends import BACKENDS, resolve as resolve_backend
 from harness.corpus.run import Backend, compare_baseline, load_results, results_doc, run_case
 from harness.foundation.errors import UsageError
 
@@ -39,7 +39,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     rows = _rows(args)
     if (args.kernel or args.kernel_modules) and args.backend != "vm":
         raise UsageError("--kernel and --kernel-modules need --backend vm")
-    backend = Backend(args.backend, args.kernel or None, args.kernel_modules or None)
+    if args.backend not in BACKENDS:
+        raise UsageError(f"unknown --backend {args.backend!r}: available: {', '.join(BACKENDS)}")
+    # auto is resolved once: every case, and results.json, name the backend that recorded.
+    backend = Backend(resolve_backend(args.backend), args.kernel or None, args.kernel_modules or None)
     baseline = load_results(args.baseline) if args.baseline else None
     out = ownership.make_dir(args.out or os.path.join("out", time.strftime("corpus-%Y%m%d-%H%M%S")))
     started = time.time()
