@@ -29,7 +29,9 @@ from replay.stateimage import StateImage
 class CheckSlot:
     def __init__(self, state: RunState, reader: LogReader, device_bytes: int, name: str) -> None:
         self.device_bytes = device_bytes
+        self.name = name
         self.image = os.path.join(state.scratch, f"{name}.img")
+        self.ref_path = os.path.join(state.scratch, f"{name}-ref.img")   # always exactly the loaded state
         self.mnt = state.subdir(f"mnt-{name}")
         with ExitStack() as stack:
             self.ref = stack.enter_context(StateImage(reader, self._create(stack, f"{name}-ref.img")))
@@ -52,6 +54,12 @@ class CheckSlot:
         self.ref.load(cs)
         sync_sparse(self.ref.fd, self._image_fd, self.device_bytes)
         # The file changed behind the device's back: its cached blocks are stale.
+        self.loop.drop_caches()
+        return self.loop
+
+    def load_image(self, fd: int) -> LoopDevice:
+        """Make the loop device read exactly the image in FD (a state not of this log)."""
+        sync_sparse(fd, self._image_fd, self.device_bytes)
         self.loop.drop_caches()
         return self.loop
 

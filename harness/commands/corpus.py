@@ -14,7 +14,8 @@ from harness.corpus.entries import CORPUS_DIR, VERDICT_KINDS, Row, entry_doc, lo
 from harness.corpus.diff import diff, markdown as corpus_markdown_diff
 from harness.corpus.report import junit, markdown
 from harness.backends import BACKENDS, resolve as resolve_backend
-from harness.corpus.run import Backend, compare_baseline, load_results, results_doc, run_case
+from harness.commands.run import add_recovery_args, recovery_kwargs
+from harness.corpus.run import Backend, compare_baseline, host_cannot_run, load_results, results_doc, run_cases
 from harness.foundation.errors import UsageError
 
 DEFAULT_MATRIX = CORPUS_DIR / "matrix.json"
@@ -27,8 +28,14 @@ def _rows(args: argparse.Namespace) -> list[Row]:
     if args.rows:
         wanted = args.rows.split(",")
         rows = [r for r in rows if r.name in wanted]
+    if args.runnable:
+        why = {r.name: host_cannot_run(r) for r in rows}
+        for name, reason in why.items():
+            if reason:
+                print(f"powercut corpus: skipping row {name}: {reason}", file=sys.stderr)
+        rows = [r for r in rows if not why[r.name]]
     if not rows:
-        raise UsageError("no matrix row left after --fs/--rows")
+        raise UsageError("no matrix row left after --fs/--rows" + (" and --runnable" if args.runnable else ""))
     return rows
 
 
@@ -42,14 +49,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.backend not in BACKENDS:
         raise UsageError(f"unknown --backend {args.backend!r}: available: {', '.join(BACKENDS)}")
     # auto is resolved once: every case, and results.json, name the backend that recorded.
-    backend = Backend(resolve_backend(args.backend), args.kernel or None, args.kernel_modules or None)
+    backend = Backend(resolve_backend(args.backend), args.kernel or None, args.kernel_modules or None,
+                      recovery_kwargs(args))
     baseline = load_results(args.baseline) if args.baseline else None
+    if args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: must be at least 1")
     out = ownership.make_dir(args.out or os.path.join("out", time.strftime("corpus-%Y%m%d-%H%M%S")))
     started = time.time()
     cases = []
     todo = [(e, r) for r in rows for e in entries if e.applies(r)]
-    for i, (e, r) in enumerate(todo, 1):
-        case = run_case(e, r, out, backend)
+    for i, case in enumerate(run_cases(todo, out, backend, args.jobs), 1):
         cases.append(case)
         status = "error" if case.error else ("UNEXPECTED" if case.unexpected else "ok")
         print(f"[{i}/{len(todo)}] {case.key}: {status} ({', '.join(case.verdict or []) or case.error or 'clean'})",
@@ -80,7 +89,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     for e in load_corpus(args.corpus, args.entries):
-        exp = ", ".join(f"{k}: {'/'.join(v) or 'clean'}" for k, v in sorted(e.expect.items()))
+        exp = ", ".join(f"{k}: {'/'.join(v) or 'clean'}" + (f" (may: {'/'.join(e.may[k])})" if k in e.may else "")
+                        for k, v in sorted(e.expect.items()))
         print(f"{e.name:32} {e.why[:60]:60} {exp}")
     return 0
 
@@ -125,6 +135,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     common(r)
     r.add_argument("--fs", default="", help="only rows of these file systems (comma-separated)")
     r.add_argument("--rows", default="", help="only these matrix rows (comma-separated names)")
+    r.add_argument("--runnable", action="store_true",
+                   help="skip (with a note) the rows this host cannot run: file system tools or kernel support missing")
     r.add_argument("--baseline", default="", help="results.json of an earlier run to compare verdicts and latency with")
     r.add_argument("--latency-factor", type=float, default=2.0,
                    help="a p99 or max worse than FACTOR x the baseline is a regression (default 2)")
@@ -133,6 +145,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     r.add_argument("--backend", default="fuse", help=f"recording backend of every case: {', '.join(BACKENDS)} (default: fuse)")
     r.add_argument("--kernel", default="", help="--backend vm: debian:PACKAGE or a kernel image path")
     r.add_argument("--kernel-modules", default="", help="--backend vm: the kernel's lib/modules/VERSION directory")
+    add_recovery_args(r)
+    r.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="cases run in parallel, each in its own process (default 1)")
     r.add_argument("--junit", default="", help="also write JUnit XML here")
     r.add_argument("--out", default="", help="output directory (default: out/corpus-TIME)")
     r.set_defaults(func=cmd_run)

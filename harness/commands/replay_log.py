@@ -25,20 +25,33 @@ log_seek_next_entry, log_replay_next_entry):
   the start); --check flush|fua|discard after each entry with that flag. One
   needs the other. The target is fsync'ed first; the check runs before the
   stop test; a failing fsck ends the replay.
-- --no-discard skips discard entries.
+- --no-discard skips discard entries. A discard is zeroed the way replay-log
+  zeroes on a target that cannot discard (a regular file): in chunks of at
+  most 1 GiB, each chunk larger than 128 MiB left as it is (-v says so:
+  "discard len L larger than max 134217728"; the first discard prints
+  "replay device doesn't support discard, switching to writing zeros").
+- --start-sector S / --end-sector E (log sectors): a write that ends at or
+  before S or starts after E is skipped (not written, still counted for
+  --limit and --check); entries without sectors and discards never are.
 - Numbers are read like strtoull(s, 0): decimal, 0x hex, leading-0 octal.
 - -v prints "replaying I@B: sector S, size BYTES, flags 0xF(NAMES)" for each
-  replayed entry (B = log block just past its header); -vv adds
+  replayed entry (B = log block just past its header); -vv adds the same
+  line as "skipping ..." for entries outside the sector range, and
   "seek entry I@B: S, size NR_SECTORS, flags 0xF(NAMES)" for entries passed
-  over while seeking the start or finding.
+  over while looking for --start-mark or finding (--start-entry's seek prints
+  "seek entry I@B: S, size NR_SECTORS, flags 0xF", B its header's block).
+- Exit status 1, as replay-log's, when what was asked for is not in the log:
+  no --start-mark mark, no entry --start-entry, no entry meeting --find's
+  condition; and when an --fsck check fails. One line on stderr says which.
 
-Deliberate differences: errors are one line and exit 2 (replay-log: exit 1),
-and a failing fsck exits 1; --find that finds nothing is an error; an empty
-log is accepted with start entry 0 (replay-log rejects every start entry on
-it); an fsck killed by a signal fails (replay-log's WEXITSTATUS reads 0);
-the target is a regular file powercut created, never a device, and existing
-content is kept (so consecutive --start-entry runs continue one replay).
-Not implemented: --start-sector/--end-sector, --discard-zeroes-data.
+Deliberate differences: other errors (bad options, a malformed log, an I/O
+error) are one line and exit 2 (replay-log: exit 1); an empty log is
+accepted with start entry 0 (replay-log rejects every start entry on it); an
+fsck killed by a signal fails (replay-log's WEXITSTATUS reads 0); the target
+is a regular file powercut created, never a device, and existing content is
+kept (so consecutive --start-entry runs continue one replay); --check also
+takes `discard`. Not implemented: --discard-zeroes-data (not in replay-log
+any more).
 """
 
 from __future__ import annotations
@@ -55,13 +68,20 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from harness.foundation.errors import EnvError, RefusedError, UsageError
+from harness.foundation.errors import EnvError, PowercutError, RefusedError, UsageError
 from harness.foundation.ownership import create_file, require_owned
 from replay.logformat import DISCARD, FLUSH, FUA, MARK, Entry, LogReader, flags_str
-from replay.replayer import Replayer, find_mark
+from replay.replayer import ALL_SECTORS, XFSTESTS_ZERO_LIMIT, Replayer, find_mark
+from replay.crashstates import RECOVERY_LOG_DIR, recovery_log_name, split_recovery_id
 from replay.stateimage import build_crash_image
 
 _CHECK_FLAGS = {"flush": FLUSH, "fua": FUA, "discard": DISCARD}
+
+
+class NotInLog(PowercutError):
+    """What replay-log was asked to find is not in the log: exit 1, as xfstests' replay-log."""
+
+    exit_code = 1
 # strtoull(s, &end, 0) with nothing left over: hex, octal or decimal.
 _C_UINT = re.compile(r"0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*")
 
@@ -96,6 +116,8 @@ def _register_replay_log(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--find", action="store_true", help="print INDEX@BLOCK of the stopping entry instead of replaying")
     p.add_argument("--num-entries", action="store_true", help="print the number of entries in the log")
     p.add_argument("--no-discard", action="store_true", help="do not replay discards")
+    p.add_argument("--start-sector", metavar="S", help="skip writes that end at or before log sector S")
+    p.add_argument("--end-sector", metavar="E", help="skip writes that start after log sector E")
     p.add_argument("--check", metavar="N|flush|fua|discard", help="when to run --fsck")
     p.add_argument("--fsck", metavar="CMD", help="shell command run at each --check point; failure exits 1")
     p.add_argument("-v", "--verbose", action="count", default=0, help="print replayed entries (-vv: also skipped ones)")
@@ -105,11 +127,15 @@ def _register_replay_log(subparsers: argparse._SubParsersAction) -> None:
 def _register_crash_image(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("crash-image", help="build the crash image of one crash state (an id from a report)",
                               description="Build exactly the image a crash walk checked for state ID "
-                                          "(e.g. p57, p57-d33, p57-t33k0-2, p57-r12, p57-e5), unrecovered.")
+                                          "(e.g. p57, p57-d33, p57-t33k0-2, p57-r12, p57-e5), unrecovered; or a state "
+                                          "inside the recovery of one (p57/r12), given that recovery's log.")
     p.add_argument("--log", metavar="LOG", required=True, help="dm-log-writes log the state comes from")
     p.add_argument("--state", metavar="ID", required=True, help="crash state id")
     p.add_argument("--size", metavar="BYTES", required=True, help="device size (report.json: device_bytes)")
     p.add_argument("--out", metavar="IMG", required=True, help="image file to write (new, or one powercut made)")
+    p.add_argument("--recovery-log", metavar="LOG", default=None,
+                   help="for ORIGINAL/rN ids: the log of that recovery (default: recovery-logs/ORIGINAL.rw.log, "
+                        "else ORIGINAL.ro.log, beside --log)")
     p.set_defaults(func=_run_crash_image)
 
 
@@ -173,6 +199,7 @@ class _Options:
     check_every: int
     check_flags: int
     size: int | None
+    sectors: tuple[int, int]
 
     @classmethod
     def parse(cls, args: argparse.Namespace) -> _Options:
@@ -189,6 +216,8 @@ class _Options:
             check_every=check_every,
             check_flags=check_flags,
             size=_optional_uint(args.size, "--size"),
+            sectors=(_optional_uint(args.start_sector, "--start-sector") or ALL_SECTORS[0],
+                     ALL_SECTORS[1] if args.end_sector is None else _c_uint(args.end_sector, "--end-sector")),
         )
 
 
@@ -237,21 +266,27 @@ def _run_replay_log(args: argparse.Namespace) -> int:
             print(f"Log version={reader.version}, sectorsize={reader.sectorsize}, entries={reader.nr_entries}")
             return 0
         _prepare_target(args.replay, reader, opts.size)
-        with Replayer(reader, args.replay, discard=not args.no_discard) as replayer:
+        with Replayer(reader, args.replay, discard=not args.no_discard, sectors=opts.sectors,
+                      zero_limit=XFSTESTS_ZERO_LIMIT, on_zero_skipped=_zero_skipped(args.verbose)) as replayer:
             replayer.skip_to(start)
             return _replay(replayer, args, opts)
 
 
 def _start_index(reader: LogReader, args: argparse.Namespace, opts: _Options) -> int:
     if args.start_mark is not None:
-        start = find_mark(reader, args.start_mark) + 1
+        try:
+            start = find_mark(reader, args.start_mark) + 1
+        except UsageError as e:
+            raise NotInLog(str(e)) from None
+        seek_line = _seek_line
     else:
         start = opts.start_entry
         if start and start >= reader.nr_entries:
-            raise UsageError(f"{reader.path}: --start-entry {start}: the log has {reader.nr_entries} entries")
+            raise NotInLog(f"{reader.path}: --start-entry {start}: the log has {reader.nr_entries} entries")
+        seek_line = _seek_entry_line
     if args.verbose > 1:
         for entry in itertools.islice(reader, start):
-            print(_seek_line(reader, entry))
+            print(seek_line(reader, entry))
     return start
 
 
@@ -261,10 +296,22 @@ def _run_crash_image(args: argparse.Namespace) -> int:
     with LogReader(args.log) as reader:
         if size < reader.device_bytes_needed():
             raise UsageError(f"--size {size}: the log writes up to byte {reader.device_bytes_needed()}")
-        state = build_crash_image(reader, args.state, size, args.out)
-    print(f"{args.out}: crash state {state.id} ({state.mode}): entries 0..{state.epoch_start - 1} "
+        state = build_crash_image(reader, args.state, size, args.out, _recovery_log(args))
+    print(f"{args.out}: crash state {args.state} ({state.mode}): entries 0..{state.epoch_start - 1} "
           f"and {len(state.persisted)} of the {len(state.epoch)} writes after the last flush")
     return 0
+
+
+def _recovery_log(args: argparse.Namespace) -> str | None:
+    """The recovery log a state inside a recovery needs: --recovery-log, or the one a run kept."""
+    original, inner = split_recovery_id(args.state)
+    if inner is None or args.recovery_log:
+        return args.recovery_log
+    for mode in ("rw", "ro"):  # the names checkers/recovery_crash.py gives them
+        path = os.path.join(os.path.dirname(args.log), RECOVERY_LOG_DIR, recovery_log_name(original, mode))
+        if os.path.exists(path):
+            return path
+    raise UsageError(f"state {args.state!r}: no recovery log for {original} beside {args.log}; give --recovery-log")
 
 
 def _seek_line(reader: LogReader, entry: Entry) -> str:
@@ -272,10 +319,24 @@ def _seek_line(reader: LogReader, entry: Entry) -> str:
     return f"seek entry {entry.index}@{block}: {entry.sector}, size {entry.nr_sectors}, flags 0x{entry.flags:x}({flags_str(entry.flags)})"
 
 
-def _replay_line(reader: LogReader, entry: Entry) -> str:
+def _seek_entry_line(reader: LogReader, entry: Entry) -> str:
+    """log_seek_entry's -vv line (--start-entry): the header's block, no flag names."""
+    block = entry.header_offset // reader.sectorsize
+    return f"seek entry {entry.index}@{block}: {entry.sector}, size {entry.nr_sectors}, flags 0x{entry.flags:x}"
+
+
+def _replay_line(reader: LogReader, entry: Entry, skipped: bool = False) -> str:
     block = entry.data_offset // reader.sectorsize
     size = entry.nr_sectors * reader.sectorsize
-    return f"replaying {entry.index}@{block}: sector {entry.sector}, size {size}, flags 0x{entry.flags:x}({flags_str(entry.flags)})"
+    return (f"{'skipping' if skipped else 'replaying'} {entry.index}@{block}: sector {entry.sector}, size {size}, "
+            f"flags 0x{entry.flags:x}({flags_str(entry.flags)})")
+
+
+def _zero_skipped(verbose: int) -> Callable[[int], None]:
+    def note(length: int) -> None:
+        if verbose:
+            print(f"discard len {length} larger than max {XFSTESTS_ZERO_LIMIT}")
+    return note
 
 
 def _find(reader: LogReader, start: int, args: argparse.Namespace, opts: _Options) -> int:
@@ -285,7 +346,7 @@ def _find(reader: LogReader, start: int, args: argparse.Namespace, opts: _Option
         if count == opts.limit or _stops(entry, opts.stop_flags, args.end_mark):
             print(f"{entry.index}@{entry.next_offset(reader.sectorsize) // reader.sectorsize}")
             return 0
-    raise UsageError(f"{reader.path}: --find: no entry from {start} on meets the stop condition")
+    raise NotInLog(f"{reader.path}: --find: no entry from {start} on meets the stop condition")
 
 
 def _prepare_target(path: str, reader: LogReader, size: int | None) -> None:
@@ -302,12 +363,18 @@ def _prepare_target(path: str, reader: LogReader, size: int | None) -> None:
 
 def _replay(replayer: Replayer, args: argparse.Namespace, opts: _Options) -> int:
     reader = replayer.reader
+    discarded = False
     for count in itertools.count(1):
-        entry = replayer.apply_next()
+        entry = replayer.read_next()
         if entry is None:
             break
-        if args.verbose:
-            print(_replay_line(reader, entry))
+        skipped = replayer.skips(entry)
+        if args.verbose > 1 or (args.verbose and not skipped):
+            print(_replay_line(reader, entry, skipped))
+        if args.verbose and entry.is_discard and entry.nr_sectors and replayer.discard and not discarded:
+            print("replay device doesn't support discard, switching to writing zeros")
+            discarded = True
+        replayer.apply(entry)
         if _check_due(entry, count, opts) and not _fsck_passes(replayer, args.fsck, entry):
             return 1
         if count == opts.limit or _stops(entry, opts.stop_flags, args.end_mark):

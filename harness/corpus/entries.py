@@ -2,8 +2,10 @@
 
 A corpus entry (`corpus/**/*.json`, format `powercut-corpus/1`) holds a
 workload (inline, in the one workload format), why it is there, run options
-(crash points, ...), and the expected verdict per matrix row: `"clean"` or
-the list of finding kinds expected. A matrix (`corpus/matrix.json`) names
+(crash points, ...), and the expected verdict per matrix row: `"clean"`,
+the list of finding kinds expected, or `{"must": KINDS, "may": KINDS}` where
+a kind may or may not show up (timing decides, e.g. ext4 without a journal:
+whether background writeback persisted the bitmaps before a crash point). A matrix (`corpus/matrix.json`) names
 configurations: file system, mkfs options, mount options. Expectations are
 keyed by row *name*, so a row whose options change (a mount-option change
 in a product) shows up as unexpected verdicts.
@@ -26,7 +28,7 @@ MATRIX_FORMAT = "powercut-matrix/1"
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "corpus"
 # Verdicts ignore latency: timing depends on the machine; the baseline
 # comparison judges latency instead.
-VERDICT_KINDS = ("mount", "fsck", "durability", "stale-data", "atomicity", "design", "semantics")
+VERDICT_KINDS = ("kernel", "mount", "fsck", "durability", "stale-data", "atomicity", "design", "semantics")
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class Row:
     fs: str
     mkfs_opts: str = ""
     mount_opts: str = ""
+    recovery: str | None = None    # rw, ro or both; None: what `corpus run --recovery` says (default rw)
 
 
 @dataclass
@@ -46,12 +49,19 @@ class Entry:
     expect: dict[str, list[str]]          # row name (or fs name, or "default") -> kinds ([] = clean)
     run: dict[str, Any] = field(default_factory=dict)
     fs: list[str] = field(default_factory=list)  # file systems it applies to (empty: all)
+    may: dict[str, list[str]] = field(default_factory=dict)  # same keys: kinds allowed on top of `expect`
+
+    def _key(self, row: Row) -> str | None:
+        return next((k for k in (row.name, row.fs, "default") if k in self.expect), None)
 
     def expected(self, row: Row) -> list[str]:
-        for key in (row.name, row.fs, "default"):
-            if key in self.expect:
-                return self.expect[key]
-        return []
+        key = self._key(row)
+        return [] if key is None else self.expect[key]
+
+    def allowed(self, row: Row) -> list[str]:
+        """Kinds that may show up on ROW besides the expected ones."""
+        key = self._key(row)
+        return [] if key is None else self.may.get(key, [])
 
     def applies(self, row: Row) -> bool:
         return not self.fs or row.fs in self.fs
@@ -60,8 +70,19 @@ class Entry:
 def _verdict(v: Any, where: str) -> list[str]:
     kinds = [] if v == "clean" else v
     if not isinstance(kinds, list) or any(k not in VERDICT_KINDS for k in kinds):
-        raise UsageError(f"{where}: a verdict is \"clean\" or a list of {', '.join(VERDICT_KINDS)}")
+        raise UsageError(f"{where}: a verdict is \"clean\", a list of {', '.join(VERDICT_KINDS)}, "
+                         f"or {{\"must\": ..., \"may\": ...}} of those")
     return sorted(set(kinds))
+
+
+def _expectation(v: Any, where: str) -> tuple[list[str], list[str]]:
+    """(kinds that must show up, kinds that may) of one expectation."""
+    if not isinstance(v, dict):
+        return _verdict(v, where), []
+    if set(v) - {"must", "may"}:
+        raise UsageError(f"{where}: an expectation object has only \"must\" and \"may\"")
+    must, may = _verdict(v.get("must", "clean"), where), _verdict(v.get("may", "clean"), where)
+    return must, sorted(set(may) - set(must))
 
 
 def load_doc(path: str | Path, fmt: str, what: str) -> dict[str, Any]:
@@ -84,8 +105,10 @@ def load_entry(path: str | Path) -> Entry:
         parse_workload(doc["workload"])
     except UsageError as e:  # name the entry and the workload's bad field
         raise UsageError(f"{path}: {e}") from None
-    expect = {k: _verdict(v, f"{path}: expect.{k}") for k, v in doc.get("expect", {}).items()}
-    return Entry(doc["name"], str(path), doc["why"], doc["workload"], expect, doc.get("run", {}), doc.get("fs", []))
+    parsed = {k: _expectation(v, f"{path}: expect.{k}") for k, v in doc.get("expect", {}).items()}
+    expect = {k: must for k, (must, _) in parsed.items()}
+    may = {k: may for k, (_, may) in parsed.items() if may}
+    return Entry(doc["name"], str(path), doc["why"], doc["workload"], expect, doc.get("run", {}), doc.get("fs", []), may)
 
 
 def load_corpus(root: str | Path = CORPUS_DIR, pattern: str = "*") -> list[Entry]:
@@ -111,7 +134,7 @@ def load_matrix(path: str | Path) -> list[Row]:
     for i, r in enumerate(doc["rows"]):
         if not isinstance(r, dict) or "name" not in r or "fs" not in r:
             raise UsageError(f"{path}: rows[{i}] needs a name and an fs")
-        rows.append(Row(r["name"], r["fs"], r.get("mkfs_opts", ""), r.get("mount_opts", "")))
+        rows.append(Row(r["name"], r["fs"], r.get("mkfs_opts", ""), r.get("mount_opts", ""), r.get("recovery")))
     return rows
 
 

@@ -13,6 +13,10 @@ def _verdict(v: list[str] | None) -> str:
     return ", ".join(v) if v else "clean"
 
 
+def _expected(c: Case) -> str:
+    return _verdict(c.expected) + (f", may: {', '.join(c.may)}" if c.may else "")
+
+
 def markdown(cases: list[Case], doc: dict) -> str:
     s = doc["summary"]
     lines = [f"# powercut corpus run on kernel {doc['kernel']}", "",
@@ -22,7 +26,7 @@ def markdown(cases: list[Case], doc: dict) -> str:
     for c in sorted(cases, key=lambda c: (not c.failed, c.row, c.entry)):
         mark = "**" if c.failed else ""
         base = "" if c.baseline_verdict is None else _verdict(c.baseline_verdict)
-        lines.append(f"| {mark}{c.entry}{mark} | {c.row} | {_verdict(c.expected)} | {mark}{_verdict(c.verdict)}{mark} "
+        lines.append(f"| {mark}{c.entry}{mark} | {c.row} | {_expected(c)} | {mark}{_verdict(c.verdict)}{mark} "
                      f"| {base} | {'; '.join(c.regressions) or c.error} |")
     return "\n".join(lines) + "\n"
 
@@ -38,7 +42,7 @@ def junit(cases: list[Case], doc: dict) -> bytes:
         elif c.failed:
             msgs = []
             if c.unexpected:
-                msgs.append(f"expected {_verdict(c.expected)}, got {_verdict(c.verdict)}")
+                msgs.append(f"expected {_expected(c)}, got {_verdict(c.verdict)}")
             msgs += c.regressions
             ET.SubElement(tc, "failure", message="; ".join(msgs)).text = f"report: {c.report}"
     return ET.tostring(suite, encoding="utf-8", xml_declaration=True)

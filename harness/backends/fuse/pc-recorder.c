@@ -231,15 +231,23 @@ static int rec_read(const char *path, char *buf, size_t size, off_t off,
 	return (int)done;
 }
 
+/* One write() is one mark, kept the way dm-log-writes keeps `dmsetup message
+ * DEV 0 mark TEXT`: the text is a C string (it ends at the first NUL) cut to
+ * the longest mark the log holds (kstrndup(text, sectorsize - 32 - 1) in
+ * log_mark). An empty text is refused, as dm refuses a message without it. */
 static int write_mark(const char *buf, size_t size)
 {
 	size_t len = size;
+	const char *nul = memchr(buf, '\0', size);
 	int rc;
 
-	if (len && buf[len - 1] == '\n')
+	if (nul)
+		len = (size_t)(nul - buf);
+	if (len && buf[len - 1] == '\n') /* `echo TEXT > control` */
 		len--;
-	/* The text is a C string for every reader of the format. */
-	if (len == 0 || len > lw_max_mark(&R.log) || memchr(buf, '\0', len))
+	if (len > lw_max_mark(&R.log))
+		len = lw_max_mark(&R.log);
+	if (len == 0)
 		return -EINVAL;
 	pthread_mutex_lock(&R.lock);
 	if (R.failed)
