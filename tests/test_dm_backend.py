@@ -47,8 +47,11 @@ def one_line_error(p: subprocess.CompletedProcess[str]) -> str:
 
 
 @no_dm
-def test_dm_without_device_mapper_is_one_line_exit_2(pc: PcEnv) -> None:
-    p = pc.run("run", str(WORKLOADS / "mixed.sh"), "--fs", "ext4", "--backend", "dm", "--out", str(pc.tmp / "out"))
+@pytest.mark.parametrize("command", [["run", str(WORKLOADS / "mixed.sh")], ["fuzz", "--duration", "5s"],
+                                     ["corpus", "run", "--rows", "ext4-ordered"]])
+def test_dm_without_device_mapper_is_one_line_exit_2(pc: PcEnv, command: list[str]) -> None:
+    fs = [] if command[0] == "corpus" else ["--fs", "ext4"]
+    p = pc.run(*command, *fs, "--backend", "dm", "--out", str(pc.tmp / "out"))
     assert "device-mapper is missing" in one_line_error(p)
     assert not (pc.tmp / "out").exists()
 

@@ -13,7 +13,7 @@ from harness.foundation import ownership
 from harness.corpus.entries import CORPUS_DIR, VERDICT_KINDS, Row, entry_doc, load_corpus, load_matrix
 from harness.corpus.diff import diff, markdown as corpus_markdown_diff
 from harness.corpus.report import junit, markdown
-from harness.backends import BACKENDS, resolve as resolve_backend
+from harness.backends import BACKENDS, require as require_backend, resolve as resolve_backend
 from harness.commands.run import add_recovery_args, recovery_kwargs
 from harness.corpus.run import Backend, compare_baseline, host_cannot_run, load_results, results_doc, run_cases
 from harness.foundation.errors import UsageError
@@ -51,6 +51,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # auto is resolved once: every case, and results.json, name the backend that recorded.
     backend = Backend(resolve_backend(args.backend), args.kernel or None, args.kernel_modules or None,
                       recovery_kwargs(args))
+    require_backend(backend.name)
     baseline = load_results(args.baseline) if args.baseline else None
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: must be at least 1")

@@ -12,7 +12,7 @@ from typing import Any
 from checkers.findings import KINDS
 from harness.foundation import ownership
 from harness.foundation.errors import UsageError
-from harness.backends import resolve as resolve_backend
+from harness.backends import require as require_backend, resolve as resolve_backend
 from harness.backends.session import FAULTS
 from harness.backends.vm.backend import FAULTS as VM_FAULTS
 from harness.commands.run import add_recovery_args, recovery_kwargs
@@ -55,6 +55,7 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
                     fault=args.fault, backend=args.backend, kernel=args.kernel, kernel_modules=args.kernel_modules,
                     **recovery_kwargs(args))
     cfg.check()
+    require_backend(args.backend)
     if args.backend == "vm":
         if not args.kernel:
             raise UsageError("--backend vm needs --kernel debian:PACKAGE (e.g. debian:linux-image-6.12-amd64) or --kernel PATH")
