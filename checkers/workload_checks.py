@@ -9,13 +9,14 @@ from typing import Any
 
 from checkers import latency
 from checkers.design import summarize_loss
+from checkers.untorn import summarize_torn
 from checkers.findings import Finding
 from checkers.history import build_history
 from checkers.oracle import ContentOracle
 from replay.logformat import LogReader
 from workloads.format import Workload
 from workloads.plan import Plan
-from workloads.results import read_records
+from workloads.results import Results, read_records
 
 
 @dataclass
@@ -39,10 +40,26 @@ def prepare(workload: Workload, plan: Plan, records_path: str, reader: LogReader
     for d in history.disagreements:
         checks.findings.append(Finding("semantics", f"{d.ex.describe()}: {d.expected}",
                                        evidence={"op": d.ex.describe(), "op_mark": d.ex.mark, "expected": d.expected}))
+    statx = statx_limits(plan, results)
+    if statx:
+        checks.report["statx"] = statx
     checks.oracle = ContentOracle(history, plan.wid, fs, dict(workload.invariants or {}))
     checks.report["oracle"] = {"ops_modelled": len(history.execs), "lost_track": history.lost,
                                "uncertain_paths": sorted(history.uncertain)}
     return checks
+
+
+def statx_limits(plan: Plan, results: Results) -> list[dict[str, Any]]:
+    """report.json `statx`: what each statx op read (the untorn-write and direct I/O limits in force)."""
+    ops = plan.by_seq()
+    out = []
+    for r in results.records:
+        if r.kind == "statx":
+            row: dict[str, Any] = {"op": r.seq, "iter": r.iter, "path": ops[r.seq][1].fields["path"], "errno": r.errno}
+            if r.statx is not None:
+                row.update(r.statx.to_json(), atomic_supported=r.statx.atomic_supported)
+            out.append(row)
+    return out
 
 
 def finish(checks: WorkloadChecks) -> None:
@@ -50,6 +67,8 @@ def finish(checks: WorkloadChecks) -> None:
     if checks.oracle is not None and checks.oracle.records is not None:
         checks.report["design"] = {"records": summarize_loss(sorted(checks.oracle.loss_rows,
                                                                     key=lambda r: r["crash_point"]))}
+    if checks.oracle is not None and checks.oracle.torn_rows:
+        checks.report["torn_writes"] = summarize_torn(checks.oracle.torn_rows)
 
 
 def records_path(out_dir: str, info: dict[str, Any]) -> str:
