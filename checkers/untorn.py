@@ -122,4 +122,5 @@ def summarize_torn(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "torn_total": sum(r["torn"] for r in rows), "torn_max": max((r["torn"] for r in rows), default=0),
             "untorn_writes_max": max((r["writes_untorn"] for r in rows), default=0),
             "torn_untorn_total": sum(r["torn_untorn"] for r in rows),
+            "torn_per_state": {str(n): sum(r["torn"] == n for r in rows) for n in sorted({r["torn"] for r in rows})},
             "torn_states": [{k: r[k] for k in ("state_id", "torn", "torn_untorn", "torn_ops")} for r in torn[:50]]}
