@@ -26,7 +26,7 @@ SOAK_WORKLOADS ?= 300
 SOAK_DURATION  ?= 4h
 SOAK_OPS       ?= 5-20
 
-.PHONY: all deps apt venv cbuild test bench clean help ci-kernel fuzz soak afl
+.PHONY: all deps apt venv cbuild test corpus-check bench clean help ci-kernel fuzz soak afl
 
 all: deps
 
@@ -36,6 +36,7 @@ help:
 	@echo "make fuzz        a fuzzing campaign: FS=ext4|xfs|btrfs ENGINE=hypothesis|exhaustive|afl DURATION=10m"
 	@echo "                 JOBS=N MOUNT_OPTS=... MKFS_OPTS=... FUZZ_ARGS='more powercut fuzz options'"
 	@echo "make soak        long campaigns on $(SOAK_FS), $(SOAK_WORKLOADS) workloads of $(SOAK_OPS) ops each"
+	@echo "make corpus-check  every corpus entry on every matrix row this host can run; fails on an unexpected verdict"
 	@echo "make bench       measure crash states/s and overheads; writes $(BUILD)/bench.json"
 	@echo "make clean       remove build products and the venv"
 	@echo "make ci-kernel KERNEL=debian:PKG [ENTRIES=globs] [ROWS=rows] [OUT=dir]"
@@ -56,22 +57,22 @@ $(VENV)/.deps-ok: requirements.txt pyproject.toml | $(BUILD)/.apt-ok
 	@touch $@
 venv: $(VENV)/.deps-ok
 
-RECORDER_SRC := $(wildcard harness/recorder/*.c)
+RECORDER_SRC := $(wildcard harness/backends/fuse/*.c)
 EXEC_SRC     := $(wildcard workloads/executor/*.c)
-MARKFS_SRC   := $(wildcard harness/vm/markfs/*.c)
+DMLOG_SRC    := $(wildcard harness/backends/dm/*.c)
 
-$(BUILD)/pc-recorder: $(RECORDER_SRC) $(wildcard harness/recorder/*.h) | $(BUILD)/.apt-ok
+$(BUILD)/pc-recorder: $(RECORDER_SRC) $(wildcard harness/backends/fuse/*.h) | $(BUILD)/.apt-ok
 	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(RECORDER_SRC) $(FUSE_LIBS) -lpthread
 
 $(BUILD)/pc-exec: $(EXEC_SRC) $(wildcard workloads/executor/*.h) | $(BUILD)/.apt-ok
 	$(CC) $(CFLAGS) -o $@ $(EXEC_SRC) -lpthread -lm
 
-# pc-markfs runs inside the vm backend's guest ($POWERCUT_MARK_FILE there).
-$(BUILD)/pc-markfs: $(MARKFS_SRC) | $(BUILD)/.apt-ok
-	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(MARKFS_SRC) $(FUSE_LIBS)
+# pc-dmlog: the dm-log-writes target of the dm backend and of the vm guest.
+$(BUILD)/pc-dmlog: $(DMLOG_SRC) | $(BUILD)/.apt-ok
+	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(DMLOG_SRC) $(FUSE_LIBS)
 
 CPROGS := $(if $(RECORDER_SRC),$(BUILD)/pc-recorder) $(if $(EXEC_SRC),$(BUILD)/pc-exec) \
-          $(if $(MARKFS_SRC),$(BUILD)/pc-markfs)
+          $(if $(DMLOG_SRC),$(BUILD)/pc-dmlog)
 cbuild: $(CPROGS)
 
 # afl++ is optional (only the afl engine needs it): installed on demand.
@@ -93,6 +94,13 @@ soak: deps
 
 test: deps
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
+
+# The whole corpus on every matrix row this host can run (CI runs it after `make test`).
+CORPUS_JOBS ?= 2
+CORPUS_OUT  ?= $(BUILD)/corpus-check
+corpus-check: deps
+	rm -rf $(CORPUS_OUT)
+	$(PC) corpus run --runnable --jobs $(CORPUS_JOBS) --out $(CORPUS_OUT) --junit $(CORPUS_OUT).xml
 
 bench: deps
 	$(PC) bench --json $(BUILD)/bench.json

@@ -17,10 +17,10 @@ from __future__ import annotations
 import os
 from contextlib import ExitStack
 
-from harness import kmount, ownership
-from harness.loopdev import LoopDevice, recorded_loop
-from harness.runstate import RunState
-from harness.sparse import sync_sparse
+from harness.foundation import kmount, ownership
+from harness.foundation.loopdev import LoopDevice, recorded_loop
+from harness.foundation.runstate import RunState
+from harness.foundation.sparse import sync_sparse
 from replay.crashstates import CrashState
 from replay.logformat import LogReader
 from replay.stateimage import StateImage

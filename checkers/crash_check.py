@@ -30,9 +30,9 @@ from dataclasses import dataclass, field, replace
 from checkers.checkslot import CheckSlot
 from checkers.findings import Finding
 from checkers.recovery import RecoveryEngine, Verdict, first_problem, recover_and_check
-from harness import ownership
-from harness.filesystems import FsType
-from harness.runstate import RunState
+from harness.foundation import ownership
+from harness.foundation.filesystems import FsType
+from harness.foundation.runstate import RunState
 from replay.crashstates import DEFAULT_REORDER, CrashPlan, CrashState, ReorderSpec, plan_for_log
 from replay.logformat import LogReader
 from replay.statehash import StateHasher

@@ -2,7 +2,15 @@
 
 Only documented Linux behaviour is encoded, and no more: a finding must be a
 real violation. Each rule names the file systems it holds on and where it
-is documented. A guarantee exists only once the op that gives it has
+is documented. Rules come in two tiers (`--semantics`):
+
+- `posix`: what the man pages and kernel docs promise;
+- `linux`: the posix rules plus what the file systems' own developers test
+  after a power cut (xfstests generic power-failure tests and their golden
+  .out files, fs documentation, maintainers' public statements). A rule of
+  this tier names the tests that assert it; `unless` lists the mkfs/mount
+  options under which it does not hold (ext4 without a journal).
+See docs/semantics.md for the evidence table. A guarantee exists only once the op that gives it has
 *returned* (its completion mark is in the log before the crash point).
 Mount options that disable a guarantee (barrier=0/nobarrier) do not remove
 the rule: the findings are then the price of that option, which is what a
@@ -14,6 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ALL = frozenset({"ext4", "xfs", "btrfs"})
+ORDERED = frozenset({"ext4", "xfs"})   # strictly ordered metadata (btrfs is not: generic/335)
+TIERS = ("posix", "linux")
+DEFAULT_TIER = "linux"
+NO_JOURNAL = ("^has_journal",)         # ext4 without a journal: no ordering, no fsync-names
 
 
 @dataclass(frozen=True)
@@ -22,6 +34,27 @@ class Rule:
     promise: str
     fs: frozenset[str]
     reference: str
+    tier: str = "posix"
+    unless: tuple[str, ...] = ()       # mkfs/mount option tokens under which the rule does not hold
+
+
+@dataclass(frozen=True)
+class Semantics:
+    """Which rules a check applies: the tier, and the configuration they depend on."""
+
+    tier: str = DEFAULT_TIER
+    fs: str = "ext4"
+    mkfs_opts: str = ""
+    mount_opts: str = ""
+
+    def holds(self, name: str) -> bool:
+        r = RULES[name]
+        if r.tier == "linux" and self.tier != "linux":
+            return False
+        if self.fs not in r.fs:
+            return False
+        tokens = set(self.mkfs_opts.replace(",", " ").split()) | set(self.mount_opts.replace(",", " ").split())
+        return not any(t in tokens for t in r.unless)
 
 
 RULES: dict[str, Rule] = {r.name: r for r in [
@@ -65,6 +98,55 @@ RULES: dict[str, Rule] = {r.name: r for r in [
     Rule("no-resurrection",
          "a name removed (unlink, rmdir, rename away) before a completed sync() stays removed",
          ALL, "sync(2), as sync-all"),
+    # -- the linux tier: what the file systems' developers test after a power cut --
+    Rule("fsync-names",
+         "after fsync(fd) returns, every name the file (or directory) gained or lost by its own ops "
+         "before the call (create, link, rename to or from, unlink of a link) shows its state as of "
+         "the call: new names present, old names gone; its new parent directories exist",
+         ALL, "xfstests generic/322 (fsync after rename: the new name holds the data), 376 (rename in "
+              "the same dir, fsync the renamed file: new name present), 343 (new hard link fsynced: both "
+              "links present), 336 (a link unlinked, the file fsynced: the link stays gone), 534 (truncate, "
+              "rename, fsync: new name at the new size, old name gone), 498 (fsync of a new directory: it "
+              "exists), 502/526/527 (renames, links and reused names, fsync: every name maps to its inode); "
+              "all run on ext4, xfs and btrfs (btrfs fixes named by _fixed_by_kernel_commit)",
+         tier="linux", unless=NO_JOURNAL),
+    Rule("fsync-dir-entries",
+         "after fsync(dir) returns, the directory's entries as of the call are durable: names created, "
+         "linked, renamed in, symlinks (with their targets) and subdirectories present; names unlinked, "
+         "removed or renamed away absent; this holds for the root directory too",
+         ALL, "xfstests generic/348 (symlinks in an old and a new dir, fsync the dir: present with their "
+              "targets), 690 and 779 (symlink renamed, dir fsynced: the new name with the target), 782 "
+              "(fsync of the root after mkdir: the new dir is there), 335 (fsync a: the new entry a/bar); "
+              "fsync(2) NOTES (an fsync of the directory is needed for its entries)",
+         tier="linux", unless=NO_JOURNAL),
+    Rule("fsync-unlinked",
+         "after fsync(fd) of a file whose last name was removed returns, the removal is durable: "
+         "none of its former names shows it again",
+         ALL, "xfstests generic/764 (fsync of an fd whose file has no links: the file is gone after "
+              "replay; btrfs fix 5e85262e542d), 771 (same with data, then another file fsynced: only "
+              "the other file is listed; btrfs fix 0a32e4f0025a)",
+         tier="linux", unless=NO_JOURNAL),
+    Rule("fallocate-fsync",
+         "after fallocate past EOF and fsync(fd), the size is durable (the new size without KEEP_SIZE, "
+         "the old one with it) and the blocks reserved past EOF stay allocated",
+         ALL, "xfstests generic/483 (falloc -k past EOF, fsync: size unchanged, the fiemap in the .out "
+              "shows the prealloc extent kept), 512 (falloc past EOF without -k on a tiny file, fsync: "
+              "the data and the grown size, zeros after the data, as the .out's od dump shows)",
+         tier="linux", unless=NO_JOURNAL),
+    Rule("ordered-metadata",
+         "namespace operations (create, mkdir, link, symlink, unlink, rmdir, rename) become durable "
+         "in the order they completed: the recovered names are those after some prefix of them, and "
+         "an fsync that makes a file's or directory's last name change durable makes every "
+         "namespace op completed before that change durable too",
+         ORDERED, "Dave Chinner on LKML 2018-09-14 ('Re: metadata operation reordering regards to crash': "
+                  "rename(A,B); rename(C,D): a crash never leaves D renamed but B not, on XFS, ext4, btrfs "
+                  "or f2fs); the linux-fsdevel draft Documentation/filesystems/crash-recovery-guarantees.txt "
+                  "(2019, strictly ordered metadata consistency, provided by xfs); xfstests generic/335 "
+                  "(fsync of a: the earlier move of foo into c is durable on ext4 and xfs; btrfs is excused "
+                  "and fsyncs foo itself), 336 and 343 (moves done before an fsync of another file are "
+                  "durable). ext4 -O fast_commit: fs/ext4/fast_commit.c keeps directory-entry updates in "
+                  "issue order and falls back to a full commit where it cannot replay",
+         tier="linux", unless=NO_JOURNAL),
 ]}
 
 

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkers.intervals import IntervalMap, Src
+from harness.foundation.intervals import IntervalMap, Src
 from workloads.marks import parse_mark
 from workloads.plan import Plan, PlanOp
 from workloads.results import FLAG_SIGBUS, OpRecord, Results
@@ -59,7 +59,7 @@ class Exec:
 @dataclass
 class DataEvent:
     pos: int
-    kind: str            # "data" | "zero" | "size" | "collapse" | "insert" | "maybe"
+    kind: str            # "data" | "zero" | "size" | "collapse" | "insert" | "maybe" | "alloc"
     start: int = 0
     end: int = 0
     src: Src | None = None
@@ -421,8 +421,11 @@ class _Builder:
             self.data(ex, ino, off, end, None)
             if "KEEP_SIZE" not in mode and end > ino.size:
                 self.resize(ex, ino, end)
-        elif "KEEP_SIZE" not in mode and "UNSHARE_RANGE" not in mode and end > ino.size:
-            self.resize(ex, ino, end)
+        elif "UNSHARE_RANGE" not in mode:
+            if "KEEP_SIZE" not in mode and end > ino.size:
+                self.resize(ex, ino, end)
+            # the blocks stay allocated (fallocate-fsync checks them after an fsync)
+            ino.events.append(DataEvent(ex.pos, "alloc", off, end, None, ino.size))
 
     def op_ftruncate(self, ex: Exec) -> None:
         ino, _, _ = self.fd_inode(ex)

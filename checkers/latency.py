@@ -6,55 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from hdrh.histogram import HdrHistogram
-
 from workloads.format import Budget, Workload
 from workloads.plan import build_plan
 from workloads.results import OpRecord, Results
-
-HIGHEST_NS = 3600 * 10**9  # an hour: longer ops are clamped
-SIGNIFICANT_FIGURES = 3    # percentiles to within 0.1 %
-
-
-def _us(ns: float) -> float:
-    return round(ns / 1000, 3)
-
-
-def _rank_us(ordered: list[int], pct: int) -> float:
-    """The PCT-th percentile (nearest rank, exact) of sorted nanoseconds, in microseconds."""
-    return _us(ordered[min(len(ordered) - 1, len(ordered) * pct // 100)]) if ordered else 0.0
-
-
-def stats(records: list[OpRecord], budget: Budget | None = None) -> dict[str, Any]:
-    """Latency statistics of RECORDS (any selection of ops), judged against BUDGET."""
-    ran = [r for r in records if not r.skipped]
-    hist = HdrHistogram(1, HIGHEST_NS, SIGNIFICANT_FIGURES)
-    for r in ran:
-        hist.record_value(min(max(r.duration_ns, 1), HIGHEST_NS))
-    durations = [r.duration_ns for r in ran]
-    top = max(durations, default=0)
-
-    def pct(p: float) -> float:  # a bucket's upper bound can pass the true max
-        return _us(min(hist.get_value_at_percentile(p), top))
-
-    p99 = pct(99)
-    over_max = 0
-    if budget and budget.max_us is not None:
-        over_max = sum(d > budget.max_us * 1000 for d in durations)
-    over_p99 = int(bool(ran and budget and budget.p99_us is not None and p99 > budget.p99_us))
-    return {
-        "count": len(ran),
-        "errors": sum(r.errno != 0 for r in ran),
-        "skipped": len(records) - len(ran),
-        "avg_us": _us(sum(durations) / len(ran)) if ran else 0.0,
-        "p50_us": pct(50),
-        "p99_us": p99,
-        "p999_us": pct(99.9),
-        "max_us": _us(top),
-        "deadline_misses": sum(r.deadline_miss for r in records),
-        "budget_violations": over_max + over_p99,
-    }
-
+from workloads.stats import ns_to_us, rank_us, stats
 
 def _by_kind(records: Iterable[OpRecord], workload: Workload) -> dict[str, dict[str, Any]]:
     groups: dict[str, list[OpRecord]] = {}
@@ -77,8 +32,8 @@ def _repeats(results: Results, workload: Workload) -> dict[str, dict[str, Any]]:
             "period_us": period,
             "iterations": len(its),
             "deadline_misses": sum(r.deadline_miss for r in its),
-            "p99_late_us": _rank_us(late, 99),
-            "max_late_us": _rank_us(late, 100),
+            "p99_late_us": rank_us(late, 99),
+            "max_late_us": rank_us(late, 100),
         }
     return out
 
@@ -99,8 +54,8 @@ def _between_ops(results: Results) -> dict[str, Any]:
                 gaps.append(r.start_ns - last_end)
             last_end = r.end_ns
     gaps.sort()
-    return {"count": len(gaps), "p50_us": _rank_us(gaps, 50), "p99_us": _rank_us(gaps, 99),
-            "max_us": _rank_us(gaps, 100)}
+    return {"count": len(gaps), "p50_us": rank_us(gaps, 50), "p99_us": rank_us(gaps, 99),
+            "max_us": rank_us(gaps, 100)}
 
 
 def summarize(results: Results, workload: Workload) -> dict[str, Any]:
@@ -116,7 +71,7 @@ def summarize(results: Results, workload: Workload) -> dict[str, Any]:
     return {
         "overhead_ns": {"min": results.overhead_min_ns, "median": results.overhead_median_ns},
         "between_ops": _between_ops(results),
-        "duration_us": _us(results.end_ns - results.start_ns),
+        "duration_us": ns_to_us(results.end_ns - results.start_ns),
         "deadline_misses": sum(r.deadline_miss for r in results.records),
         "repeats": _repeats(results, workload),
         "kinds": _by_kind(results.records, workload),

@@ -28,10 +28,11 @@ from typing import Any
 
 from checkers.design import RecordsInvariant, check_records
 from checkers.findings import Finding
-from checkers.fsrules import rule
+from checkers.fsrules import RULES, Semantics, rule
 from checkers.history import ROOT, Exec, History, Inode, Persist
-from checkers.intervals import IntervalMap, Piece, Src, merge_ranges
+from checkers.linux_names import NameIndex, observed_kind, order_gap
 from checkers.untorn import WriteVerdict, classify_file
+from harness.foundation.intervals import IntervalMap, Piece, Src, merge_ranges
 from workloads.pattern import CHUNK, decode_chunk, generate
 
 ZERO_CHUNK = bytes(CHUNK)
@@ -50,6 +51,18 @@ class Guarantee:
 
 
 @dataclass
+class Cover:
+    """Why a name is durable from some version on: the persisting op and the rule."""
+
+    p: Persist
+    rule: str
+
+    @property
+    def ex(self) -> Exec:
+        return self.p.ex
+
+
+@dataclass
 class PointView:
     """What the model allows at one crash point."""
 
@@ -60,10 +73,14 @@ class PointView:
 
 
 class ContentOracle:
-    def __init__(self, history: History, wid: int, fs: str, invariants: dict[str, Any] | None = None) -> None:
+    def __init__(self, history: History, wid: int, fs: str, invariants: dict[str, Any] | None = None,
+                 semantics: Semantics | None = None) -> None:
         self.h = history
         self.wid = wid
         self.fs = fs
+        self.semantics = semantics or Semantics(fs=fs)
+        self.names = NameIndex(history)
+        self._ordered: dict[int, tuple[int, Persist | None]] = {}
         self.records = RecordsInvariant.from_workload(invariants or {})
         self.loss_rows: list[dict[str, Any]] = []  # one per crash point and recording file
         self.torn_rows: list[dict[str, Any]] = []  # one per crash state: classified writes, torn ones
@@ -120,15 +137,46 @@ class ContentOracle:
         metadata = whole if whole and whole.rule in ("fsync-data", "sync-all") else None
         return Guarantee(newest or done[-1], floor, content, ranges, size, metadata)
 
-    def name_floor(self, path: str, v: PointView) -> tuple[int, Persist | None]:
-        """Version from which PATH's name is durable, and the op that made it so."""
+    def name_floor(self, path: str, v: PointView) -> tuple[int, Cover | None]:
+        """Version from which PATH's name is durable, and the op and rule that made it so."""
         floor, why = 0, None
         for p in self.h.persists:
             if p.ex.pos >= v.n_done or p.prefix <= floor:
                 continue
-            if p.ino is None or self.fsync_covers_name(p, path):
-                floor, why = p.prefix, p
+            r = "sync-all" if p.ino is None else self.fsync_rule(p, path)
+            if r is not None:
+                floor, why = p.prefix, Cover(p, r)
+        ordered, p = self.ordered_floor(v)
+        if p is not None and ordered > floor:
+            floor, why = ordered, Cover(p, "ordered-metadata")
         return floor, why
+
+    def fsync_rule(self, p: Persist, path: str) -> str | None:
+        """The rule by which persist P (not a sync) makes PATH's name durable, if any."""
+        if p.rule != "fsync-data" or p.ino is None:
+            return None
+        linux = self.semantics.tier == "linux"
+        if self.fsync_covers_name(p, path):
+            if linux and self.h.inodes[p.ino].kind == "dir" and self.semantics.holds("fsync-dir-entries"):
+                return "fsync-dir-entries"
+            return "fsync-new-name"
+        r = self.names.fsync_rule(p, path) if linux else None
+        return r if r is not None and self.semantics.holds(r) else None
+
+    def ordered_floor(self, v: PointView) -> tuple[int, Persist | None]:
+        """ordered-metadata: the version every completed fsync's inode's last name
+        change lifts the whole namespace to."""
+        if not self.semantics.holds("ordered-metadata"):
+            return 0, None
+        if v.n_done not in self._ordered:
+            best: tuple[int, Persist | None] = (0, None)
+            for p in self.h.persists:
+                if p.ex.pos < v.n_done and p.rule == "fsync-data" and p.ino is not None:
+                    f = self.names.ordered_floor(p)
+                    if f > best[0]:
+                        best = (f, p)
+            self._ordered[v.n_done] = best
+        return self._ordered[v.n_done]
 
     def fsync_covers_name(self, p: Persist, path: str) -> bool:
         """fsync-new-name: fsync of a file created in this run, untouched by
@@ -156,7 +204,7 @@ class ContentOracle:
                 return False
         return True
 
-    def candidates(self, path: str, v: PointView) -> tuple[set[int | None], int, Persist | None]:
+    def candidates(self, path: str, v: PointView) -> tuple[set[int | None], int, Cover | None]:
         floor, why = self.name_floor(path, v)
         versions = list(range(floor, v.n_done + 1)) + v.versions_after
         return {self.h.ns[k].get(path) for k in versions}, floor, why
@@ -182,10 +230,15 @@ class ContentOracle:
                     missing_dirs.append(path)
                 out.append(f)
         out += self.check_renames(mnt, v)
+        if not out:
+            out += self.check_order(mnt, v)
         if verdicts:
             self.torn_rows.append(torn_row(verdicts, crash_point, state_id))
         for f in out:
             f.crash_point = crash_point
+            r = f.evidence.get("rule")
+            if r in RULES:
+                f.evidence.setdefault("tier", RULES[r].tier)
             if state_id:
                 f.evidence["state_id"] = state_id
         return out
@@ -231,7 +284,7 @@ class ContentOracle:
             return self.check_file(full, path, same, v, verdicts) or self.check_metadata(full, path, same, st, v)
         return None
 
-    def name_finding(self, path: str, floor: int, why: Persist | None, v: PointView, found: str) -> Finding:
+    def name_finding(self, path: str, floor: int, why: Cover | None, v: PointView, found: str) -> Finding:
         renames = [pos for pos, paths, _ in self.h.name_changes
                    if floor <= pos and pos in v.allowed and path in paths
                    and self.h.execs[pos].kind == "rename"]
@@ -245,8 +298,8 @@ class ContentOracle:
             return Finding("stale-data", f"{path} is {found}, which it never was",
                            evidence={"path": path, "rule": "no-stale-data", "found": found,
                                      "reference": rule("no-stale-data").reference})
-        r = "sync-all" if why.ino is None else "fsync-new-name"
-        if found != "missing" and why.ino is None:
+        r = why.rule
+        if found != "missing" and r == "sync-all":
             r = "no-resurrection"
         expected = "absent" if None in {self.h.ns[floor].get(path)} else "present"
         return Finding("durability", f"{path} is {found}, but {why.ex.describe()} made it {expected}: {rule(r).promise}",
@@ -282,6 +335,10 @@ class ContentOracle:
         if g is None or g.metadata is None:
             return None
         q = g.metadata.prefix
+        if self.semantics.holds("fallocate-fsync"):
+            short = self.allocation_shortfall(full, ino, q, st)
+            if short is not None:
+                return self.meta_finding(path, g, "allocation", short[0], short[1], "fallocate-fsync")
         later = [pos for pos, _, inos in self.h.name_changes if pos >= q and pos in v.allowed and ino.ino in inos]
         if g.metadata.ino is None and not later:  # sync: the names, so the link count, are durable
             want = sum(1 for i in self.h.ns[q].values() if i == ino.ino)
@@ -308,13 +365,59 @@ class ContentOracle:
                 return self.meta_finding(path, g, f"xattr {name}", "absent", "present")
         return None
 
-    def meta_finding(self, path: str, g: Guarantee, what: str, expected: Any, found: Any) -> Finding:
+    def allocation_shortfall(self, full: str, ino: Inode, q: int, st: os.stat_result) -> tuple[str, str] | None:
+        """fallocate-fsync: blocks fallocate reserved before the guarantee at Q
+        must still be allocated; (expected, found) if fewer are. Checked only
+        while nothing since the first fallocate could free blocks: a punch or
+        a truncate, to any size (ext4 drops blocks past EOF on truncate)."""
+        allocs = [e for e in ino.events if e.kind == "alloc" and e.pos < q]
+        if not allocs:
+            return None
+        first = allocs[0].pos
+        if any(e.kind in ("zero", "size", "collapse", "insert") and e.pos > first for e in ino.events):
+            return None
+        bsize = os.statvfs(full).f_bsize
+        whole = [(-(-e.start // bsize) * bsize, e.end // bsize * bsize) for e in allocs]
+        want = sum(t - s for s, t in merge_ranges([(s, t) for s, t in whole if t > s]))
+        have = st.st_blocks * 512
+        if have >= want:
+            return None
+        return f"at least {want} bytes allocated", f"{have} bytes allocated"
+
+    def meta_finding(self, path: str, g: Guarantee, what: str, expected: Any, found: Any,
+                     rule_name: str | None = None) -> Finding:
         p = g.metadata
         assert p is not None
+        r = rule_name or p.rule
         return Finding("durability", f"{path}: {what} is {found}, but {p.ex.describe()} made it {expected}",
-                       evidence={"path": path, "rule": p.rule, "op": p.ex.describe(), "op_mark": p.ex.mark,
+                       evidence={"path": path, "rule": r, "op": p.ex.describe(), "op_mark": p.ex.mark,
                                  "expected": str(expected), "found": str(found),
-                                 "reference": rule(p.rule).reference})
+                                 "reference": rule(r).reference})
+
+    # -- ordering (linux tier, ext4 and xfs) ----------------------------------------
+    def check_order(self, mnt: str, v: PointView) -> list[Finding]:
+        """ordered-metadata: the recovered names must be those after one prefix of
+        the namespace ops. Only single-threaded workloads: ops of two threads
+        that overlap in time have no order to keep."""
+        if not self.semantics.holds("ordered-metadata") or len(self.h.threads) != 1:
+            return []
+        floor = max([self.ordered_floor(v)[0]] + [p.prefix for p in self.h.persists
+                                                   if p.ino is None and p.ex.pos < v.n_done])
+        versions = list(range(floor, v.n_done + 1)) + v.versions_after
+        seen = {p: observed_kind(mnt, p) for p in self.all_paths if not self.uncertain(p, v)}
+        gap = order_gap(self.h, seen, versions)
+        if gap is None:
+            return []
+        late, early = self.h.execs[gap.late_pos], self.h.execs[gap.early_pos]
+        what = (f"{gap.late_path} shows the result of {late.describe()}, but {gap.early_path} lacks that "
+                f"of {early.describe()}" + (" (the same op, half applied)" if late is early else ", done before it"))
+        r = rule("ordered-metadata")
+        return [Finding("durability", f"no prefix of the completed namespace ops explains the names: {what}",
+                        evidence={"path": gap.early_path, "rule": r.name, "op": early.describe(),
+                                  "op_mark": early.mark, "expected": f"{gap.early_path} as after {early.describe()}",
+                                  "found": f"{gap.early_path} {seen[gap.early_path] or 'missing'}, "
+                                           f"{gap.late_path} {seen[gap.late_path] or 'missing'}",
+                                  "reference": r.reference})]
 
     # -- renames -------------------------------------------------------------------
     def check_renames(self, mnt: str, v: PointView) -> list[Finding]:
@@ -398,6 +501,8 @@ class FileCheck:
                                 expected=f"size <= {hi}", found=f"size {size}")
         self.verdicts = classify_file(self.o.h, self.o.wid, self.ino, self.allowed, data)
         torn = next((w for w in self.verdicts if w.torn and w.untorn_promised), None)
+        if not self.o.semantics.holds("untorn-write"):
+            return None
         return self.untorn_finding(torn) if torn else None
 
     def untorn_finding(self, w: WriteVerdict) -> Finding:

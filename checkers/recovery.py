@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from checkers.findings import Finding
-from harness import kmount, sysres
-from harness.filesystems import FsType, join_opts
-from harness.loopdev import LoopDevice
+from harness.foundation import kmount, sysres
+from harness.foundation.filesystems import FsType, join_opts
+from harness.foundation.loopdev import LoopDevice
 
 FSCK_TIMEOUT_S = 600
 # Reads one mounted, recovered image.
@@ -131,7 +131,7 @@ class RecoveryEngine(Protocol):
     to its inspector), in a file the caller keeps changing afterwards: copy
     what you need now. It returns the verdicts that are ready, possibly for
     earlier ones too; finish() returns the rest. An engine may batch: the vm
-    engine (checkers/vm_recovery.py) answers after one guest boot per batch.
+    engine (harness/backends/vm/recovery.py) answers after one guest boot per batch.
     Recovery by the host kernel is the crash walk's own parallel workers
     (checkers/checkslot.py).
     """

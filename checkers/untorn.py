@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checkers.history import DataEvent, Exec, History, Inode
-from checkers.intervals import merge_ranges
+from harness.foundation.intervals import merge_ranges
 from workloads.pattern import CHUNK, decode_chunk, generate
 
 # Kinds whose writes are classified at every crash state (cheap: these ops are

@@ -9,10 +9,10 @@ from typing import Any
 
 from checkers import latency
 from checkers.design import summarize_loss
-from checkers.untorn import summarize_torn
 from checkers.findings import Finding
 from checkers.history import build_history
 from checkers.oracle import ContentOracle
+from checkers.untorn import summarize_torn
 from replay.logformat import LogReader
 from workloads.format import Workload
 from workloads.plan import Plan

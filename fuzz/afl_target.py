@@ -21,9 +21,9 @@ import os
 import signal
 import sys
 
-from harness import ownership
-from harness.errors import PowercutError, Terminated
-from harness.pipeline import RunConfig
+from harness.foundation import ownership
+from harness.foundation.errors import PowercutError, Terminated
+from harness.pipeline.run import RunConfig
 from fuzz.feedback import Extents, SharedMap, features
 from fuzz.layout import CampaignDir
 from fuzz.store import FindingStore

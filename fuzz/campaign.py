@@ -24,8 +24,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.errors import PowercutError, Terminated
-from harness.pipeline import RunConfig, terminate_as_exception
+from harness.foundation.errors import PowercutError, Terminated
+from harness.pipeline.run import RunConfig, terminate_as_exception
 from fuzz.layout import CampaignDir, Totals
 from fuzz.status import StatusLine, clock
 from fuzz.store import FindingStore

@@ -26,10 +26,10 @@ import subprocess
 import sys
 import time
 
-from harness import ownership, paths
-from harness.errors import EnvError
-from harness.runstate import RunState, record_process
-from harness.sysres import wait_pid_gone
+from harness.foundation import ownership, paths
+from harness.foundation.errors import EnvError
+from harness.foundation.runstate import RunState, record_process
+from harness.foundation.sysres import wait_pid_gone
 from fuzz.afl_target import PIDFILE, TIME_LIMIT_S, pending_dir
 from fuzz.worker import Worker
 from workloads.format import workload_doc

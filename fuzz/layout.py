@@ -23,8 +23,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness import jsonl, ownership
-from harness.errors import UsageError
+from harness.foundation import jsonl, ownership
+from harness.foundation.errors import UsageError
 
 CONFIG = "campaign.json"
 

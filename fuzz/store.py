@@ -29,12 +29,12 @@ from typing import Any
 
 from checkers.findings import Finding
 from checkers.recovery import first_problem, recover_and_check
-from harness import ownership, paths
-from harness.errors import EnvError
-from harness.filesystems import get_fs
-from harness.pipeline import RunConfig, terminate_as_exception
-from harness.loopdev import recorded_loop
-from harness.runstate import RunState
+from harness.foundation import ownership, paths
+from harness.foundation.errors import EnvError
+from harness.foundation.filesystems import get_fs
+from harness.pipeline.run import RunConfig, terminate_as_exception
+from harness.foundation.loopdev import recorded_loop
+from harness.foundation.runstate import RunState
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS
 from replay.logformat import LogReader
 from replay.stateimage import build_crash_image
@@ -161,7 +161,7 @@ def write_crash_state(d: str, cfg: RunConfig, state_id: str | None) -> None:
 
 
 def write_reproduce(d: str, cfg: RunConfig, finding: Finding, info: dict[str, Any]) -> None:
-    python = f"{shlex.quote(sys.executable)} -m harness.cli"
+    python = f"{shlex.quote(sys.executable)} -m harness.commands.cli"
     rerun = ["run", '"$here/workload.json"', "--fs", cfg.fs, "--mkfs-opts", shlex.quote(cfg.mkfs_opts),
              "--mount-opts", shlex.quote(cfg.mount_opts or ""),
              "--crash-points", shlex.quote(cfg.crash_points or DEFAULT_POINTS), "--reorder", shlex.quote(cfg.reorder),

@@ -17,8 +17,8 @@ from typing import Any
 from checkers.crash_check import Inspect
 from checkers.findings import KINDS, Finding
 from fuzz.layout import fresh_dir
-from harness.pipeline import RunConfig, RunResult, run_checked
-from harness.workload_runner import ExecutorWorkload
+from harness.pipeline.run import RunConfig, RunResult, run_checked
+from workloads.runner import ExecutorWorkload
 from workloads.marks import parse_mark
 from workloads.plan import Plan
 

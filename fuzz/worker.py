@@ -16,8 +16,8 @@ from typing import Any
 
 from checkers.crash_check import Inspect
 from checkers.findings import Finding
-from harness.errors import PowercutError, Terminated
-from harness.pipeline import RunConfig
+from harness.foundation.errors import PowercutError, Terminated
+from harness.pipeline.run import RunConfig
 from fuzz.layout import CampaignDir, remove_owned
 from fuzz.minimize import Shrinker
 from fuzz.store import FindingStore

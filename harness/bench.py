@@ -12,16 +12,14 @@ meaningful on a busy box even when absolute times do not:
 - recorder_fsync_p50_ratio: p50 of a 4 KiB append + fsync on ext4 through
   the FUSE recorder / the same on a plain loop device.
 - seq1_workloads_per_min: 1-3 operation workloads (creat, write, rename, each
-  with fsync), each a whole run (harness/pipeline.run_workload: mkfs,
+  with fsync), each a whole run (harness/pipeline/run.py run_workload: mkfs,
   recorder, workload, every entry a crash point, default reorder) in this
   process.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import os
 import statistics
 import time
@@ -30,14 +28,14 @@ from typing import Any
 
 from checkers.crash_check import check_crash_states, default_jobs
 from checkers.recovery import fsck
-from harness import kmount, ownership, paths, sysres
-from harness.backends.fuse import FuseRecordedDevice
-from harness.errors import EnvError
-from harness.filesystems import FsType, get_fs
-from harness.loopdev import recorded_loop
-from harness.pipeline import RunConfig, run_workload, terminate_as_exception
-from harness.runstate import RunState
-from harness.sparse import sync_sparse
+from harness.foundation import kmount, ownership, paths, sysres
+from harness.backends.fuse.recorded_device import FuseRecordedDevice
+from harness.foundation.errors import EnvError
+from harness.foundation.filesystems import FsType, get_fs
+from harness.foundation.loopdev import recorded_loop
+from harness.pipeline.run import RunConfig, run_workload, terminate_as_exception
+from harness.foundation.runstate import RunState
+from harness.foundation.sparse import sync_sparse
 from replay.crashpoints import first_crash_point, select_crash_points
 from replay.logformat import LogReader
 from replay.stateimage import build_crash_image
@@ -51,7 +49,7 @@ SEQ1 = {
 
 
 @contextlib.contextmanager
-def _owned_file(path: str, size: int) -> Iterator[int]:
+def owned_file(path: str, size: int) -> Iterator[int]:
     fd = ownership.create_file(path, size)
     try:
         yield fd
@@ -109,7 +107,7 @@ def _floor(log: str, fs: FsType, device_bytes: int, state: RunState, reps: int) 
     reader, points = _write_points(log)
     src, image = os.path.join(state.scratch, "floor-src.img"), os.path.join(state.scratch, "floor.img")
     mount_ms, fsck_ms = [], []
-    with (_owned_file(image, device_bytes) as fd, recorded_loop(state, image) as loop,
+    with (owned_file(image, device_bytes) as fd, recorded_loop(state, image) as loop,
           _mount_point(state, "floor-mnt") as mnt):
         for k in range(1, FLOOR_IMAGES + 1):
             build_crash_image(reader, f"p{points[k * len(points) // (FLOOR_IMAGES + 1)]}", device_bytes, src)
@@ -162,7 +160,7 @@ def _recorder_vs_loop(state: RunState, n: int) -> dict[str, float]:
         recorder = _fsync_on_ext4(state, device.block_device, "fsync-fuse", n)
         device.stop()
     image = os.path.join(state.scratch, "plain.img")
-    with _owned_file(image, size), recorded_loop(state, image) as loop:
+    with owned_file(image, size), recorded_loop(state, image) as loop:
         plain = _fsync_on_ext4(state, loop.path, "fsync-loop", n)
     return {"recorder_p50_us": round(recorder, 1), "loop_p50_us": round(plain, 1), "ratio": round(recorder / plain, 2)}
 
@@ -209,21 +207,3 @@ def bench(quick: bool) -> dict[str, Any]:
                     "ext4_walk": ext4_walk, "ext4_walk_one_job": one_job, "xfs_walk": xfs_walk,
                     "floor": floor, "fsync": fsync, "seq1": seq1},
     }
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    with terminate_as_exception():
-        result = bench(args.quick)
-    text = json.dumps(result, indent=2) + "\n"
-    if args.json:
-        with _owned_file(args.json, 0) as fd:
-            os.write(fd, text.encode())
-    print(text, end="")
-    return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("bench", help="measure crash states/s, the mount+fsck floor, recorder overhead")
-    p.add_argument("--json", metavar="FILE", help="also write the results to FILE")
-    p.add_argument("--quick", action="store_true", help="one repetition of each measurement (for tests)")
-    p.set_defaults(func=_cmd)

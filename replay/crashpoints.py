@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from harness.errors import UsageError
-from harness.session import MARK_MKFS
+from harness.foundation.errors import UsageError
+from workloads.marks import MARK_MKFS
 from replay.logformat import Entry, LogReader
 from replay.replayer import find_mark
 

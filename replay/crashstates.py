@@ -42,7 +42,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from harness.errors import UsageError
+from harness.foundation.errors import UsageError
 from replay.crashpoints import mkfs_done
 from replay.logformat import Entry, LogReader
 

@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
-from harness.errors import UsageError
-from harness.ownership import create_file
+from harness.foundation.errors import UsageError
+from harness.foundation.ownership import create_file
 
 MAGIC = 0x6A736677736872
 VERSION = 1

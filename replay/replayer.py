@@ -6,10 +6,16 @@ src/log-writes/log-writes.c, log_replay_next_entry and log_discard):
 - a write (nr_sectors > 0, no DISCARD flag, whatever else its flags say: a
   FLUSH or MARK entry with data writes it too) puts its nr_sectors *
   sectorsize bytes at sector * sectorsize;
-- a discard zeroes its range. replay-log issues BLKDISCARD or writes zeros,
-  and skips zeroing a discard chunk larger than 128 MiB; on a file target a
-  punched hole is cheap at any size, so we always zero the whole range;
-- flushes and marks without data change nothing.
+- a discard zeroes its range. replay-log issues BLKDISCARD, and on a target
+  that cannot discard (a regular file: BLKDISCARD fails) writes zeros instead,
+  in chunks of at most 1 GiB, leaving alone every chunk larger than 128 MiB
+  (log_open's max_zero_size). The crash walk always zeroes the whole range (a
+  punched hole is cheap at any size); `zero_limit` gives replay-log's rule;
+- flushes and marks without data change nothing;
+- replay-log's --start-sector/--end-sector (log_should_skip): an entry with
+  data that ends at or before the start sector, or begins after the end
+  sector, is skipped; entries without sectors and discards (tested before
+  the skip) are never skipped.
 
 Entries are applied strictly in log order; the target only moves forward.
 """
@@ -17,12 +23,18 @@ Entries are applied strictly in log order; the target only moves forward.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-from harness.errors import UsageError
-from harness.ownership import require_owned
-from harness.sparse import punch_hole, pwrite_sparse
+from harness.foundation.errors import UsageError
+from harness.foundation.ownership import require_owned
+from harness.foundation.sparse import punch_hole, pwrite_sparse
 from replay.logformat import Closing, Entry, LogReader
+
+
+# replay-log's zeroing of a discard on a target that cannot discard (log-writes.c).
+DISCARD_CHUNK = 1 << 30
+XFSTESTS_ZERO_LIMIT = 128 << 20
+ALL_SECTORS = (0, (1 << 64) - 1)
 
 
 class Replayer(Closing):
@@ -31,12 +43,19 @@ class Replayer(Closing):
     TARGET is a path (which powercut must have created; opened and closed
     here) or an open fd (left open). Its size at construction is the device
     size every entry is bounds-checked against. With SPARSE, all-zero writes
-    become holes.
+    become holes. SECTORS (first, last; log sectors) limits which writes are
+    applied; ZERO_LIMIT leaves alone a discard chunk larger than that, and
+    ON_ZERO_SKIPPED hears of each such chunk's length.
     """
 
-    def __init__(self, reader: LogReader, target: str | int, *, discard: bool = True, sparse: bool = False) -> None:
+    def __init__(self, reader: LogReader, target: str | int, *, discard: bool = True, sparse: bool = False,
+                 sectors: tuple[int, int] = ALL_SECTORS, zero_limit: int | None = None,
+                 on_zero_skipped: Callable[[int], None] | None = None) -> None:
         self.reader = reader
         self.discard = discard
+        self.sectors = sectors
+        self.zero_limit = zero_limit
+        self._on_zero_skipped = on_zero_skipped
         self._write = pwrite_sparse if sparse else os.pwrite
         if isinstance(target, int):
             self.fd, self._owns_fd = target, False
@@ -60,20 +79,43 @@ class Replayer(Closing):
 
     def apply_next(self) -> Entry | None:
         """Apply the entry at `position` and return it; None at the end of the log."""
-        entry = self._next()
+        entry = self.read_next()
         if entry is not None:
             self.apply(entry)
         return entry
 
+    def read_next(self) -> Entry | None:
+        """The entry at `position`, passed over without applying it (call `apply` for that)."""
+        return self._next()
+
+    def skips(self, entry: Entry) -> bool:
+        """Outside `sectors`: replay-log's log_should_skip (entries without sectors never are)."""
+        first, last = self.sectors
+        return entry.nr_sectors > 0 and (entry.sector + entry.nr_sectors <= first or entry.sector > last)
+
     def apply(self, entry: Entry) -> None:
         if entry.is_discard and not self.discard:
+            return
+        if not entry.is_discard and self.skips(entry):
             return
         self.reader.check_bounds(entry, self.device_bytes)
         start, end = entry.byte_range(self.reader.sectorsize)
         if entry.is_write:
             self._write(self.fd, self.reader.read_data(entry), start)
         elif entry.is_discard and end > start:
+            self._zero(start, end)
+
+    def _zero(self, start: int, end: int) -> None:
+        if self.zero_limit is None:
             punch_hole(self.fd, start, end - start)
+            return
+        for chunk in range(start, end, DISCARD_CHUNK):
+            length = min(DISCARD_CHUNK, end - chunk)
+            if length > self.zero_limit:
+                if self._on_zero_skipped:
+                    self._on_zero_skipped(length)
+            else:
+                punch_hole(self.fd, chunk, length)
 
     def skip_to(self, index: int) -> None:
         """Move to INDEX (at most nr_entries) without applying the entries before it."""

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 
-from harness.ownership import create_file
+from harness.foundation.ownership import create_file
 from replay.crashstates import CrashState, ReorderSpec, plan_for_log
 from replay.logformat import Closing, LogReader
-from harness.sparse import punch_hole, pwrite_sparse
+from harness.foundation.sparse import punch_hole, pwrite_sparse
 from replay.replayer import Replayer
 
 

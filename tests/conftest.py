@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "build"
-POWERCUT = [sys.executable, "-m", "harness.cli"]
+POWERCUT = [sys.executable, "-m", "harness.commands.cli"]
 WORKLOADS = ROOT / "tests" / "workloads"
 
 needs_root_stack = pytest.mark.skipif(

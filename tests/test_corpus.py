@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, WORKLOADS, PcEnv, needs_root_stack
-from harness.corpus import CORPUS_DIR, load_corpus, load_entry, load_matrix
-from harness.corpus_run import Case, compare_baseline
-from harness.errors import UsageError
+from harness.corpus.entries import CORPUS_DIR, load_corpus, load_entry, load_matrix
+from harness.corpus.run import Case, compare_baseline
+from harness.foundation.errors import UsageError
 from workloads.format import OP_KINDS
 
 
@@ -50,6 +50,35 @@ def test_malformed_entries_are_one_line_errors(tmp_path: Path, doc: dict, messag
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
+def _entry_with(tmp_path: Path, expect: dict) -> Path:
+    p = tmp_path / "e.json"
+    p.write_text(json.dumps({"format": "powercut-corpus/1", "name": "x", "why": "y", "expect": expect,
+                             "workload": {"format": "powercut-workload/1", "name": "x",
+                                          "threads": [{"name": "m", "ops": [{"op": "sync"}]}]}}))
+    return p
+
+
+def test_a_may_kind_is_allowed_not_required(tmp_path: Path) -> None:
+    entry = load_entry(_entry_with(tmp_path, {"default": "clean", "ext4-nojournal": {"may": ["fsck"]},
+                                              "xfs": {"must": ["durability"], "may": ["fsck", "durability"]}}))
+    rows = {r.name: r for r in load_matrix(CORPUS_DIR / "matrix.json")}
+    nojournal, ordered, xfs = rows["ext4-nojournal"], rows["ext4-ordered"], rows["xfs-default"]
+    assert (entry.expected(nojournal), entry.allowed(nojournal)) == ([], ["fsck"])
+    assert (entry.expected(ordered), entry.allowed(ordered)) == ([], [])
+    assert (entry.expected(xfs), entry.allowed(xfs)) == (["durability"], ["fsck"])
+
+    def unexpected(row, verdict):
+        return Case("x", row.name, row.fs, "", "", entry.expected(row), verdict=verdict,
+                    may=entry.allowed(row)).unexpected
+
+    assert not unexpected(nojournal, []) and not unexpected(nojournal, ["fsck"])
+    assert unexpected(nojournal, ["durability"]) and unexpected(nojournal, ["durability", "fsck"])
+    assert unexpected(ordered, ["fsck"]) and unexpected(nojournal, None)
+    assert not unexpected(xfs, ["durability", "fsck"]) and unexpected(xfs, ["fsck"])
+    with pytest.raises(UsageError, match="only \"must\" and \"may\""):
+        load_entry(_entry_with(tmp_path, {"default": {"maybe": ["fsck"]}}))
+
+
 def test_latency_regression_against_baseline() -> None:
     case = Case("e", "r", "ext4", "", "", [], verdict=[], latency={"fsync": {"p99_us": 900.0, "max_us": 1000.0},
                                                                     "pwrite": {"p99_us": 30.0, "max_us": 50.0}})
@@ -68,8 +97,9 @@ def test_latency_regression_against_baseline() -> None:
 def test_corpus_run_expected_verdicts_and_an_injected_mount_option_change(pc: PcEnv) -> None:
     entries = "stale-freed-blocks"
     out = pc.tmp / "ok"
+    # Two cases in two worker processes; --runnable keeps both rows on a host with ext4.
     p = pc.run("corpus", "run", "--entries", entries, "--rows", "ext4-ordered,ext4-writeback", "--out", str(out),
-               "--junit", str(pc.tmp / "ok.xml"), check_rc=0)
+               "--junit", str(pc.tmp / "ok.xml"), "--jobs", "2", "--runnable", check_rc=0)
     results = json.loads((out / "results.json").read_text())
     cases = results["cases"]
     assert cases["stale-freed-blocks@ext4-ordered"]["verdict"] == []

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from conftest import PcEnv
-from harness.corpus_run import RESULTS_FORMAT
+from harness.corpus.run import RESULTS_FORMAT
 
 
 def results(path: Path, kernel: str, verdicts: dict[str, list[str] | None], p99: float = 100.0) -> Path:

@@ -20,8 +20,8 @@ from checkers.crash_check import CrashCheckResult, check_crash_states
 from checkers.findings import Finding
 from checkers.recovery import CORRUPTION_ERRNOS, corruption_finding
 from conftest import POWERCUT, WORKLOADS, PcEnv, needs_root_stack
-from harness import runstate
-from harness.filesystems import get_fs
+from harness.foundation import runstate
+from harness.foundation.filesystems import get_fs
 from replay.crashpoints import first_crash_point, select_crash_points
 from replay.crashstates import CrashState, ReorderSpec
 from replay.logformat import LogReader

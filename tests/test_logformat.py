@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli
-from harness.errors import RefusedError, UsageError
-from harness.ownership import create_file
+from harness.commands import cli
+from harness.foundation.errors import RefusedError, UsageError
+from harness.foundation.ownership import create_file
 from replay.logformat import DISCARD, END_MARK, FLUSH, FUA, MARK, METADATA, LogReader, LogWriter, flags_str
 from replay.replayer import Replayer, find_mark
 
@@ -304,8 +304,7 @@ def test_find_flag_stops_and_the_end_mark_quirk(tmp_path: Path, capsys: pytest.C
     assert _main(capsys, "replay-log", "--log", log, "--find", "--start-mark", "m2", "--limit", "0x1")[:2] == (0, "5@10\n")
     assert _main(capsys, "replay-log", "--log", log, "--num-entries")[:2] == (0, "7\n")
     assert _main(capsys, "replay-log", "--log", log)[:2] == (0, "Log version=1, sectorsize=512, entries=7\n")
-    rc, _, err = _main(capsys, "replay-log", "--log", log, "--find", "--end-mark", "nope")
-    assert rc == 2 and "no entry from 0 on" in err
+
 
 
 def test_replay_limit_start_mark_end_mark(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -376,14 +375,101 @@ def test_fsck_runs_at_every_check_point(tmp_path: Path, capsys: pytest.CaptureFi
         (["--check", "0", "--fsck", "true"], "--check takes a number >= 1"),
         (["--check", "1"], "--fsck and --check go together"),
         (["--limit", "ten"], "--limit 'ten' is not a number"),
-        (["--start-entry", "6"], "--start-entry 6: the log has 6 entries"),
-        (["--start-mark", "nope"], "no mark 'nope'"),
+        (["--start-sector", "x"], "--start-sector 'x' is not a number"),
     ],
 )
 def test_bad_options(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
     log = _plain(tmp_path / "golden.log", GOLDEN)
     rc, _, err = _main(capsys, "replay-log", "--log", log, *args)
     assert rc == 2 and err.count("\n") == 1 and message in err
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--start-entry", "6"], "--start-entry 6: the log has 6 entries"),
+        (["--start-mark", "nope"], "no mark 'nope'"),
+        (["--start-mark", "nope", "--replay", "never.img"], "no mark 'nope'"),
+        (["--find", "--end-mark", "nope"], "no entry from 0 on meets the stop condition"),
+        (["--find", "--next-flush", "--start-entry", "2"], "no entry from 2 on meets the stop condition"),
+    ],
+)
+def test_not_in_the_log_exits_1_like_replay_log(tmp_path: Path, args: list[str], message: str) -> None:
+    """xfstests' replay-log exits 1 when a mark or entry is missing or nothing meets --find's condition."""
+    log = _plain(tmp_path / "golden.log", GOLDEN)
+    proc = subprocess.run([str(POWERCUT), "replay-log", "--log", str(log), *args], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    assert proc.returncode == 1, proc
+    assert proc.stdout == "" and len(proc.stderr.splitlines()) == 1 and message in proc.stderr
+    assert not (tmp_path / "never.img").exists()
+
+
+def test_start_and_end_sector_skip_writes_outside(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """log_should_skip: a write ending at or before --start-sector or starting after --end-sector is skipped;
+    discards are not (replay-log zeroes them before it looks at the range)."""
+    with LogWriter(str(tmp_path / "s.log"), SS) as w:
+        w.write(0, b"A" * SS)            # 0: ends at sector 1 <= start 1: skipped
+        w.write(1, b"B" * 2 * SS)        # 1: sectors 1-2: replayed
+        w.write(3, b"C" * SS)            # 2: starts at 3 = end: replayed (the end is inclusive)
+        w.write(4, b"D" * SS)            # 3: starts after 3: skipped
+        w.discard(0, 1)                  # 4: outside, still zeroes sector 0
+        w.mark("m")                      # 5: no sectors: never skipped
+    image = _owned_image(tmp_path / "img", 6 * SS, fill=b"\xee")
+    rc, out, _ = _main(capsys, "replay-log", "--log", tmp_path / "s.log", "--replay", image,
+                       "--start-sector", "1", "--end-sector", "0x3", "-vv")
+    assert rc == 0
+    assert _sectors(image) == [b"\0" * SS, b"B" * SS, b"B" * SS, b"C" * SS, b"\xee" * SS, b"\xee" * SS]
+    assert out.splitlines() == [
+        "skipping 0@2: sector 0, size 512, flags 0x0(NONE)",
+        "replaying 1@4: sector 1, size 1024, flags 0x0(NONE)",
+        "replaying 2@7: sector 3, size 512, flags 0x0(NONE)",
+        "skipping 3@9: sector 4, size 512, flags 0x0(NONE)",
+        "skipping 4@11: sector 0, size 512, flags 0x4(DISCARD)",
+        "replay device doesn't support discard, switching to writing zeros",
+        "replaying 5@12: sector 0, size 0, flags 0x8(MARK)",
+        "replaying 6@13: sector 0, size 0, flags 0x8(MARK)",
+    ]
+    # --limit counts skipped entries too: the first two entries are entry 0 (skipped) and entry 1.
+    image2 = _owned_image(tmp_path / "img2", 6 * SS)
+    assert _main(capsys, "replay-log", "--log", tmp_path / "s.log", "--replay", image2, "--start-sector", "1",
+                 "--limit", "2", "-v")[:2] == (0, "replaying 1@4: sector 1, size 1024, flags 0x0(NONE)\n")
+
+
+def test_a_discard_chunk_over_128_mib_is_not_zeroed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """replay-log on a target that cannot discard zeroes 1 GiB chunks and leaves those over 128 MiB alone."""
+    mib = 1 << 20
+    sectors = lambda n: n // SS  # noqa: E731
+    with LogWriter(str(tmp_path / "d.log"), SS) as w:
+        w.discard(0, sectors(128 * mib))                       # 0: exactly 128 MiB: zeroed
+        w.discard(sectors(200 * mib), sectors(129 * mib))      # 1: 129 MiB: left alone
+        w.discard(sectors(400 * mib), sectors(1024 * mib + mib))  # 2: 1 GiB chunk left alone, 1 MiB tail zeroed
+    size = 1500 * mib
+    image = tmp_path / "img"
+    fd = create_file(str(image), size)
+    for off in (0, 128 * mib - SS, 200 * mib, 329 * mib - SS, 400 * mib, 1424 * mib - SS, 1424 * mib, 1425 * mib - SS):
+        os.pwrite(fd, b"\xab" * SS, off)
+    os.close(fd)
+    rc, out, _ = _main(capsys, "replay-log", "--log", tmp_path / "d.log", "--replay", image, "-v")
+    assert rc == 0
+    assert out.splitlines()[1:2] == ["replay device doesn't support discard, switching to writing zeros"]
+    assert [line for line in out.splitlines() if line.startswith("discard len")] == [
+        f"discard len {129 * mib} larger than max {128 * mib}", f"discard len {1024 * mib} larger than max {128 * mib}"]
+    with open(image, "rb") as f:
+        def at(off: int) -> bytes:
+            f.seek(off)
+            return f.read(SS)
+        assert at(0) == at(128 * mib - SS) == b"\0" * SS                       # zeroed
+        assert at(200 * mib) == at(329 * mib - SS) == b"\xab" * SS             # too big: kept
+        assert at(400 * mib) == at(1424 * mib - SS) == b"\xab" * SS            # the 1 GiB chunk: kept
+        assert at(1424 * mib) == at(1425 * mib - SS) == b"\0" * SS             # its 1 MiB tail: zeroed
+    # The crash walk's replayer (no zero limit) zeroes everything.
+    fd = create_file(str(tmp_path / "walk.img"), size)
+    os.pwrite(fd, b"\xab" * SS, 200 * mib)
+    with LogReader(str(tmp_path / "d.log")) as reader, Replayer(reader, fd) as replayer:
+        while replayer.apply_next():
+            pass
+    assert os.pread(fd, SS, 200 * mib) == b"\0" * SS
+    os.close(fd)
 
 
 def test_log_dump(tmp_path: Path) -> None:

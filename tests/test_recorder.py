@@ -404,7 +404,7 @@ def test_file_level_entries_and_sigterm(stack, tmp_path):
     with pytest.raises(OSError) as ei:
         os.open(stack.control, os.O_RDONLY)
     assert ei.value.errno == errno.EACCES
-    for bad in (b"\n", b"x" * (512 - 32), b"a\0b"):
+    for bad in (b"\n", b"\0abc"):  # no text: dm refuses a mark message without one
         fd = os.open(stack.control, os.O_WRONLY)
         try:
             with pytest.raises(OSError) as ei:
@@ -412,7 +412,14 @@ def test_file_level_entries_and_sigterm(stack, tmp_path):
             assert ei.value.errno == errno.EINVAL
         finally:
             os.close(fd)
-    stack.mark("y" * (512 - 33))  # the longest legal mark
+    stack.mark("y" * (512 - 33))  # the longest mark a 512-byte header block holds
+    # Longer, or with a NUL: cut the way dm-log-writes' log_mark cuts (kstrndup to sectorsize - 33, a C string).
+    for text, size in ((b"z" * 600, 600), (b"a\0b", 3)):
+        fd = os.open(stack.control, os.O_WRONLY)
+        try:
+            assert os.write(fd, text) == size
+        finally:
+            os.close(fd)
 
     stack.proc.send_signal(signal.SIGTERM)
     assert stack.proc.wait(timeout=10) == 0
@@ -428,6 +435,8 @@ def test_file_level_entries_and_sigterm(stack, tmp_path):
         (64, 8, 0, b""),             # zero range, logged as a zero write
         (0, 0, MARK, b"hello"),
         (0, 0, MARK, b"y" * 479),
+        (0, 0, MARK, b"z" * 479),
+        (0, 0, MARK, b"a"),
         (0, 0, MARK, END_MARK),
     ]
 

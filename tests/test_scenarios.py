@@ -8,9 +8,9 @@ import subprocess
 import pytest
 
 from conftest import POWERCUT, ROOT
-from harness.compare import variants
-from harness.errors import UsageError
-from harness.workload_runner import load_runner
+from harness.pipeline.compare import variants
+from harness.foundation.errors import UsageError
+from workloads.runner import load_runner
 from workloads import scenarios
 from workloads.format import parse_workload, walk
 from workloads.plan import compile_plan

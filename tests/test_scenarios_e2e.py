@@ -11,7 +11,7 @@ from matplotlib.image import imread
 
 from checkers.latency import summarize
 from conftest import PcEnv, needs_root_stack
-from harness.report_md import STAT_COLUMNS
+from harness.reports.markdown import STAT_COLUMNS
 from workloads import scenarios
 from workloads.format import FORMAT, load_workload
 from workloads.results import read_records

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import POWERCUT, WORKLOADS, PcEnv
-from harness.vm.kernel import resolve
+from harness.backends.vm.kernel import resolve
 from replay.logformat import END_MARK, LogReader
 from replay.replayer import Replayer
 

@@ -10,13 +10,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from checkers.vm_recovery import VmRecovery
-from harness.errors import EnvError
-from harness.filesystems import get_fs
-from harness.sparse import copy_range, data_extents
-from harness.vm import cpio, packages
-from harness.vm.kernel import Kernel
-from harness.vm.qemu import Disk, Outcome
+from harness.backends.vm.recovery import VmRecovery
+from harness.foundation.errors import EnvError
+from harness.foundation.filesystems import get_fs
+from harness.foundation.sparse import copy_range, data_extents
+from harness.backends.vm import cpio, packages
+from harness.backends.vm.kernel import Kernel
+from harness.backends.vm.qemu import Disk, Outcome
 
 
 def test_cpio_archive_unpacks_with_busybox(tmp_path: Path) -> None:

@@ -18,6 +18,11 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+# Marks the harness itself writes around a workload.
+MARK_MKFS = "pc:mkfs-done"      # crash points start after this mark
+MARK_MOUNTED = "pc:mounted"
+MARK_WORKLOAD_END = "pc:workload-end"
+
 MARK_MAX = 479    # bytes one mark may hold (the recorder's limit)
 PREFIX_MAX = 400  # pc-exec's limit, leaving room for the longest op mark
 _OP = re.compile(r"op (\d+)\.(\d+)\.(\d+)")

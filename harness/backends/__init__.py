@@ -1,24 +1,38 @@
 """Backends, by name: how a run's recording is made and who recovers crash images.
 
-`fuse` (and any other host-side device) is a RecordedDevice the host makes
-the file system on (harness/session.py). `vm` runs the whole recording in a
-QEMU guest with the real dm-log-writes and lets the guest kernel recover the
-crash images (harness/backends/vm.py).
+`fuse` and `dm` are RecordedDevices the host makes the file system on
+(harness/backends/session.py): pc-recorder's FUSE stand-in, or the host
+kernel's own dm-log-writes (harness/backends/dm/). `vm` runs the whole
+recording in a QEMU guest with the guest kernel's dm-log-writes and lets
+that kernel recover the crash images (harness/backends/vm/). `auto` is dm
+where the host has it, fuse elsewhere.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from checkers.recovery import PointInspect, RecoveryEngine
-from harness.device import RecordedDevice
-from harness.errors import UsageError
-from harness.filesystems import FsType
-from harness.runstate import RunState
-from harness.session import DeviceBackend, Recording
-from harness.workload_runner import WorkloadRunner
+from harness.backends.device import RecordedDevice
+from harness.foundation.errors import UsageError
+from harness.foundation.filesystems import FsType
+from harness.foundation.runstate import RunState
+from harness.backends.session import DeviceBackend, Recording
+from workloads.runner import WorkloadRunner
 
-BACKENDS = ("fuse", "vm")
+BACKENDS = ("fuse", "dm", "vm", "auto")
+
+
+@dataclass(frozen=True)
+class DeviceArgs:
+    """`--backend dm` on devices the user names (harness/backends/dm/devices.py)."""
+    data_dev: str | None = None
+    log_dev: str | None = None
+    erase_ok: tuple[str, ...] = ()   # --i-know-this-erases DEV, repeated
+
+    def given(self) -> bool:
+        return bool(self.data_dev or self.log_dev or self.erase_ok)
 
 
 class Backend(Protocol):
@@ -34,19 +48,42 @@ class Backend(Protocol):
         """Backend facts for report.json."""
 
 
+def resolve(name: str) -> str:
+    """The backend NAME stands for: `auto` is dm where this kernel has dm-log-writes, else fuse."""
+    if name != "auto":
+        return name
+    from harness.backends.dm import support
+    return "fuse" if support.missing() else "dm"
+
+
 def backend_class(name: str) -> type[RecordedDevice]:
     if name == "fuse":
-        from harness.backends.fuse import FuseRecordedDevice
+        from harness.backends.fuse.recorded_device import FuseRecordedDevice
         return FuseRecordedDevice
+    if name == "dm":
+        from harness.backends.dm.recorded_device import DmRecordedDevice
+        return DmRecordedDevice
     raise UsageError(f"unknown --backend {name!r}: available: {', '.join(BACKENDS)}")
 
 
 def open_backend(name: str, fs: FsType, workload: WorkloadRunner, *, fault: str | None = None,
-                 kernel: str | None = None, kernel_modules: str | None = None) -> Backend:
-    """The backend NAME, checked and prepared (a vm kernel is fetched here) before anything is created."""
+                 kernel: str | None = None, kernel_modules: str | None = None,
+                 devices: DeviceArgs | None = None) -> Backend:
+    """The backend NAME (resolved: not `auto`), checked and prepared before anything is created
+    (a vm kernel is fetched, the user's devices of the dm backend are checked here)."""
+    devices = devices or DeviceArgs()
+    if name != "dm" and devices.given():
+        raise UsageError("--data-dev, --log-dev and --i-know-this-erases need --backend dm")
     if name == "vm":
-        from harness.backends.vm import VmBackend
+        from harness.backends.vm.backend import VmBackend
         return VmBackend(fs, workload, kernel, kernel_modules, fault)
     if kernel or kernel_modules:
         raise UsageError("--kernel and --kernel-modules need --backend vm")
+    if name == "dm":
+        from harness.backends.dm import devices as dm_devices, support
+        if fault:
+            raise UsageError("--fault is a test mode of the fuse recorder; --backend dm records with the kernel's dm-log-writes")
+        user = dm_devices.user_devices(devices.data_dev, devices.log_dev, list(devices.erase_ok))
+        support.require()
+        return DeviceBackend(backend_class(name), None, {"user": user})
     return DeviceBackend(backend_class(name), fault)

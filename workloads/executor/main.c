@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -22,17 +21,6 @@
 #define MARK_PREFIX_MAX 400
 _Static_assert(MARK_PREFIX_MAX + sizeof "op 65535.4294967295.4294967295\n" - 1 <= MARK_MAX,
                "the longest mark must fit in one mark write");
-
-_Noreturn void pc_die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("pc-exec: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(2);
-}
 
 static const char usage[] =
     "usage: pc-exec --plan PLAN --dir DIR --out RECORDS [--mark-file PATH] [--mark-prefix STR]";

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from checkers.latency import stats
+from workloads.stats import stats
 from workloads.format import FORMAT
 from workloads.results import OpRecord, Results
 

@@ -1,0 +1,137 @@
+"""The linux tier's name rules (checkers/fsrules.py): which names an fsync made
+durable beyond POSIX, and whether the recovered names are a prefix of the
+completed namespace ops (strictly ordered metadata, ext4 and xfs).
+
+Only an op's *own* name changes count for an inode: the paths the op named
+(create, link, unlink, rename from/to), not the children a directory rename
+moves along (renaming a parent does not touch the child inode on ext4, so an
+fsync of the child does not carry it). An inode is involved in a change at
+a path when it gained that name, or lost it and the path became empty; the
+victim of a rename-over is left out (no test asserts it; skipping it can
+only hide findings, never invent one).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+
+from checkers.history import ROOT, History, Persist
+
+
+@dataclass(frozen=True)
+class Change:
+    pos: int
+    path: str
+    before: int | None
+    after: int | None
+
+    def involves(self, ino: int) -> bool:
+        return self.after == ino or (self.before == ino and self.after is None)
+
+
+def _parent(path: str) -> str:
+    return os.path.dirname(path) or ROOT
+
+
+def _ancestors(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[:k]) for k in range(1, len(parts))]
+
+
+class NameIndex:
+    """The history's direct name changes, by path, by inode and by parent directory."""
+
+    def __init__(self, h: History) -> None:
+        self.h = h
+        self.by_path: dict[str, list[Change]] = {}
+        self.by_ino: dict[int, list[Change]] = {}
+        self.in_dir: dict[int, list[Change]] = {}
+        for pos, paths, _ in h.name_changes:
+            for path in paths:
+                if any(a in paths for a in _ancestors(path)):
+                    continue  # moved along with a renamed directory: not the op's own name
+                c = Change(pos, path, h.ns[pos].get(path), h.ns[pos + 1].get(path))
+                self.by_path.setdefault(path, []).append(c)
+                for ino in {c.before, c.after} - {None}:
+                    if c.involves(ino):  # type: ignore[arg-type]
+                        self.by_ino.setdefault(ino, []).append(c)  # type: ignore[arg-type]
+                for ns in (h.ns[pos], h.ns[pos + 1]):
+                    d = ns.get(_parent(path))
+                    if d is not None and c not in self.in_dir.get(d, []):
+                        self.in_dir.setdefault(d, []).append(c)
+
+    def last_change(self, path: str, before: int) -> Change | None:
+        got = None
+        for c in self.by_path.get(path, ()):
+            if c.pos < before:
+                got = c
+        return got
+
+    def new_dir(self, path: str, at: int) -> bool:
+        """PATH names, at version AT, a directory made in this run whose only own
+        name change is its creation (btrfs logs such new ancestors on fsync)."""
+        ino = self.h.ns[at].get(path)
+        if ino is None or self.h.inodes[ino].kind != "dir" or self.h.inodes[ino].created < 0:
+            return False
+        return [c.path for c in self.by_ino.get(ino, ()) if c.pos < at] == [path]
+
+    def fsync_rule(self, p: Persist, path: str) -> str | None:
+        """The linux rule by which fsync P makes PATH's state at P.prefix durable, if any."""
+        ino, q = p.ino, p.prefix
+        assert ino is not None
+        last = self.last_change(path, q)
+        if last is not None and last.involves(ino):
+            unlinked = self.h.inodes[ino].kind == "file" and ino not in self.h.ns[q].values()
+            return "fsync-unlinked" if unlinked else "fsync-names"
+        for name in (n for n, i in self.h.ns[q].items() if i == ino):
+            if path in _ancestors(name) and self.new_dir(path, q):
+                return "fsync-names"
+        return None
+
+    def ordered_floor(self, p: Persist) -> int:
+        """Strictly ordered metadata: fsync P made its inode's last own name change
+        (for a directory: the last change of its entries) durable, so every
+        version up to and including that change is durable."""
+        assert p.ino is not None
+        changes = self.by_ino.get(p.ino, []) + self.in_dir.get(p.ino, [])
+        return max((c.pos + 1 for c in changes if c.pos < p.prefix), default=0)
+
+
+def observed_kind(mnt: str, path: str) -> str | None:
+    try:
+        st = os.lstat(os.path.join(mnt, path))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return "dir" if stat.S_ISDIR(st.st_mode) else "symlink" if stat.S_ISLNK(st.st_mode) else "file"
+
+
+@dataclass
+class OrderGap:
+    """Two paths no single prefix of the namespace ops explains."""
+
+    late_path: str        # shows the result of LATE_POS
+    late_pos: int
+    early_path: str       # but lacks the result of EARLY_POS (earlier or the same op)
+    early_pos: int
+
+
+def order_gap(h: History, observed: dict[str, str | None], versions: list[int]) -> OrderGap | None:
+    """None if one namespace version among VERSIONS matches every observed path
+    by kind; else the pair of paths that shows why not."""
+    def kind(k: int, path: str) -> str | None:
+        i = h.ns[k].get(path)
+        return None if i is None else h.inodes[i].kind
+
+    fits = {path: [k for k in versions if kind(k, path) == seen] for path, seen in observed.items()}
+    if any(all(k in ks for ks in fits.values()) for k in versions):
+        return None
+    if any(not ks for ks in fits.values()):
+        return None  # a path no version explains: the per-path checks report it
+    late = max(fits, key=lambda p: min(fits[p]))
+    early = min(fits, key=lambda p: max(fits[p]))
+    lo, hi = min(fits[late]), max(fits[early])
+    if hi >= lo:
+        return OrderGap(late, lo - 1, early, lo - 1)  # no clean pair: name the op the late path needs
+    return OrderGap(late, lo - 1, early, hi)

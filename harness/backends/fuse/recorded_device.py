@@ -1,0 +1,88 @@
+"""The `fuse` backend: pc-recorder (libfuse3) exposes disk.img, a loop device sits on it.
+
+Teardown order matters (block-recording.md): the file system on the loop
+device is unmounted by the caller, then `losetup -d`, then the FUSE mount
+goes, and the daemon writes the end mark and exits.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+
+from harness.foundation import ownership, paths, sysres
+from harness.backends.device import RecordedDevice
+from harness.foundation.errors import EnvError
+from harness.foundation.runstate import Resource, record_process
+
+READY_TIMEOUT_S = 30
+
+
+class FuseRecordedDevice(RecordedDevice):
+    name = "fuse"
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._fuse_dir = ""
+        self._loop = ""
+        self._res: list[Resource] = []
+        self._image = ""
+
+    @property
+    def block_device(self) -> str:
+        return self._loop
+
+    @property
+    def mark_file(self) -> str:
+        return os.path.join(self._fuse_dir, "control")
+
+    def final_image(self) -> str | None:
+        return self._image or None
+
+    def start(self) -> None:
+        exe = paths.c_program("pc-recorder")
+        sysres.require_tools("losetup", "fusermount3")
+        image = self._image = os.path.join(self.state.scratch, "device.img")
+        os.close(ownership.create_file(image, self.size_bytes))
+        self._fuse_dir = self.state.subdir("fuse")
+        rfd, wfd = os.pipe()
+        cmd = [exe, "--image", image, "--log", self.log_path,
+               "--sector-size", str(self.sector_size), "--ready-fd", str(wfd)]
+        if self.fault:
+            cmd += ["--fault", self.fault]
+        cmd.append(self._fuse_dir)
+        # Own session: a Ctrl-C on the terminal must not kill the recorder
+        # while the loop device still depends on it; teardown stops it.
+        self._proc = subprocess.Popen(cmd, pass_fds=(wfd,), start_new_session=True,
+                                      stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        os.close(wfd)
+        self._res.append(record_process(self.state, self._proc.pid, "pc-recorder"))
+        self._res.append(self.state.record("fuse", path=self._fuse_dir))
+        try:
+            ready, _, _ = select.select([rfd], [], [], READY_TIMEOUT_S)
+            got = os.read(rfd, 16) if ready else b""
+        finally:
+            os.close(rfd)
+        if got != b"ready\n":
+            err = b""
+            if self._proc.poll() is not None and self._proc.stderr:
+                err = self._proc.stderr.read()
+            raise EnvError("pc-recorder did not start: " + (err.decode().strip().splitlines() or ["no ready signal"])[0])
+        disk = os.path.join(self._fuse_dir, "disk.img")
+        self._res.append(self.state.record("loop", backing=disk))
+        self._loop = sysres.loop_attach(disk, sector_size=self.sector_size)
+
+    def stop(self) -> str:
+        self.close_mark_fd()
+        for res in reversed(self._res):
+            if res.kind == "process" and self._proc is not None:
+                # The daemon exits by itself once FUSE is unmounted.
+                self._proc.wait(timeout=60)
+            self.state.release(res)
+        self._res.clear()
+        if self._proc is not None and self._proc.returncode not in (0, None):
+            err = self._proc.stderr.read().decode().strip() if self._proc.stderr else ""
+            raise EnvError(f"pc-recorder exited with {self._proc.returncode}: {err.splitlines()[0] if err else ''}")
+        return self.log_path

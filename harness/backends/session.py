@@ -1,0 +1,78 @@
+"""One recording: mkfs on a recorded device, mount, run the workload, unmount.
+
+Shared by every host-side backend: the backend only supplies the device.
+The whole life of the file system is in the log (mkfs included), so the log
+replayed onto a zeroed device of the same size rebuilds every state.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass, field
+from typing import Any
+
+from checkers.recovery import PointInspect
+from harness.foundation import sysres
+from harness.backends.device import RecordedDevice
+from harness.backends.tuning import tuned
+from harness.foundation.errors import EnvError
+from harness.foundation.filesystems import FsType
+from harness.foundation.runstate import RunState
+from workloads.marks import MARK_MKFS, MARK_MOUNTED, MARK_WORKLOAD_END
+from workloads.runner import WorkloadRunner
+
+
+
+@dataclass
+class Recording:
+    log_path: str
+    device_bytes: int
+    sector_size: int
+    workload: dict[str, Any] = field(default_factory=dict)
+    final_image: str | None = None
+    kernel: str = field(default_factory=platform.release)  # the kernel that wrote the log
+    device_tuning: dict[str, str] = field(default_factory=dict)  # sysfs attribute -> value in force
+
+
+def record(device: RecordedDevice, fs: FsType, mkfs_opts: str, mount_opts: str,
+           workload: WorkloadRunner, state: RunState, out_dir: str) -> Recording:
+    with device:
+        with tuned(device.block_device, workload.device) as tuning:
+            p = sysres.run(fs.mkfs_cmd(device.block_device, mkfs_opts), check=False, timeout=600)
+            if p.returncode != 0:
+                raise EnvError(f"mkfs.{fs.name} {mkfs_opts} failed: {(p.stderr or p.stdout).strip().splitlines()[-1:]}")
+            device.mark(MARK_MKFS)
+            mnt = state.subdir("mnt")
+            mount_res = state.record("mount", path=mnt)
+            p = sysres.mount(device.block_device, mnt, fs.name, mount_opts)
+            if p.returncode != 0:
+                state.released(mount_res)
+                raise EnvError(f"mount -o {mount_opts or 'defaults'} failed: {(p.stderr or p.stdout).strip()}")
+            device.mark(MARK_MOUNTED)
+            try:
+                info = workload.run(mnt, device.mark_file, out_dir, state)
+                device.mark(MARK_WORKLOAD_END)
+            finally:
+                state.release(mount_res)
+        log = device.stop()
+    return Recording(log, device.size_bytes, device.sector_size, info, device.final_image(), device_tuning=tuning)
+
+
+@dataclass
+class DeviceBackend:
+    """A host-side backend: it supplies the recorded device, the host does the rest."""
+
+    device_cls: type[RecordedDevice]
+    fault: str | None = None
+    device_opts: dict[str, Any] = field(default_factory=dict)  # extra arguments of device_cls
+
+    def record(self, fs: FsType, mkfs_opts: str, mount_opts: str, workload: WorkloadRunner,
+               state: RunState, out_dir: str, device_bytes: int, log_path: str) -> Recording:
+        device = self.device_cls(state, device_bytes, log_path, fault=self.fault, **self.device_opts)
+        return record(device, fs, mkfs_opts, mount_opts, workload, state, out_dir)
+
+    def recovery(self, fs: FsType, mount_opts: str, state: RunState, inspect: PointInspect | None = None) -> None:
+        return None  # the host kernel recovers crash images (checkers/recovery.py)
+
+    def report_extra(self) -> dict[str, Any]:
+        return {}

@@ -1,0 +1,28 @@
+"""`powercut bench`: speed figures as JSON (see harness/bench.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from harness.bench import bench, owned_file
+from harness.pipeline.run import terminate_as_exception
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    with terminate_as_exception():
+        result = bench(args.quick)
+    text = json.dumps(result, indent=2) + "\n"
+    if args.json:
+        with owned_file(args.json, 0) as fd:
+            os.write(fd, text.encode())
+    print(text, end="")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("bench", help="measure crash states/s, the mount+fsck floor, recorder overhead")
+    p.add_argument("--json", metavar="FILE", help="also write the results to FILE")
+    p.add_argument("--quick", action="store_true", help="one repetition of each measurement (for tests)")
+    p.set_defaults(func=_cmd)

@@ -1,0 +1,176 @@
+"""Running the corpus across a matrix, and judging the results.
+
+Each (entry, row) case runs through the normal pipeline; its verdict (the
+finding kinds, latency aside) is compared with the entry's expectation for
+that row, and, given a baseline results file, with the baseline: verdict
+changes are listed, and an op kind whose p99 or max latency got worse than
+FACTOR x the baseline (and above a floor, to ignore noise on tiny ops) is a
+latency regression.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing
+import os
+import platform
+import subprocess
+import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.foundation import ownership
+from harness.corpus.entries import load_doc, VERDICT_KINDS, Entry, Row
+from harness.foundation.errors import PowercutError, UsageError
+from harness.foundation.filesystems import get_fs
+from harness.pipeline.run import RunConfig, check_tools, run_workload
+
+RESULTS_FORMAT = "powercut-corpus-results/1"
+LATENCY_STATS = ("p99_us", "max_us")
+
+
+@dataclass
+class Case:
+    entry: str
+    row: str
+    fs: str
+    mkfs_opts: str
+    mount_opts: str
+    expected: list[str]
+    verdict: list[str] | None = None          # None: the case could not run
+    error: str = ""
+    report: str = ""
+    crash_states: int = 0
+    latency: dict[str, dict[str, float]] = field(default_factory=dict)
+    regressions: list[str] = field(default_factory=list)
+    baseline_verdict: list[str] | None = None
+    kernel: str = ""                          # the kernel the case ran on (the guest's with --backend vm)
+    may: list[str] = field(default_factory=list)  # kinds allowed besides `expected` (timing-dependent)
+
+    @property
+    def key(self) -> str:
+        return f"{self.entry}@{self.row}"
+
+    @property
+    def unexpected(self) -> bool:
+        if self.verdict is None:
+            return True
+        must = set(self.expected)
+        return not must <= set(self.verdict) <= must | set(self.may)
+
+    @property
+    def failed(self) -> bool:
+        return self.unexpected or bool(self.regressions)
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where every case of a corpus run records and recovers (`--backend`, `--kernel`)."""
+    name: str = "fuse"
+    kernel: str | None = None
+    kernel_modules: str | None = None
+
+
+def host_cannot_run(row: Row) -> str:
+    """Why this host cannot run ROW's file system with the fuse backend ("" if it can)."""
+    try:
+        check_tools(get_fs(row.fs))
+    except PowercutError as e:
+        return str(e)
+    with open("/proc/filesystems") as f:
+        if any(line.split()[-1] == row.fs for line in f if line.strip()):
+            return ""
+    # Not loaded yet: the first mount loads the module, if the kernel has one.
+    probe = subprocess.run(["modprobe", "-n", row.fs], capture_output=True, check=False)
+    return "" if probe.returncode == 0 else f"the kernel has no {row.fs} (not built in, no module)"
+
+
+def run_config(entry: Entry, row: Row, backend: Backend = Backend()) -> RunConfig:
+    fields = {f.name for f in dataclasses.fields(RunConfig)} - {"fs", "mkfs_opts", "mount_opts", "quiet"}
+    bad = set(entry.run) - fields
+    if bad:
+        raise UsageError(f"{entry.path}: unknown run option(s) {', '.join(sorted(bad))}")
+    # The expectations were recorded with in-order crash states only: an entry
+    # opts in to reordering (`"run": {"reorder": ...}`) with verdicts to match.
+    run = {"reorder": "none", **entry.run}
+    return RunConfig(fs=row.fs, mkfs_opts=row.mkfs_opts, mount_opts=row.mount_opts, quiet=True,
+                     backend=backend.name, kernel=backend.kernel, kernel_modules=backend.kernel_modules, **run)
+
+
+def run_case(entry: Entry, row: Row, out_dir: str, backend: Backend = Backend()) -> Case:
+    case = Case(entry.name, row.name, row.fs, row.mkfs_opts, row.mount_opts, entry.expected(row),
+                may=entry.allowed(row))
+    case_dir = ownership.make_dir(os.path.join(out_dir, row.name, entry.name))
+    wl = os.path.join(case_dir, "workload.json")
+    with open(wl, "w") as f:
+        json.dump(entry.workload, f, indent=1)
+    try:
+        report = run_workload(wl, run_config(entry, row, backend), os.path.join(case_dir, "run"))
+    except PowercutError as e:
+        case.error = str(e)
+        return case
+    case.verdict = sorted({f["kind"] for f in report["findings"]} & set(VERDICT_KINDS))
+    case.report = os.path.relpath(report["report_path"], out_dir)
+    case.crash_states = report["crash_states_checked"]
+    case.kernel = report.get("kernel", "")
+    case.latency = {k: {s: v[s] for s in LATENCY_STATS}
+                    for k, v in report.get("latency", {}).get("kinds", {}).items() if v.get("count")}
+    return case
+
+
+def run_cases(todo: list[tuple[Entry, Row]], out_dir: str, backend: Backend = Backend(),
+              jobs: int = 1) -> Iterator[Case]:
+    """Run every (entry, row) case, JOBS at a time, each in its own process; yield them as they finish."""
+    for row_name in {row.name for _, row in todo}:  # made here: workers would race on the parents
+        ownership.make_dir(os.path.join(out_dir, row_name))
+    if jobs <= 1:
+        for entry, row in todo:
+            yield run_case(entry, row, out_dir, backend)
+        return
+    # Processes, not threads: a run installs its SIGTERM handler, which only a main thread may.
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = [pool.submit(run_case, entry, row, out_dir, backend) for entry, row in todo]
+        for future in as_completed(futures):
+            yield future.result()
+
+
+def compare_baseline(cases: list[Case], baseline: dict[str, Any], factor: float, floor_us: float) -> None:
+    base = baseline.get("cases", {})
+    for c in cases:
+        b = base.get(c.key)
+        if not b or c.verdict is None:
+            continue
+        c.baseline_verdict = b.get("verdict")
+        for kind, stats in c.latency.items():
+            for s in LATENCY_STATS:
+                old = b.get("latency", {}).get(kind, {}).get(s)
+                new = stats[s]
+                if old is not None and new > old * factor and new > floor_us:
+                    c.regressions.append(f"{kind} {s} {new:.0f} us > {factor:g} x baseline {old:.0f} us")
+
+
+def load_results(path: str) -> dict[str, Any]:
+    return load_doc(path, RESULTS_FORMAT, "a corpus results file")
+
+
+def results_doc(cases: list[Case], started: float, backend: Backend = Backend()) -> dict[str, Any]:
+    kernels = sorted({c.kernel for c in cases if c.kernel})
+    return {
+        "format": RESULTS_FORMAT,
+        # The kernel under test: the guest's with --backend vm, else the host's.
+        "kernel": ", ".join(kernels) or (backend.kernel or "?" if backend.name == "vm" else platform.release()),
+        "host_kernel": platform.release(),
+        "backend": backend.name,
+        "kernel_spec": backend.kernel,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+        "seconds": round(time.time() - started, 1),
+        "summary": {"cases": len(cases), "unexpected": sum(c.unexpected for c in cases),
+                    "regressions": sum(bool(c.regressions) for c in cases),
+                    "errors": sum(bool(c.error) for c in cases)},
+        "cases": {c.key: {k: v for k, v in dataclasses.asdict(c).items() if k not in ("entry", "row")} | {
+            "entry": c.entry, "row": c.row, "unexpected": c.unexpected} for c in cases},
+    }

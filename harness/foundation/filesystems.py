@@ -1,0 +1,64 @@
+"""One table of what differs between file systems: mkfs, fsck, sizes, recovery.
+
+Everything else in powercut is file-system agnostic and looks things up here.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from harness.foundation.errors import UsageError
+
+
+@dataclass(frozen=True)
+class FsType:
+    name: str
+    mkfs: list[str]            # the device path is appended
+    fsck: list[str]            # read-only check; the image path is appended
+    fsck_package: str
+    default_size_mib: int
+    min_size_mib: int
+    # Extra options for the recovery mount of a crash image: xfs refuses a
+    # second mount of the same UUID, which parallel checking would hit.
+    recovery_opts: list[str] = field(default_factory=list)
+
+    def fsck_failed(self, code: int) -> bool:
+        """Judge fsck by exit code only, never by its text (see block-recording.md)."""
+        if self.name == "ext4":
+            return bool(code & (4 | 8))  # 4: errors left, 8: operational error
+        return code != 0
+
+    def mkfs_cmd(self, dev: str, extra: str) -> list[str]:
+        return self.mkfs + shlex.split(extra) + [dev]
+
+    def fsck_cmd(self, image: str) -> list[str]:
+        return self.fsck + [image]
+
+
+FILESYSTEMS: dict[str, FsType] = {
+    # 4 KiB blocks: mkfs.ext4 otherwise picks 1 KiB for small images.
+    "ext4": FsType("ext4", ["mkfs.ext4", "-q", "-F", "-b", "4096"], ["e2fsck", "-fn"],
+                   "e2fsprogs", 64, 16),
+    # Debian's xfsprogs refuses data devices under 300 MB.
+    "xfs": FsType("xfs", ["mkfs.xfs", "-q", "-f"], ["xfs_repair", "-n", "-f"],
+                  "xfsprogs", 300, 300, ["nouuid"]),
+    "btrfs": FsType("btrfs", ["mkfs.btrfs", "-q", "-f"], ["btrfs", "check", "--readonly"],
+                    "btrfs-progs", 128, 128),
+}
+
+
+def get_fs(name: str) -> FsType:
+    try:
+        return FILESYSTEMS[name]
+    except KeyError:
+        raise UsageError(f"unknown --fs {name!r}: choose one of {', '.join(FILESYSTEMS)}") from None
+
+
+def join_opts(*parts: str | list[str]) -> str:
+    """Join mount option strings/lists into one -o argument, dropping empties."""
+    out: list[str] = []
+    for p in parts:
+        items = p if isinstance(p, list) else p.split(",")
+        out += [i for i in items if i]
+    return ",".join(out)

@@ -1,0 +1,254 @@
+"""The run pipeline as a library: record a workload on a fresh file system,
+check every crash point, build the report. `powercut run`, its comparisons
+(harness/compare.py), fuzz campaigns and the corpus runner all call
+`run_workload` (the report) or `run_checked` (the report and what it was
+built from: findings, the oracle's model, the crash points). `recheck` runs
+only the checking half on a saved run directory, for one crash state: the
+exact state a finding came from, rebuilt from the saved log."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+from checkers.crash_check import Inspect, check_crash_states
+from checkers.findings import Finding
+from checkers.oracle import ContentOracle
+from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
+from harness.foundation import ownership, sysres
+from harness.backends import Backend, DeviceArgs, open_backend, resolve as resolve_backend
+from harness.foundation.errors import Terminated, UsageError
+from harness.foundation.filesystems import FsType, get_fs
+from harness.reports.plots import latency_plots
+from harness.foundation.progress import CrashProgress
+from harness.reports.report import build_report, write_report
+from harness.reports.markdown import write_markdown
+from harness.foundation.runstate import RunState
+from harness.backends.session import Recording
+from harness.foundation.sparse import sparse_copy
+from workloads.runner import ExecutorWorkload, WorkloadRunner, load_runner, read_document
+from replay.crashpoints import DEFAULT as DEFAULT_POINTS, mark_range, parse_spec, select_crash_points
+from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER, CrashState, ReorderSpec
+from replay.logformat import LogReader
+from workloads import scenarios
+from workloads.results import read_records
+
+
+@dataclass
+class RunConfig:
+    fs: str
+    backend: str = "fuse"
+    mkfs_opts: str = ""
+    mount_opts: str | None = None   # None: the workload's suggestion (a scenario's), else none
+    size_mib: int = 0               # 0: the file system's default, or more if the workload asks
+    crash_points: str | None = None  # None: the workload's suggestion, else DEFAULT_POINTS
+    start_mark: str | None = None   # crash points only from this mark ...
+    end_mark: str | None = None     # ... up to this one
+    reorder: str = DEFAULT_REORDER  # crash states per point: replay/crashstates.py
+    states_per_point: int = DEFAULT_PER_POINT
+    jobs: int = 0                   # parallel crash checks; 0: one per CPU
+    first_failure: bool = False
+    fault: str | None = None        # test-only recorder fault mode
+    keep_image: bool = False
+    kernel: str | None = None       # --backend vm: debian:PACKAGE or a kernel image path
+    kernel_modules: str | None = None
+    data_dev: str | None = None     # --backend dm on the user's block devices (else loop devices)
+    log_dev: str | None = None
+    erase_ok: tuple[str, ...] = ()  # --i-know-this-erases DEV, repeated
+    quiet: bool = False             # no crash-walk progress (campaigns print their own)
+    markdown: bool = False          # also write OUT/report.md with latency figures (powercut run)
+
+    def reorder_spec(self) -> ReorderSpec:
+        """The crash-state options, checked (before a long recording, not after)."""
+        if self.jobs < 0:
+            raise UsageError(f"--jobs {self.jobs}: must be at least 1 (0: one per CPU)")
+        return ReorderSpec.parse(self.reorder, self.states_per_point)
+
+    def check(self) -> FsType:
+        """The options that need no workload, checked before anything is made (UsageError)."""
+        fs = get_fs(self.fs)
+        if self.size_mib:
+            check_size(fs, self.size_mib)
+        parse_spec(self.crash_points or DEFAULT_POINTS)
+        self.reorder_spec()
+        return fs
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+@dataclass
+class RunResult:
+    report: dict[str, Any]
+    findings: list[Finding]
+    checks: WorkloadChecks          # the oracle (and its model of the workload) for JSON workloads
+    log_path: str
+    points: list[int]               # the crash points checked
+
+
+def check_size(fs: FsType, size_mib: int) -> None:
+    if size_mib < fs.min_size_mib:
+        raise UsageError(f"--size {size_mib} MiB is too small for {fs.name} (minimum {fs.min_size_mib} MiB)")
+
+
+def default_out_dir(name: str, fs: str) -> str:
+    return os.path.join("out", f"{name}-{fs}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+@contextmanager
+def terminate_as_exception() -> Iterator[None]:
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated("terminated")
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def keep_image(src: str, dst: str) -> None:
+    fd = ownership.create_file(dst)
+    try:
+        sparse_copy(src, fd)
+    finally:
+        os.close(fd)
+
+
+def check_tools(fs: FsType) -> None:
+    sysres.require_tools(fs.mkfs[0], fs.fsck[0], "mount", "umount", "losetup")
+
+
+def _state_inspector(oracle: ContentOracle) -> Inspect:
+    def inspect(mnt: str, cs: CrashState) -> list[Finding]:
+        return oracle.inspect(mnt, cs.point, cs.id)
+    return inspect
+
+
+def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -> dict[str, Any]:
+    """Record WORKLOAD under CFG into OUT_DIR (created, or reused if powercut made
+    it), check every crash point, write OUT_DIR/report.json; return the report
+    (with `report_path`). Everything the run created is torn down, whatever happens."""
+    return run_checked(workload, cfg, out_dir).report
+
+
+def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
+                inspect_extra: Inspect | None = None) -> RunResult:
+    """run_workload, returning what the report was built from too. INSPECT_EXTRA
+    also reads every recovered crash image (after the content oracle)."""
+    fs = get_fs(cfg.fs)
+    cfg = dataclasses.replace(cfg, backend=resolve_backend(cfg.backend))  # the report names the real one
+    if isinstance(workload, str):
+        workload = load_runner(workload)
+    size_mib = cfg.size_mib or max(fs.default_size_mib, workload.device.size_mib or 0)
+    check_size(fs, size_mib)
+    mount_opts = cfg.mount_opts if cfg.mount_opts is not None else workload.run_defaults.get("mount_opts", "")
+    kinds = cfg.crash_points or workload.run_defaults.get("crash_points", DEFAULT_POINTS)
+    parse_spec(kinds)  # a bad spec fails before anything is recorded
+    cfg.reorder_spec()
+    check_tools(fs)
+    backend = open_backend(cfg.backend, fs, workload, fault=cfg.fault, kernel=cfg.kernel,
+                           kernel_modules=cfg.kernel_modules,
+                           devices=DeviceArgs(cfg.data_dev, cfg.log_dev, tuple(cfg.erase_ok)))
+    out_dir = ownership.make_dir(out_dir)
+    log_path = os.path.join(out_dir, "recording.log")
+
+    state = RunState.create(f"run {workload.name}")
+    try:
+        with terminate_as_exception():
+            rec = backend.record(fs, cfg.mkfs_opts, mount_opts, workload, state, out_dir, size_mib << 20, log_path)
+            if cfg.keep_image and rec.final_image:
+                keep_image(rec.final_image, os.path.join(out_dir, "final.img"))
+            result = _check(rec, workload, fs, cfg, mount_opts, kinds, backend, state, inspect_extra)
+    finally:
+        state.teardown_or_warn()
+    result.report["report_path"] = write_report(out_dir, result.report)
+    if cfg.markdown:
+        result.report["markdown_path"] = write_markdown(out_dir, result.report)
+    return result
+
+
+def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig, mount_opts: str, kinds: str,
+           backend: Backend, state: RunState, inspect_extra: Inspect | None,
+           state_ids: tuple[str, ...] = ()) -> RunResult:
+    """The checking half of a run: every crash state of REC's log (or only STATE_IDS), the report."""
+    out_dir = os.path.dirname(rec.log_path)
+    reader = LogReader(rec.log_path)
+    first, last = mark_range(reader, cfg.start_mark, cfg.end_mark)
+    points = select_crash_points(reader.entries(), kinds, first=first, last=last)
+    checks = WorkloadChecks()
+    inspect: Inspect | None = None
+    if isinstance(workload, ExecutorWorkload):
+        checks = prepare(workload.workload, workload.plan, records_path(out_dir, rec.workload), reader, fs.name)
+        if checks.oracle is not None:
+            inspect = _state_inspector(checks.oracle)
+    inspect = _combine(inspect, inspect_extra)
+    with (nullcontext() if cfg.quiet else CrashProgress(f"checking {fs.name}")) as progress:
+        result = check_crash_states(rec.log_path, points, fs=fs, mount_opts=mount_opts,
+                                    device_bytes=rec.device_bytes, state=state, reorder=cfg.reorder_spec(),
+                                    jobs=cfg.jobs, first_failure=cfg.first_failure, inspect=inspect,
+                                    engine=backend.recovery(fs, mount_opts, state, inspect),
+                                    progress=progress, only=state_ids)
+    finish(checks)
+    findings = checks.findings + result.findings
+    extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report, **backend.report_extra(),
+             "reorder": cfg.reorder, "crash_states_total": result.states_total,
+             "crash_states_duplicate": result.states_duplicate, "stopped_at_first_failure": result.stopped_early,
+             "mount_retries": result.mount_retries}
+    if isinstance(workload, ExecutorWorkload):
+        results = read_records(records_path(out_dir, rec.workload), workload.plan)
+        section = scenarios.section(workload.workload, results,
+                                    {"sysctls": rec.workload.get("sysctls", {}), "device_tuning": rec.device_tuning,
+                                     "torn_writes": checks.report.get("torn_writes")})
+        if section:
+            extra["scenario"] = section
+        if cfg.markdown:
+            limits = {k: b.max_us for k, b in workload.workload.budgets.items() if b.max_us is not None}
+            extra["latency"]["plots"] = latency_plots(results, out_dir, limits)
+    report = build_report(fs=fs.name, mkfs_opts=cfg.mkfs_opts, mount_opts=mount_opts, backend=cfg.backend,
+                          kernel=rec.kernel, workload={"name": workload.name, **rec.workload}, log_path=rec.log_path,
+                          log_entries=reader.nr_entries, device_bytes=rec.device_bytes,
+                          sector_size=rec.sector_size, crash_points=len(points),
+                          states_checked=result.states_checked, findings=findings, extra=extra)
+    return RunResult(report, findings, checks, rec.log_path, points)
+
+
+def _combine(a: Inspect | None, b: Inspect | None) -> Inspect | None:
+    if a is None or b is None:
+        return a or b
+    return lambda mnt, cs: a(mnt, cs) + b(mnt, cs)
+
+
+def recheck(run_dir: str, state_id: str) -> RunResult:
+    """Check one crash state of the run saved in RUN_DIR again, rebuilt from its log
+    (no new recording) and recovered by this host's kernel."""
+    try:
+        with open(os.path.join(run_dir, "report.json")) as f:
+            saved = json.load(f)
+        info = saved["workload"]
+        cfg = RunConfig(fs=saved["fs"], mkfs_opts=saved["mkfs_opts"], mount_opts=saved["mount_opts"],
+                        reorder=saved.get("reorder", DEFAULT_REORDER), quiet=True)
+    except (OSError, json.JSONDecodeError, KeyError) as e:
+        raise UsageError(f"{run_dir}: not a powercut run directory ({e})") from None
+    if info.get("type") != "json":
+        raise UsageError(f"{run_dir}: only runs of JSON workloads can be re-checked")
+    workload = ExecutorWorkload(read_document(os.path.join(run_dir, info["saved"])), {"file": info["saved"]})
+    fs = cfg.check()
+    check_tools(fs)
+    rec = Recording(os.path.join(run_dir, saved["log"]), saved["device_bytes"], saved["sector_size"], info,
+                    kernel=saved["kernel"], device_tuning=saved.get("device_tuning", {}))
+    backend = open_backend("fuse", fs, workload)  # recovery by this host's kernel
+    state = RunState.create(f"recheck {run_dir}")
+    try:
+        with terminate_as_exception():
+            return _check(rec, workload, fs, cfg, cfg.mount_opts or "", saved.get("crash_point_kinds", DEFAULT_POINTS),
+                          backend, state, None, (state_id,))
+    finally:
+        state.teardown_or_warn()

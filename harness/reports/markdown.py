@@ -1,0 +1,139 @@
+"""report.md: a run's report.json as Markdown, with its latency figures.
+
+Everything shown is read from the report dict (and the PNGs it names), so
+the Markdown never says anything report.json does not.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from harness.foundation.mdtable import table
+from replay.crashpoints import DEFAULT as DEFAULT_POINTS
+from workloads import scenarios
+
+MAX_FINDINGS = 50
+STAT_COLUMNS = ["count", "avg_us", "p50_us", "p99_us", "p999_us", "max_us", "deadline_misses", "budget_violations"]
+
+
+def stats_table(by_kind: dict[str, dict[str, Any]]) -> list[str]:
+    """One row per op kind with the latency columns of checkers.latency."""
+    return table(["op", "count", "avg us", "p50 us", "p99 us", "p99.9 us", "max us", "deadline misses",
+                  "budget violations", "errors"],
+                 [[k, *(s[c] for c in STAT_COLUMNS), s["errors"]] for k, s in by_kind.items()])
+
+
+def reproduce_command(report: dict[str, Any], out_dir: str) -> str | None:
+    """The `powercut run` command that reruns this run's saved workload, if it has one."""
+    saved = report["workload"].get("saved")
+    if not saved:
+        return None
+    cmd = ["powercut", "run", os.path.join(out_dir, saved), "--fs", report["fs"]]
+    for flag, key in (("--mkfs-opts", "mkfs_opts"), ("--mount-opts", "mount_opts")):
+        if report.get(key):
+            cmd += [flag, report[key]]
+    if report.get("crash_point_kinds", DEFAULT_POINTS) != DEFAULT_POINTS:
+        cmd += ["--crash-points", report["crash_point_kinds"]]
+    return shlex.join(cmd)
+
+
+def _run_section(report: dict[str, Any], out_dir: str) -> list[str]:
+    w = report["workload"]
+    gen = w.get("scenario")
+    what = (f"scenario `{gen['name']}`, scale {gen['scale']}" if gen else
+            f"`{w.get('file') or shlex.join(w.get('command', []))}`")
+    device = f"{report['device_bytes'] >> 20} MiB, {report['sector_size']}-byte sectors"
+    if report.get("device_tuning"):
+        device += "; " + ", ".join(f"{k} = {v}" for k, v in report["device_tuning"].items())
+    rows = [
+        ["file system", f"{report['fs']} (mkfs: {report['mkfs_opts'] or 'defaults'}; "
+                        f"mount: {report['mount_opts'] or 'defaults'})"],
+        ["backend, kernel", f"{report['backend']}, {report['kernel']}"],
+        ["device", device],
+        ["workload", what + (f" (exit {w['exit_code']})" if w.get("exit_code") else "")],
+        ["log", f"{report['log']}: {report['log_entries']} entries"],
+        ["crash states checked", f"{report['crash_states_checked']} at {report['crash_points']} crash points "
+                                 f"({report.get('crash_point_kinds', 'default')}; reorder: {report.get('reorder', 'none')})"],
+        ["findings", ", ".join(f"{k} {n}" for k, n in sorted(Counter(f["kind"] for f in report["findings"]).items()))
+         or "none"],
+    ]
+    if w.get("sysctls"):
+        rows.append(["sysctls", ", ".join(f"{k} = {v}" for k, v in w["sysctls"].items())])
+    cmd = reproduce_command(report, out_dir)
+    if cmd:
+        rows.append(["rerun", f"`{cmd}`"])
+    return ["## Run", "", *table(["", ""], rows)]
+
+
+def _findings_section(findings: list[dict[str, Any]]) -> list[str]:
+    out = ["## Findings", ""]
+    if not findings:
+        return out + ["None: every crash state recovered and passed fsck, and no latency budget was exceeded."]
+    out += table(["kind", "crash point", "last mark", "detail"],
+                 [[f["kind"], f.get("crash_point", ""), f"`{f['crash_mark']}`" if f.get("crash_mark") else "",
+                   f["detail"].splitlines()[0][:200]] for f in findings[:MAX_FINDINGS]])
+    if len(findings) > MAX_FINDINGS:
+        out += ["", f"... and {len(findings) - MAX_FINDINGS} more in report.json."]
+    return out
+
+
+def _latency_section(lat: dict[str, Any]) -> list[str]:
+    ov, between = lat["overhead_ns"], lat["between_ops"]
+    out = ["## Latency", "",
+           f"Workload time {lat['duration_us'] / 1e6:.3f} s. Timing overhead inside every measured latency "
+           f"(the executor's two clock reads): {ov['min']} ns min, {ov['median']} ns median. "
+           f"The executor's own time between two ops of a thread (data pattern, mark write): "
+           f"p50 {between['p50_us']} us, p99 {between['p99_us']} us, max {between['max_us']} us.",
+           "", "### All threads", "", *stats_table(lat["kinds"])]
+    for name, kinds in lat["threads"].items():
+        out += ["", f"### Thread `{name}`", "", *stats_table(kinds)]
+    if lat["repeats"]:
+        out += ["", "### Periodic repeats", "",
+                *table(["repeat", "thread", "period us", "iterations", "deadline misses", "p99 late us", "max late us"],
+                       [[k, r["thread"], r["period_us"], r["iterations"], r["deadline_misses"], r["p99_late_us"],
+                         r["max_late_us"]] for k, r in lat["repeats"].items()])]
+    return out
+
+
+def _records_section(records: dict[str, Any]) -> list[str]:
+    """The content oracle's loss window of a periodic recorder (report.json `design.records`)."""
+    return ["## Records after a crash", "",
+            "What the content oracle found of the declared records (`invariants.records`) at every crash point:", "",
+            *table(["crash points", "max records lost", "max ms of recording lost", "median records lost",
+                    "torn tails"],
+                   [[records["crash_points"], records["max_loss_records"], records["max_loss_ms"],
+                     records["median_loss_records"], records["torn_tails"]]])]
+
+
+def _figures_section(plots: dict[str, dict[str, str]]) -> list[str]:
+    out = ["## Figures"]
+    for kind, files in plots.items():
+        out += ["", f"### {kind}", "", f"![{kind} latency CDF]({files['cdf']})", "",
+                f"![{kind} latency over time]({files['time']})"]
+    return out
+
+
+def render(report: dict[str, Any], out_dir: str) -> str:
+    lines = [f"# powercut: {report['workload'].get('name', '')} on {report['fs']}", "",
+             *_run_section(report, out_dir), "", *_findings_section(report["findings"])]
+    if "latency" in report:
+        lines += ["", *_latency_section(report["latency"])]
+    if "scenario" in report:
+        sec = report["scenario"]
+        lines += ["", f"## Scenario `{sec['name']}`", "", *scenarios.get(sec["name"]).render(sec)]
+    if report.get("design", {}).get("records"):
+        lines += ["", *_records_section(report["design"]["records"])]
+    if report.get("latency", {}).get("plots"):
+        lines += ["", *_figures_section(report["latency"]["plots"])]
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(out_dir: str, report: dict[str, Any]) -> str:
+    path = os.path.join(out_dir, "report.md")
+    with open(path, "w") as f:
+        f.write(render(report, out_dir))
+    return path

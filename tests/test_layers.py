@@ -1,0 +1,107 @@
+"""The import rule: a module imports only from its own layer or the layers below.
+
+Layers, bottom to top (README "Layout"): foundation, model (workloads,
+replay), checks, backends, reports, pipeline, campaigns (corpus, bench,
+fuzz), commands. The rule is read from the source (ast), so a lazy import
+inside a function counts as much as one at the top.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("harness", "workloads", "replay", "checkers", "fuzz")
+
+# (layer name, module prefixes); a module belongs to the first layer with the longest matching prefix.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("foundation", ("harness.foundation",)),
+    ("model", ("workloads", "replay")),
+    ("checks", ("checkers",)),
+    ("backends", ("harness.backends",)),
+    ("reports", ("harness.reports",)),
+    ("pipeline", ("harness.pipeline",)),
+    ("campaigns", ("harness.corpus", "harness.bench", "fuzz")),
+    ("commands", ("harness.commands", "harness.__main__")),
+]
+
+
+def layer_of(module: str) -> int | None:
+    best: tuple[int, int] | None = None  # (prefix length, layer index)
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if module == prefix or module.startswith(prefix + "."):
+                if best is None or len(prefix) > best[0]:
+                    best = (len(prefix), index)
+    return None if best is None else best[1]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    """(line, module) for every import of the project's own packages in PATH."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # `from pkg import mod` imports pkg.mod when that is a module
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                is_module = (ROOT / sub.replace(".", "/")).with_suffix(".py").exists() or \
+                    (ROOT / sub.replace(".", "/") / "__init__.py").exists()
+                found.append((node.lineno, sub if is_module else node.module))
+    return [(line, m) for line, m in found if m.split(".")[0] in PACKAGES]
+
+
+def violations(paths: list[Path]) -> list[str]:
+    bad = []
+    for path in paths:
+        me = module_name(path)
+        mine = layer_of(me)
+        if mine is None:
+            bad.append(f"{path.relative_to(ROOT)}: module {me} belongs to no layer")
+            continue
+        for line, target in imported_modules(path):
+            theirs = layer_of(target)
+            if theirs is None:
+                bad.append(f"{path.relative_to(ROOT)}:{line}: imports {target}, which belongs to no layer")
+            elif theirs > mine:
+                bad.append(f"{path.relative_to(ROOT)}:{line}: {LAYERS[mine][0]} imports "
+                           f"{target} ({LAYERS[theirs][0]})")
+    return bad
+
+
+def project_sources() -> list[Path]:
+    """Every module of the project but the top-level package markers (empty __init__.py)."""
+    return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py") if module_name(p) not in PACKAGES)
+
+
+def test_imports_only_go_down() -> None:
+    bad = violations(project_sources())
+    assert not bad, "imports that go up a layer:\n" + "\n".join(bad)
+
+
+def test_the_check_catches_an_upward_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A foundation module that imports a check must be reported.
+    planted = ROOT / "harness" / "foundation" / "_planted_upward_import.py"
+    planted.write_text("from checkers.oracle import ContentOracle\n")
+    try:
+        bad = violations([planted])
+    finally:
+        planted.unlink()
+    assert len(bad) == 1 and "foundation imports checkers.oracle (checks)" in bad[0]
+
+
+def test_every_layer_has_modules() -> None:
+    layers = {layer_of(module_name(p)) for p in project_sources()}
+    assert layers == set(range(len(LAYERS)))

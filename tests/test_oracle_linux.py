@@ -1,0 +1,178 @@
+"""The linux tier's rules (checkers/fsrules.py), one test per rule: a real
+pc-exec run on a scratch directory gives the records and marks; the test then
+turns the directory into the outcome the xfstests test behind the rule guards
+against and hands it to the oracle: a finding under `linux` on the file
+systems the rule holds on, none on the legal states, none under `posix`,
+none where the rule names an exception (btrfs, ext4 without a journal)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from checkers.fsrules import RULES, Semantics
+from checkers.oracle import ContentOracle
+from test_oracle import Run
+
+FS = ["ext4", "xfs", "btrfs"]
+
+
+def rules(run: Run, point: int, fs: str, tier: str = "linux", mkfs_opts: str = "") -> list[str]:
+    oracle = ContentOracle(run.history, run.plan.wid, fs, semantics=Semantics(tier, fs, mkfs_opts))
+    return [f.evidence["rule"] for f in oracle.inspect(str(run.dir), point)]
+
+
+def op(kind: str, **fields) -> dict:
+    return {"op": kind, **fields}
+
+
+def create(path: str, fd: str = "f", length: int = 4096) -> list[dict]:
+    ops = [op("open", path=path, flags=["O_CREAT", "O_RDWR"], fd=fd)]
+    return ops + [op("pwrite", fd=fd, offset=0, length=length)] if length else ops
+
+
+def fsync_dir(path: str) -> list[dict]:
+    return [op("open", path=path, flags=["O_RDONLY"], fd="d"), op("fsync", fd="d"), op("close", fd="d")]
+
+
+def last(run: Run) -> int:
+    return run.marks[-1][0]
+
+
+def test_every_linux_rule_cites_tests_and_names_its_file_systems() -> None:
+    linux = [r for r in RULES.values() if r.tier == "linux"]
+    assert {r.name for r in linux} >= {"fsync-names", "fsync-dir-entries", "fsync-unlinked", "fallocate-fsync",
+                                       "ordered-metadata"}
+    for r in linux:
+        assert r.fs and "generic/" in r.reference or "LKML" in r.reference, r.name
+    assert "btrfs" not in RULES["ordered-metadata"].fs
+
+
+@pytest.mark.parametrize("fs", FS)
+def test_fsync_after_rename_makes_the_new_name_durable(tmp_path: Path, fs: str) -> None:
+    """generic/322, 376, 534: the renamed file, fsynced, is at its new name only."""
+    ops = [op("mkdir", path="d")] + create("d/foo") + [op("sync"), op("rename", **{"from": "d/foo", "to": "d/bar"}),
+                                                       op("fsync", fd="f"), op("close", fd="f")]
+    run = Run(tmp_path, ops)
+    assert rules(run, last(run), fs) == []
+    os.rename(run.dir / "d/bar", run.dir / "d/foo")  # the rename lost
+    assert rules(run, run.before(4), fs) == []       # legal before the fsync returned
+    assert rules(run, last(run), fs) == ["fsync-names", "fsync-names"]  # bar missing, foo back
+    assert rules(run, last(run), fs, tier="posix") == []
+    assert rules(run, last(run), "ext4", mkfs_opts="-O ^has_journal") == []
+
+
+@pytest.mark.parametrize("fs", FS)
+def test_fsync_of_a_new_hard_link_makes_it_durable(tmp_path: Path, fs: str) -> None:
+    """generic/343: a new link, the file fsynced: both names present."""
+    ops = create("foo") + [op("sync"), op("link", **{"from": "foo", "to": "bar"}), op("fsync", fd="f")]
+    run = Run(tmp_path, ops)
+    assert rules(run, last(run), fs) == []
+    os.unlink(run.dir / "bar")
+    assert rules(run, run.before(4), fs) == []
+    assert rules(run, last(run), fs) == ["fsync-names"]
+    assert rules(run, last(run), fs, tier="posix") == []
+
+
+@pytest.mark.parametrize("fs", FS)
+def test_fsync_after_removing_a_link_keeps_it_removed(tmp_path: Path, fs: str) -> None:
+    """generic/336: one link of a file unlinked, the file fsynced: the link stays gone."""
+    ops = create("foo") + [op("link", **{"from": "foo", "to": "bar"}), op("sync"), op("unlink", path="bar"),
+                           op("fsync", fd="f")]
+    run = Run(tmp_path, ops)
+    assert rules(run, last(run), fs) == []
+    os.link(run.dir / "foo", run.dir / "bar")  # the unlink lost
+    assert rules(run, run.before(5), fs) == []
+    assert rules(run, last(run), fs) == ["fsync-names"]
+
+
+@pytest.mark.parametrize("fs", FS)
+def test_fsync_of_an_unlinked_file_persists_the_deletion(tmp_path: Path, fs: str) -> None:
+    """generic/764, 771: fsync through an fd whose file has no name left: it stays deleted."""
+    ops = create("foo", length=0) + [op("sync"), op("unlink", path="foo"), op("fsync", fd="f"), op("close", fd="f")]
+    run = Run(tmp_path, ops)
+    assert rules(run, last(run), fs) == []
+    (run.dir / "foo").write_bytes(b"")  # the (empty) file back after the crash
+    assert rules(run, run.before(3), fs) == []
+    assert rules(run, last(run), fs) == ["fsync-unlinked"]
+    assert rules(run, last(run), fs, tier="posix") == []
+
+
+@pytest.mark.parametrize("fs", FS)
+def test_fsync_of_a_directory_persists_its_entries_and_its_own_name(tmp_path: Path, fs: str) -> None:
+    """generic/348, 690, 779 (symlinks), 782 (root), 498 (the new directory itself)."""
+    ops = ([op("mkdir", path="A"), op("sync"), op("symlink", target="t1", path="A/s"),
+            op("rename", **{"from": "A/s", "to": "A/s2"}), op("mkdir", path="B"), op("mkdir", path="B/C")]
+           + fsync_dir("A") + fsync_dir(".") + fsync_dir("B/C"))
+    run = Run(tmp_path, ops)
+    assert rules(run, last(run), fs) == []
+    os.rename(run.dir / "A/s2", run.dir / "A/s")  # the symlink under its old name
+    # Before any fsync: the rename lost but the later mkdir B kept is no prefix of the ops.
+    assert rules(run, run.before(7), fs) == ([] if fs == "btrfs" else ["ordered-metadata"])
+    assert sorted(rules(run, last(run), fs)) == ["fsync-dir-entries", "fsync-dir-entries"]  # s2 missing, s back
+    os.rename(run.dir / "A/s", run.dir / "A/s2")
+    os.rmdir(run.dir / "B/C")
+    os.rmdir(run.dir / "B")  # the root's new entry B lost: fsync(".") and, later, fsync(B/C) promised it
+    assert rules(run, last(run), fs) == ["fsync-names"]
+    assert rules(run, run.after(10), fs) == ["fsync-dir-entries"]  # after fsync("."), before fsync(B/C)
+    assert rules(run, last(run), fs, tier="posix") == ["fsync-new-name"]
+    os.mkdir(run.dir / "B")  # B back, B/C (fsynced itself) still missing: only the linux tier requires it
+    assert rules(run, last(run), fs) == ["fsync-names"]
+    assert rules(run, last(run), fs, tier="posix") == []
+
+
+@pytest.mark.parametrize("fs", FS)
+def test_fallocate_past_eof_and_fsync_keep_size_and_blocks(tmp_path: Path, fs: str) -> None:
+    """generic/483 (KEEP_SIZE: blocks kept past EOF), 512 (no KEEP_SIZE: the new size)."""
+    ops = (create("k") + [op("fallocate", fd="f", mode=["KEEP_SIZE"], offset=4096, length=1 << 20),
+                          op("fsync", fd="f")]
+           + create("g", fd="g") + [op("fallocate", fd="g", mode=[], offset=4096, length=65536),
+                                    op("fsync", fd="g")])
+    run = Run(tmp_path, ops)
+    if os.stat(run.dir / "k").st_blocks * 512 < 1 << 20:
+        pytest.skip("the scratch file system does not keep fallocated blocks")
+    assert rules(run, last(run), fs) == []
+    data = (run.dir / "k").read_bytes()
+    os.unlink(run.dir / "k")
+    (run.dir / "k").write_bytes(data)  # same bytes and size, the reserved blocks gone
+    assert rules(run, last(run), fs) == ["fallocate-fsync"]
+    assert rules(run, last(run), fs, tier="posix") == []
+    os.truncate(run.dir / "g", 4096)  # the grown size lost: fsync-data, both tiers
+    assert sorted(rules(run, last(run), fs)) == ["fallocate-fsync", "fsync-data"]
+
+
+@pytest.mark.parametrize("fs", FS)
+def test_fsync_of_a_parent_persists_an_earlier_move_except_on_btrfs(tmp_path: Path, fs: str) -> None:
+    """generic/335: foo moved from a/b to c, a/bar created, a fsynced: foo is only in c
+    on ext4 and xfs (ordered metadata); btrfs is excused by the test itself."""
+    ops = ([op("mkdir", path="a"), op("mkdir", path="a/b"), op("mkdir", path="c")] + create("a/b/foo")
+           + [op("close", fd="f"), op("sync"), op("rename", **{"from": "a/b/foo", "to": "c/foo"})]
+           + create("a/bar", fd="g") + [op("close", fd="g")] + fsync_dir("a"))
+    run = Run(tmp_path, ops)
+    assert rules(run, last(run), fs) == []
+    os.rename(run.dir / "c/foo", run.dir / "a/b/foo")  # the move lost, a/bar kept
+    expected = ["ordered-metadata", "ordered-metadata"] if fs != "btrfs" else []
+    assert sorted(rules(run, last(run), fs)) == expected
+    assert rules(run, last(run), fs, tier="posix") == []
+    # Before the fsync, a/bar kept with the earlier move lost is no prefix (ext4, xfs);
+    # both lost is.
+    assert rules(run, run.before(12), fs) == ([] if fs == "btrfs" else ["ordered-metadata"])
+    os.unlink(run.dir / "a/bar")
+    assert rules(run, run.before(12), fs) == []
+
+
+@pytest.mark.parametrize("fs", FS)
+def test_names_are_a_prefix_of_the_namespace_ops_on_ext4_and_xfs(tmp_path: Path, fs: str) -> None:
+    """Ordered metadata without any fsync: x created before y, so y without x
+    is no prefix (LKML 2018-09-14, Dave Chinner); btrfs: not claimed here."""
+    ops = [op("mkdir", path="x"), op("mkdir", path="y"), op("mkdir", path="z")]
+    run = Run(tmp_path, ops)
+    assert rules(run, last(run), fs) == []
+    os.rmdir(run.dir / "z")  # a suffix lost: legal everywhere
+    assert rules(run, last(run), fs) == []
+    os.rmdir(run.dir / "x")  # y and not x: not a prefix
+    assert rules(run, last(run), fs) == (["ordered-metadata"] if fs != "btrfs" else [])
+    assert rules(run, last(run), fs, tier="posix") == []
+    assert rules(run, last(run), "ext4", mkfs_opts="-O ^has_journal") == []
