@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BUILD, WORKLOADS, PcEnv, needs_root_stack
-from harness.errors import UsageError
+from harness.foundation.errors import UsageError
 from test_oracle import Run
 from workloads.format import parse_workload
 from workloads.pattern import generate
@@ -212,3 +212,22 @@ def test_ext4_refuses_atomic_writes_and_nothing_is_found(pc: PcEnv) -> None:
     out = Path(r["out"])
     recs = read_records(out / r["workload"]["records"], parse_workload(json.loads((out / "workload.json").read_text())))
     assert {x.errno for x in recs.records if x.kind == "pwritev2"} == {95}  # EOPNOTSUPP: ext4 without a device that does atomic writes
+
+
+@pytest.mark.e2e
+@needs_root_stack
+def test_torn_pages_scenario_counts_torn_pages_without_atomic_writes_only(pc: PcEnv) -> None:
+    out = pc.tmp / "torn"
+    p = pc.run("run", "scenario:torn-pages", "--scale", "0.125", "--fs", "xfs", "--mkfs-opts", "-m reflink=1",
+               "--reorder", "drop-one,torn", "--jobs", "2", "--param-matrix", "atomic=0;1", "--out", str(out))
+    assert p.returncode == 0, p.stdout + p.stderr
+    plain, atomic = (json.loads((out / d / "report.json").read_text())["scenario"] for d in ("1-atomic_0", "2-atomic_1"))
+    if not atomic["statx"]["supported"]:
+        pytest.skip(f"this kernel's xfs does no untorn writes on a loop device: {atomic['statx']}")
+    assert plain["pages_written"] == atomic["pages_written"] == 8 and atomic["refused"] == 0
+    assert plain["states_with_torn_pages"] > 0 and plain["torn_pages_max"] >= 1
+    assert atomic["states_with_torn_pages"] == 0 and atomic["crash_states"] > 0
+    assert sum(plain["torn_per_state"].values()) == plain["crash_states"]
+    compare = json.loads((out / "report.json").read_text())
+    assert [v["findings"] for v in compare["variants"]] == [0, 0]
+    assert compare["variants"][0]["headline"]["states with torn pages"] == plain["states_with_torn_pages"]
