@@ -39,6 +39,9 @@ class Verdict:
     fsck_failed: bool = False
     fsck_output: str = ""
     content: list[Finding] = field(default_factory=list)   # the inspector's findings
+    # The kernel reported a bug of its own (panic, oops, BUG, WARNING, hang)
+    # while recovering this image: {"event", "line", "console", "phase"}.
+    kernel: dict[str, str] | None = None
 
 
 def inspect_read_only(image: str, fs: FsType, mnt: str, state: RunState, inspect: MountInspect) -> list[Finding]:
@@ -56,6 +59,10 @@ def inspect_read_only(image: str, fs: FsType, mnt: str, state: RunState, inspect
                             evidence={"mount_error": err})]
         try:
             return inspect(mnt)
+        except OSError as e:  # as in recover_and_check: the file system says what it read is corrupt
+            if e.errno not in CORRUPTION_ERRNOS:
+                raise
+            return [corruption_finding(e, mnt)]
         finally:
             state.release(mount_res)
     finally:

@@ -17,6 +17,7 @@ from typing import Any
 from checkers.crash_check import Inspect
 from checkers.findings import KINDS, Finding
 from fuzz.layout import fresh_dir
+from harness.backends import BackendOpener
 from harness.pipeline.run import RunConfig, RunResult, run_checked
 from workloads.runner import ExecutorWorkload
 from workloads.marks import parse_mark
@@ -75,7 +76,8 @@ class Trial:
         return {"t": round(time.time(), 3), "name": self.doc["name"], "ops": op_count(self.doc),
                 "states": self.result.report["crash_states_checked"], "entries": self.result.report["log_entries"],
                 "seconds": round(self.seconds, 3), "kinds": kinds,
-                "mount_retries": len(self.result.report.get("mount_retries", [])), **extra}
+                "mount_retries": len(self.result.report.get("mount_retries", [])),
+                "recovery_states": (self.result.report.get("recovery_crash") or {}).get("states_checked", 0), **extra}
 
 
 def op_count(doc: dict[str, Any]) -> int:
@@ -83,11 +85,11 @@ def op_count(doc: dict[str, Any]) -> int:
 
 
 def run_doc(doc: dict[str, Any], cfg: RunConfig, work_dir: str,
-            inspect_extra: Inspect | None = None) -> Trial:
+            inspect_extra: Inspect | None = None, opener: BackendOpener | None = None) -> Trial:
     """Run workload DOC in WORK_DIR/run (replacing what was there); the run directory
     keeps the workload, log, records and report: everything `powercut recheck` needs."""
     out = fresh_dir(os.path.join(work_dir, RUN_DIR))
     workload = ExecutorWorkload(doc, {"generated": doc["name"]})  # saves OUT/workload.json
     t0 = time.monotonic()
-    result = run_checked(workload, cfg, out, inspect_extra)
+    result = run_checked(workload, cfg, out, inspect_extra, opener)
     return Trial(doc, out, result, workload.plan, time.monotonic() - t0)

@@ -16,6 +16,7 @@ from typing import Any
 
 from checkers.crash_check import Inspect
 from checkers.findings import Finding
+from harness.backends import BackendOpener
 from harness.foundation.errors import PowercutError, Terminated
 from harness.pipeline.run import RunConfig
 from fuzz.layout import CampaignDir, remove_owned
@@ -44,6 +45,7 @@ class Worker:
     stop: Event
     options: dict[str, Any] = field(default_factory=dict)
     errors: int = 0
+    opener: BackendOpener | None = None   # the worker's live vm guest (--backend vm)
 
     def __post_init__(self) -> None:
         self.store = FindingStore(self.campaign.sub("findings"))
@@ -56,7 +58,7 @@ class Worker:
             **journal: Any) -> Trial | None:
         """Run DOC and journal it; None if the harness failed (journaled too; repeated failures stop the worker)."""
         try:
-            trial = run_doc(doc, self.cfg, self.work, inspect_extra)
+            trial = run_doc(doc, self.cfg, self.work, inspect_extra, self.opener)
         except Terminated as e:  # the run has torn down: now stop the worker
             raise Stopped() from e
         except PowercutError as e:

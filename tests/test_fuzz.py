@@ -179,3 +179,17 @@ def test_minimize_shrinks_a_given_workload(pc: PcEnv) -> None:
     assert len(shrunk) < len(ops) and "still a fsck finding" in p.stdout
     p = pc.run("minimize", str(wl), "--fs", "ext4", "--out", str(pc.tmp / "min2"))
     assert p.returncode == 2 and "nothing to minimize" in p.stderr
+
+
+def test_recovery_crash_campaign_counts_inner_states_and_saves_a_reproducible_finding(pc: PcEnv) -> None:
+    """fuzz --recovery-crash samples crash states inside recoveries; with the recovering kernel's
+    flushes dropped (planted fault) a finding inside a recovery is saved and reproduce.sh re-checks it."""
+    report, out, text = campaign(pc, "--fs", "ext4", "--engine", "exhaustive", "--seq", "1", "--max-workloads", "1",
+                                 "--recovery-crash", "--recovery-crash-rate", "0.5", "--recovery-crash-states", "16",
+                                 "--fault", "recovery-drop-flush", "--max-findings", "1", "--shrink-seconds", "30",
+                                 rc=1)
+    assert report["recovery_crash_states_checked"] > 0
+    assert f"crash states inside recoveries checked: {report['recovery_crash_states_checked']}" in text
+    d, info = saved_finding(out, "fsck")
+    assert "/r" in info["state_id"]
+    check_reproduces(pc, d, "fsck")
