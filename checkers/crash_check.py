@@ -65,6 +65,9 @@ class CrashCheckResult:
     # image rebuilt from the log: not a property of the crash state, so no
     # finding; listed in the report so that nothing goes unseen.
     mount_retries: list[dict[str, str]] = field(default_factory=list)
+    # Recovery mounts that found the device busy (or gone) and waited for it
+    # (checkers/recovery.py mount_for_recovery): no finding either, but logged.
+    device_waits: list[dict[str, object]] = field(default_factory=list)
     recovery_checks: dict[str, int] = field(default_factory=dict)   # mode -> recoveries checked
     recovery_crash_recorded: int = 0   # recovery mounts recorded (--recovery-crash)
     recovery_crash_unmounted: int = 0  # recovery mounts that failed while being recorded (nothing to crash in)
@@ -93,8 +96,11 @@ def verdict_findings(v: Verdict, cs: CrashState, fs: FsType, mode: str = "rw",
         if v.kernel.get("died"):  # nothing else is known about an image the kernel died on
             return out
     if not v.mount_ok:
-        out.append(Finding("mount", f"recovery mount failed: {v.mount_error}", **where,
-                           evidence={"mount_error": v.mount_error}))
+        said = f" (kernel: {'; '.join(v.kernel_log[-3:])})" if v.kernel_log else ""
+        evidence: dict[str, object] = {"mount_error": v.mount_error, "kernel_log": v.kernel_log}
+        if v.mount_errno:
+            evidence["errno"] = v.mount_errno
+        out.append(Finding("mount", f"recovery mount failed: {v.mount_error}{said}", **where, evidence=evidence))
     elif v.fsck_failed:
         out.append(Finding("fsck", f"{fs.fsck[0]} exit {v.fsck_code} after recovery: {first_problem(v.fsck_output)}",
                            **where, evidence={"fsck_code": v.fsck_code, "fsck_output": v.fsck_output[-4000:]}))
@@ -208,12 +214,14 @@ class _HostWorkers:
         inspect = (lambda mnt: self.inspect_one(mnt, cs)) if self.inspect else None
         fs, opts = self.walk.fs, mode_opts(self.mount_opts, mode)
         verdict = recover_and_check(loop, fs, opts, slot.mnt, inspect)
+        self._log_waits(verdict, cs)
         if not verdict.mount_ok:
             # Mountability is a function of the image's bytes: mount the same
             # state once more, rebuilt from the log (undoing anything the failed
             # recovery wrote). Only a failure that repeats is a finding.
             first = verdict.mount_error
             verdict = recover_and_check(load(), fs, opts, slot.mnt, inspect)
+            self._log_waits(verdict, cs)
             if verdict.mount_ok:  # (list.append is atomic: workers are threads)
                 self.walk.result.mount_retries.append({"state_id": cs.id, "error": first,
                                                        **({"recovery": mode} if mode != "rw" else {})})
@@ -275,6 +283,10 @@ class _HostWorkers:
             raise UsageError(f"state {cs.id}/...: no saved recovery log {log_name(cs.id, '|'.join(self.recovery.modes))} "
                              f"in {self.recovery.log_dir or '(no run directory)'}")
         return findings
+
+    def _log_waits(self, verdict: Verdict, cs: CrashState) -> None:
+        # (list.extend of a list is atomic enough here: workers are threads under the GIL)
+        self.walk.result.device_waits.extend({"state_id": cs.id, **w} for w in verdict.device_waits)
 
     def inspect_one(self, mnt: str, cs: CrashState) -> list[Finding]:
         assert self.inspect is not None

@@ -70,6 +70,9 @@ def summary(report: dict[str, Any], report_path: str | None) -> str:
         lines.append(f"  warning: workload exited with {report['workload']['exit_code']}")
     for r in report.get("mount_retries", [])[:SUMMARY_FINDINGS]:
         lines.append(f"  warning: state {r['state_id']} mounted only at the second try (first: {r['error'][:120]})")
+    for w in report.get("device_waits", [])[:SUMMARY_FINDINGS]:
+        lines.append(f"  warning: state {w['state_id']}: {w['device']} was {w['errno']} at the recovery mount, "
+                     f"free after {w['waited_s']}s ({w['held_by'][:120]})")
     if report.get("stopped_at_first_failure"):
         lines.append("  stopped at the first finding (--first-failure): later crash states not checked")
     if not findings:
