@@ -453,6 +453,11 @@ class ContentOracle:
         first = allocs[0].pos
         if any(e.kind in ("zero", "size", "collapse", "insert") and e.pos > first for e in ino.events):
             return None
+        # Data written into a reserved range may be placed elsewhere (btrfs
+        # compress-force writes copy-on-write): only untouched reservations count.
+        if any(e.kind in ("data", "maybe") and e.pos > first and any(a.start < e.end and e.start < a.end for a in allocs)
+               for e in ino.events):
+            return None
         bsize = os.statvfs(full).f_bsize
         whole = [(-(-e.start // bsize) * bsize, e.end // bsize * bsize) for e in allocs]
         want = sum(t - s for s, t in merge_ranges([(s, t) for s, t in whole if t > s]))
