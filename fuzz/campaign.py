@@ -150,10 +150,12 @@ class Campaign:
         for p in procs:
             if terminate and p.is_alive() and p.pid:
                 os.kill(p.pid, signal.SIGTERM)
+        # A worker shrinking a finding goes on until its shrink ends (--shrink-seconds).
+        join_s = JOIN_S + float(self.spec.options.get("shrink_seconds", 600))
         for p in procs:
             while True:
                 try:
-                    p.join(JOIN_S)
+                    p.join(join_s)
                     break
                 except KeyboardInterrupt:  # a second Ctrl-C must not cut a teardown short
                     continue
@@ -190,12 +192,15 @@ class Campaign:
             "spec": asdict(self.spec), "started": self.start, "stopped": time.time(), "stop_reason": self.stop_reason,
             **self.rates(t), "workloads": t.workloads, "workloads_this_session": t.workloads - self.before.workloads,
             "shrink_runs": t.shrink_runs, "harness_errors": t.errors, "crash_states_checked": t.states,
-            "mount_retries": t.mount_retries, "recovery": self.cfg.recovery,
+            "mount_retries": t.mount_retries, "device_waits": t.device_waits, "recovery": self.cfg.recovery,
             "recovery_crash_states_checked": t.recovery_states,
             "ops_per_workload": ops_distribution(t.ops),
             "findings_by_kind": dict(sorted(t.kinds.items())),
             "saved_findings": [{"dir": s["dir"], "kind": s["kind"], "signature": s["signatures"][0],
-                                "ops": s["ops"], "state_id": s["state_id"]} for s in saved],
+                                "ops": s["ops"], "state_id": s["state_id"],
+                                "shrink_complete": s["shrink"].get("complete", False),
+                                **({"shrink_cut_short": s["shrink"]["cut_short"]} if s["shrink"].get("cut_short") else {})}
+                               for s in saved],
             "failed_workers": failed_workers,
         }
         if self.spec.engine == "exhaustive":
@@ -251,6 +256,9 @@ def summary(report: dict[str, Any], path: str) -> str:
     if report.get("mount_retries"):
         lines.append(f"  warning: {report['mount_retries']} crash states mounted only at the second try "
                      "(no finding: the same state, rebuilt from the log, mounted)")
+    if report.get("device_waits"):
+        lines.append(f"  warning: {report['device_waits']} recovery mounts found their device busy and waited "
+                     "for it (no finding; each run's report.json lists what held it)")
     if report.get("ops_per_workload"):
         o = report["ops_per_workload"]
         lines.insert(2, f"  ops per workload: min {o['min']}, median {o['median']}, max {o['max']}")
@@ -261,7 +269,8 @@ def summary(report: dict[str, Any], path: str) -> str:
         lines.append(f"  afl {name}: corpus {st.get('corpus_count')}, execs {st.get('execs_done')}, "
                      f"crashes {st.get('saved_crashes')}, stability {st.get('stability')}")
     for s in report["saved_findings"]:
-        lines.append(f"  saved {s['dir']}: {s['signature']}, {s['ops']} ops, crash state {s['state_id']}")
+        shrunk = "" if s.get("shrink_complete") else f" (NOT fully shrunk: {s.get('shrink_cut_short', 'not shrunk')})"
+        lines.append(f"  saved {s['dir']}: {s['signature']}, {s['ops']} ops, crash state {s['state_id']}{shrunk}")
     if report["failed_workers"]:
         lines.append(f"  workers that failed: {', '.join(report['failed_workers'])}")
     lines.append(f"  report: {path}")

@@ -39,6 +39,7 @@ class Totals:
     kinds: Counter[str] = field(default_factory=Counter)  # findings (crash states) by kind
     ops: Counter[int] = field(default_factory=Counter)    # generated workloads by op count
     mount_retries: int = 0        # crash states that mounted only at the second try (no finding)
+    device_waits: int = 0         # recovery mounts that waited for a busy device (no finding)
     recovery_states: int = 0      # crash states inside recoveries checked (--recovery-crash)
     indices: set[int] = field(default_factory=set)        # exhaustive indices done
 
@@ -142,6 +143,7 @@ class CampaignDir:
                 t.seconds += e.get("seconds", 0.0)
                 t.kinds.update(e.get("kinds", {}))
                 t.mount_retries += e.get("mount_retries", 0)
+                t.device_waits += e.get("device_waits", 0)
                 t.recovery_states += e.get("recovery_states", 0)
                 if e.get("index") is not None:
                     t.indices.add(e["index"])

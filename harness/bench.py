@@ -23,18 +23,16 @@ meaningful on a busy box even when absolute times do not:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import statistics
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from checkers.crash_check import check_crash_states, default_jobs
 from fuzz.bench_vm import bench_vm
 from checkers.recovery import fsck
 from harness.foundation import kmount, ownership, paths, sysres
-from harness.backends.fuse.recorded_device import FuseRecordedDevice
+from harness.backends.fuse.calibrate import mount_point, owned_file, recorder_vs_loop
 from harness.foundation.errors import EnvError
 from harness.foundation.filesystems import FsType, get_fs
 from harness.foundation.loopdev import recorded_loop
@@ -52,27 +50,6 @@ SEQ1 = {
     "write-fsync": "printf hello > foo\nsync foo\n",
     "rename-fsync": "touch foo\nmv foo bar\nsync .\n",
 }
-
-
-@contextlib.contextmanager
-def owned_file(path: str, size: int) -> Iterator[int]:
-    fd = ownership.create_file(path, size)
-    try:
-        yield fd
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def _mount_point(state: RunState, name: str) -> Iterator[str]:
-    """A mount point, recorded once for every mount made on it."""
-    mnt = state.subdir(name)
-    res = state.record("mount", path=mnt)
-    try:
-        yield mnt
-    finally:
-        kmount.umount(mnt)
-        state.released(res)
 
 
 def _run(workload: str, out: str, **cfg: Any) -> dict[str, Any]:
@@ -114,7 +91,7 @@ def _floor(log: str, fs: FsType, device_bytes: int, state: RunState, reps: int) 
     src, image = os.path.join(state.scratch, "floor-src.img"), os.path.join(state.scratch, "floor.img")
     mount_ms, fsck_ms = [], []
     with (owned_file(image, device_bytes) as fd, recorded_loop(state, image) as loop,
-          _mount_point(state, "floor-mnt") as mnt):
+          mount_point(state, "floor-mnt") as mnt):
         for k in range(1, FLOOR_IMAGES + 1):
             build_crash_image(reader, f"p{points[k * len(points) // (FLOOR_IMAGES + 1)]}", device_bytes, src)
             mount_s, fsck_s = [], []
@@ -135,40 +112,6 @@ def _floor(log: str, fs: FsType, device_bytes: int, state: RunState, reps: int) 
             fsck_ms.append(1000 * statistics.median(fsck_s))
     m, f = statistics.mean(mount_ms), statistics.mean(fsck_ms)
     return {"mount_umount_ms": round(m, 2), "fsck_ms": round(f, 2), "ms": round(m + f, 2), "images": FLOOR_IMAGES}
-
-
-def _fsync_p50_us(directory: str, n: int) -> float:
-    """p50 of a 4 KiB append + fsync in DIRECTORY."""
-    block, times = os.urandom(4096), []
-    fd = os.open(os.path.join(directory, "fsync-bench"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        for i in range(n):
-            t0 = time.perf_counter_ns()
-            os.pwrite(fd, block, i * 4096)
-            os.fsync(fd)
-            times.append(time.perf_counter_ns() - t0)
-    finally:
-        os.close(fd)
-    return statistics.median(times) / 1000
-
-
-def _fsync_on_ext4(state: RunState, dev: str, name: str, n: int) -> float:
-    fs = get_fs("ext4")
-    sysres.run(fs.mkfs_cmd(dev, ""))
-    with _mount_point(state, name) as mnt:
-        kmount.mount(dev, mnt, fs.name)
-        return _fsync_p50_us(mnt, n)
-
-
-def _recorder_vs_loop(state: RunState, n: int) -> dict[str, float]:
-    size = 256 << 20
-    with FuseRecordedDevice(state, size, os.path.join(state.scratch, "fsync.log")) as device:
-        recorder = _fsync_on_ext4(state, device.block_device, "fsync-fuse", n)
-        device.stop()
-    image = os.path.join(state.scratch, "plain.img")
-    with owned_file(image, size), recorded_loop(state, image) as loop:
-        plain = _fsync_on_ext4(state, loop.path, "fsync-loop", n)
-    return {"recorder_p50_us": round(recorder, 1), "loop_p50_us": round(plain, 1), "ratio": round(recorder / plain, 2)}
 
 
 def _seq1(scratch: str, reps: int) -> dict[str, float]:
@@ -197,7 +140,7 @@ def bench(quick: bool, kernel: str | None = None) -> dict[str, Any]:
         floor = _floor(log, ext4, size, state, 1 if quick else 5)
         xlog, xsize = _record(xfs, state.scratch, "xfs")
         xfs_walk = _walk(xlog, xfs, xsize, state, default_jobs())
-        fsync = _recorder_vs_loop(state, 200 if quick else 1000)
+        fsync = recorder_vs_loop(state, 200 if quick else 1000)
         seq1 = _seq1(state.scratch, reps)
         vm = bench_vm(kernel, state.scratch, VM_WORKLOADS_QUICK if quick else VM_WORKLOADS) if kernel else None
     finally:

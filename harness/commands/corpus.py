@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from checkers.fsrules import TIERS
+from harness.commands.options import add_semantics_option
 from harness.foundation import ownership
 from harness.corpus.entries import CORPUS_DIR, VERDICT_KINDS, Row, entry_doc, load_corpus, load_matrix
 from harness.corpus.diff import diff, markdown as corpus_markdown_diff
@@ -48,9 +50,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--kernel and --kernel-modules need --backend vm")
     if args.backend not in BACKENDS:
         raise UsageError(f"unknown --backend {args.backend!r}: available: {', '.join(BACKENDS)}")
+    if args.semantics not in TIERS:
+        raise UsageError(f"--semantics {args.semantics}: choose {' or '.join(TIERS)}")
     # auto is resolved once: every case, and results.json, name the backend that recorded.
     backend = Backend(resolve_backend(args.backend), args.kernel or None, args.kernel_modules or None,
-                      recovery_kwargs(args))
+                      recovery_kwargs(args), args.semantics)
     require_backend(backend.name)
     baseline = load_results(args.baseline) if args.baseline else None
     if args.jobs < 1:
@@ -150,6 +154,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     r.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="cases run in parallel, each in its own process (default 1)")
     r.add_argument("--junit", default="", help="also write JUnit XML here")
+    add_semantics_option(r)
     r.add_argument("--out", default="", help="output directory (default: out/corpus-TIME)")
     r.set_defaults(func=cmd_run)
 
