@@ -108,7 +108,10 @@ def test_exhaustive_seq1_covers_the_space_across_ctrl_c_and_resume(pc: PcEnv) ->
     args = ["fuzz", "--fs", "ext4", "--engine", "exhaustive", "--seq", "1", "--jobs", "6"]
     proc = subprocess.Popen([*POWERCUT, *args, "--out", str(out)], cwd=pc.tmp, env=pc.env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(25)
+    deadline = time.monotonic() + 600
+    while sum(len(j.read_text().splitlines()) for j in (out / "journal").glob("*.jsonl")) < 4:
+        assert proc.poll() is None and time.monotonic() < deadline, "no workload finished"
+        time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 130, stdout + stderr
