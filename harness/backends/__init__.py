@@ -63,6 +63,14 @@ def resolve(name: str) -> str:
     return "fuse" if support.missing() else "dm"
 
 
+def require(name: str) -> None:
+    """Stop with one line if backend NAME (resolved) cannot record on this host: campaigns check
+    once, before their directory or any worker exists."""
+    if name == "dm":
+        from harness.backends.dm import support
+        support.require()
+
+
 def backend_class(name: str) -> type[RecordedDevice]:
     if name == "fuse":
         from harness.backends.fuse.recorded_device import FuseRecordedDevice

@@ -287,7 +287,8 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
     if isinstance(workload, ExecutorWorkload):
         results = read_records(records_path(out_dir, rec.workload), workload.plan)
         section = scenarios.section(workload.workload, results,
-                                    {"sysctls": rec.workload.get("sysctls", {}), "device_tuning": rec.device_tuning})
+                                    {"sysctls": rec.workload.get("sysctls", {}), "device_tuning": rec.device_tuning,
+                                     "torn_writes": checks.report.get("torn_writes")})
         if section:
             extra["scenario"] = section
         if cfg.markdown:
