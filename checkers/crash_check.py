@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from checkers.checkslot import CheckSlot
-from checkers.findings import Finding
+from checkers.findings import Finding, kernel_finding
 from checkers.recovery import RecoveryEngine, Verdict, first_problem, recover_and_check
 from checkers.recovery_crash import (LOG_DIR, RecordRecovery, RecoveryCrashSpec, RecoveryImages, join_id, log_name,
                                      recovery_plan, split_id, states_of)
@@ -65,6 +65,9 @@ class CrashCheckResult:
     # image rebuilt from the log: not a property of the crash state, so no
     # finding; listed in the report so that nothing goes unseen.
     mount_retries: list[dict[str, str]] = field(default_factory=list)
+    # Recovery mounts that found the device busy (or gone) and waited for it
+    # (checkers/recovery.py mount_for_recovery): no finding either, but logged.
+    device_waits: list[dict[str, object]] = field(default_factory=list)
     recovery_checks: dict[str, int] = field(default_factory=dict)   # mode -> recoveries checked
     recovery_crash_recorded: int = 0   # recovery mounts recorded (--recovery-crash)
     recovery_crash_unmounted: int = 0  # recovery mounts that failed while being recorded (nothing to crash in)
@@ -88,9 +91,16 @@ def verdict_findings(v: Verdict, cs: CrashState, fs: FsType, mode: str = "rw",
     if mode != "rw" or tagged:
         where["recovery"] = mode
     out = []
+    if v.kernel is not None:
+        out.append(kernel_finding(v.kernel, **where))
+        if v.kernel.get("died"):  # nothing else is known about an image the kernel died on
+            return out
     if not v.mount_ok:
-        out.append(Finding("mount", f"recovery mount failed: {v.mount_error}", **where,
-                           evidence={"mount_error": v.mount_error}))
+        said = f" (kernel: {'; '.join(v.kernel_log[-3:])})" if v.kernel_log else ""
+        evidence: dict[str, object] = {"mount_error": v.mount_error, "kernel_log": v.kernel_log}
+        if v.mount_errno:
+            evidence["errno"] = v.mount_errno
+        out.append(Finding("mount", f"recovery mount failed: {v.mount_error}{said}", **where, evidence=evidence))
     elif v.fsck_failed:
         out.append(Finding("fsck", f"{fs.fsck[0]} exit {v.fsck_code} after recovery: {first_problem(v.fsck_output)}",
                            **where, evidence={"fsck_code": v.fsck_code, "fsck_output": v.fsck_output[-4000:]}))
@@ -204,12 +214,14 @@ class _HostWorkers:
         inspect = (lambda mnt: self.inspect_one(mnt, cs)) if self.inspect else None
         fs, opts = self.walk.fs, mode_opts(self.mount_opts, mode)
         verdict = recover_and_check(loop, fs, opts, slot.mnt, inspect)
+        self._log_waits(verdict, cs)
         if not verdict.mount_ok:
             # Mountability is a function of the image's bytes: mount the same
             # state once more, rebuilt from the log (undoing anything the failed
             # recovery wrote). Only a failure that repeats is a finding.
             first = verdict.mount_error
             verdict = recover_and_check(load(), fs, opts, slot.mnt, inspect)
+            self._log_waits(verdict, cs)
             if verdict.mount_ok:  # (list.append is atomic: workers are threads)
                 self.walk.result.mount_retries.append({"state_id": cs.id, "error": first,
                                                        **({"recovery": mode} if mode != "rw" else {})})
@@ -271,6 +283,10 @@ class _HostWorkers:
             raise UsageError(f"state {cs.id}/...: no saved recovery log {log_name(cs.id, '|'.join(self.recovery.modes))} "
                              f"in {self.recovery.log_dir or '(no run directory)'}")
         return findings
+
+    def _log_waits(self, verdict: Verdict, cs: CrashState) -> None:
+        # (list.extend of a list is atomic enough here: workers are threads under the GIL)
+        self.walk.result.device_waits.extend({"state_id": cs.id, **w} for w in verdict.device_waits)
 
     def inspect_one(self, mnt: str, cs: CrashState) -> list[Finding]:
         assert self.inspect is not None
@@ -366,17 +382,22 @@ def check_crash_states(log_path: str, points: list[int], *, fs: FsType, mount_op
                        first_failure: bool = False, inspect: Inspect | None = None,
                        before_mount: BeforeMount | None = None,
                        engines: dict[str, RecoveryEngine] | None = None, progress: Progress | None = None,
-                       only: Sequence[str] = (), recovery: RecoveryOptions | None = None) -> CrashCheckResult:
+                       only: Sequence[str] = (), recovery: RecoveryOptions | None = None,
+                       image: str | None = None) -> CrashCheckResult:
     """Check every crash state of POINTS in LOG_PATH (see the module doc); JOBS 0 = one per CPU.
     ONLY: just the states with these ids (e.g. a finding's, `p57-d3` or `p57/r12`), whatever
     POINTS and REORDER say. RECOVERY: the recovery modes and crashes during recovery.
+    IMAGE: check this image (a copy of it) as the crash image of every state, instead of
+    rebuilding the states from the log (a board's disk after a real power cut).
 
     ENGINES (a backend's own recovery per mode, e.g. in a guest) replace the
     host workers; INSPECT, BEFORE_MOUNT and recovery crashes need the host's mounts.
     """
     recovery = recovery or RecoveryOptions()
-    if engines and (before_mount or recovery.crash):
-        raise ValueError("before_mount and recovery crashes need recovery by the host kernel")
+    if engines and (before_mount or recovery.crash or image):
+        raise ValueError("before_mount, recovery crashes and a supplied image need recovery by the host kernel")
+    if image and recovery.crash:
+        raise ValueError("a supplied image has no recovery log to crash in")
     reorder = reorder or ReorderSpec.parse(DEFAULT_REORDER)
     with LogReader(log_path) as reader:
         plan = plan_for_log(reader, points, reorder)
@@ -404,7 +425,7 @@ def check_crash_states(log_path: str, points: list[int], *, fs: FsType, mount_op
             slots: list[CheckSlot] = []
             try:
                 for i in range(max(1, min(jobs or default_jobs(), result.states_total))):
-                    slots.append(CheckSlot(state, reader, device_bytes, f"worker{i}"))
+                    slots.append(CheckSlot(state, reader, device_bytes, f"worker{i}", image))
                 _HostWorkers(walk, slots, mount_opts, inspect, before_mount, recovery, reorder).run()
             finally:
                 for slot in slots:

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 # What each kind means is documented in README.md ("Finding kinds").
-KINDS = ("mount", "fsck", "durability", "stale-data", "atomicity", "design", "latency", "semantics")
+KINDS = ("kernel", "mount", "fsck", "durability", "stale-data", "atomicity", "design", "latency", "semantics")
 
 
 @dataclass
@@ -24,3 +24,13 @@ class Finding:
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v not in (None, {})}
+
+
+def kernel_finding(event: dict[str, Any], **where: Any) -> Finding:
+    """A `kernel` finding: the kernel under test reported a bug of its own (or died, or hung)
+    during PHASE (the workload, or the recovery mount of a crash image). EVENT holds
+    event, line, console (excerpt), phase, rule; see harness/backends/vm/console.py."""
+    detail = f"guest kernel {event['event']} during the {event['phase']}: {event['line']}"
+    return Finding("kernel", detail, **where,
+                   evidence={"event": event["event"], "phase": event["phase"], "rule": event.get("rule", event["event"]),
+                             "console": event.get("console", "")})

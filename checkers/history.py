@@ -27,6 +27,7 @@ from workloads.results import FLAG_SIGBUS, OpRecord, Results
 PERSIST_INODE = {"fsync": "fsync-data", "fdatasync": "fdatasync-data"}
 ROOT, ROOT_INO = ".", 0
 O_SYNC_FLAGS = {"O_SYNC", "O_DSYNC"}
+RWF_SYNC_FLAGS = {"RWF_SYNC", "RWF_DSYNC"}
 
 
 @dataclass
@@ -63,6 +64,7 @@ class DataEvent:
     end: int = 0
     src: Src | None = None
     size: int = 0        # the file size after the event
+    untorn: bool = False  # an RWF_ATOMIC write: all old or all new at every crash state
 
 
 @dataclass
@@ -253,11 +255,11 @@ class _Builder:
                 touched.add(i)
         self.name_changes.append((pos, frozenset(updates), frozenset(touched)))
 
-    def data(self, ex: Exec, ino: Inode, start: int, end: int, src: Src | None) -> None:
+    def data(self, ex: Exec, ino: Inode, start: int, end: int, src: Src | None, untorn: bool = False) -> None:
         ino.content.set(start, end, src)
         if src is not None:
             ino.size = max(ino.size, end)
-        ino.events.append(DataEvent(ex.pos, "data" if src else "zero", start, end, src, ino.size))
+        ino.events.append(DataEvent(ex.pos, "data" if src else "zero", start, end, src, ino.size, untorn))
 
     def resize(self, ex: Exec, ino: Inode, size: int) -> None:
         if size < ino.size:
@@ -347,6 +349,24 @@ class _Builder:
             self.persists.append(Persist(ex, "osync-write", ino.ino, ex.pos + 1, (start, start + ex.rec.ret)))
 
     op_pwrite = op_write
+
+    def op_pwritev2(self, ex: Exec) -> None:
+        """pwritev2(2): the executor records where the data landed (the fd's
+        position for offset -1, the end of file with O_APPEND/RWF_APPEND) and
+        writes the pattern for that offset. RWF_DSYNC/RWF_SYNC make the range
+        durable like an O_DSYNC/O_SYNC fd; RWF_ATOMIC marks it untorn."""
+        ino, osync, _ = self.fd_inode(ex)
+        if ino is None or ino.kind != "file":
+            return
+        flags = set(ex.f("flags") or ())
+        if not ex.ok:
+            self.failed_write(ex, ino, False)
+            return
+        start, end = ex.rec.aux, ex.rec.aux + ex.rec.ret
+        self.data(ex, ino, start, end, Src(ex.f("file"), ex.op.seq, ex.rec.iter), "RWF_ATOMIC" in flags)
+        if end > start and (osync or flags & RWF_SYNC_FLAGS):
+            rule = "osync-write" if osync else "rwf-sync-write"
+            self.persists.append(Persist(ex, rule, ino.ino, ex.pos + 1, (start, end)))
 
     def failed_write(self, ex: Exec, ino: Inode, append: bool) -> None:
         """write(2) promises nothing about the file after an error, and Linux

@@ -63,12 +63,28 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
         return
     w = Worker(CampaignDir(path), cfg, f"w{n}", n, spec.jobs, spec.seed, deadline, stop, spec.options)
     try:
-        importlib.import_module(ENGINES[spec.engine]).run(w)
+        if cfg.backend == "vm":
+            _run_in_live_guest(w)
+        else:
+            importlib.import_module(ENGINES[spec.engine]).run(w)
     except (Stopped, Terminated):
         pass  # stopped: whatever was running has torn down
     except PowercutError as e:
         print(f"powercut: worker w{n}: {e}", file=sys.stderr)
         sys.exit(2)
+
+
+def _run_in_live_guest(w: Worker) -> None:
+    """--backend vm: the worker's workloads all run in one guest it boots once (and again
+    only after the guest kernel died); where the guest's time went is kept in CAMPAIGN/guests/."""
+    from harness.backends.vm.backend import LiveVm
+    from harness.foundation.filesystems import get_fs
+    with LiveVm(w.cfg.kernel, w.cfg.kernel_modules, get_fs(w.cfg.fs), w.cfg.fault) as live:
+        w.opener = live.open
+        try:
+            importlib.import_module(ENGINES[w.campaign.config()["spec"]["engine"]]).run(w)
+        finally:
+            w.campaign.add_guest_stats(w.name, live.stats())
 
 
 class Campaign:
@@ -134,10 +150,12 @@ class Campaign:
         for p in procs:
             if terminate and p.is_alive() and p.pid:
                 os.kill(p.pid, signal.SIGTERM)
+        # A worker shrinking a finding goes on until its shrink ends (--shrink-seconds).
+        join_s = JOIN_S + float(self.spec.options.get("shrink_seconds", 600))
         for p in procs:
             while True:
                 try:
-                    p.join(JOIN_S)
+                    p.join(join_s)
                     break
                 except KeyboardInterrupt:  # a second Ctrl-C must not cut a teardown short
                     continue
@@ -174,16 +192,21 @@ class Campaign:
             "spec": asdict(self.spec), "started": self.start, "stopped": time.time(), "stop_reason": self.stop_reason,
             **self.rates(t), "workloads": t.workloads, "workloads_this_session": t.workloads - self.before.workloads,
             "shrink_runs": t.shrink_runs, "harness_errors": t.errors, "crash_states_checked": t.states,
-            "mount_retries": t.mount_retries, "recovery": self.cfg.recovery,
+            "mount_retries": t.mount_retries, "device_waits": t.device_waits, "recovery": self.cfg.recovery,
             "recovery_crash_states_checked": t.recovery_states,
             "ops_per_workload": ops_distribution(t.ops),
             "findings_by_kind": dict(sorted(t.kinds.items())),
             "saved_findings": [{"dir": s["dir"], "kind": s["kind"], "signature": s["signatures"][0],
-                                "ops": s["ops"], "state_id": s["state_id"]} for s in saved],
+                                "ops": s["ops"], "state_id": s["state_id"],
+                                "shrink_complete": s["shrink"].get("complete", False),
+                                **({"shrink_cut_short": s["shrink"]["cut_short"]} if s["shrink"].get("cut_short") else {})}
+                               for s in saved],
             "failed_workers": failed_workers,
         }
         if self.spec.engine == "exhaustive":
             report["exhaustive"] = {"seq": self.spec.options["seq"], "space": self.space(), "done": len(t.indices)}
+        if self.cfg.backend == "vm":
+            report["vm"] = {"kernel_spec": self.cfg.kernel, **self.cdir.guest_stats()}
         if self.spec.engine == "afl":
             report["afl"] = afl_stats(self.spec.options.get("afl_sync_dir") or self.cdir.sub("afl"))
         return report
@@ -215,7 +238,8 @@ def afl_stats(sync_dir: str) -> dict[str, dict[str, str]]:
 
 def summary(report: dict[str, Any], path: str) -> str:
     kinds = ", ".join(f"{k} {n}" for k, n in report["findings_by_kind"].items()) or "none"
-    lines = [f"powercut fuzz ({report['engine']}) on {report['fs']} (mkfs: {report['run']['mkfs_opts'] or 'defaults'}, "
+    on_kernel = f" in a vm guest ({report['vm']['kernel_spec']})" if "vm" in report else ""
+    lines = [f"powercut fuzz ({report['engine']}) on {report['fs']}{on_kernel} (mkfs: {report['run']['mkfs_opts'] or 'defaults'}, "
              f"mount: {report['run']['mount_opts'] or 'defaults'}): stopped ({report['stop_reason']}) after "
              f"{clock(report['elapsed_s'])}",
              f"  workloads: {report['workloads']} ({report['workloads_per_minute']}/min this session), crash states "
@@ -232,6 +256,9 @@ def summary(report: dict[str, Any], path: str) -> str:
     if report.get("mount_retries"):
         lines.append(f"  warning: {report['mount_retries']} crash states mounted only at the second try "
                      "(no finding: the same state, rebuilt from the log, mounted)")
+    if report.get("device_waits"):
+        lines.append(f"  warning: {report['device_waits']} recovery mounts found their device busy and waited "
+                     "for it (no finding; each run's report.json lists what held it)")
     if report.get("ops_per_workload"):
         o = report["ops_per_workload"]
         lines.insert(2, f"  ops per workload: min {o['min']}, median {o['median']}, max {o['max']}")
@@ -242,7 +269,8 @@ def summary(report: dict[str, Any], path: str) -> str:
         lines.append(f"  afl {name}: corpus {st.get('corpus_count')}, execs {st.get('execs_done')}, "
                      f"crashes {st.get('saved_crashes')}, stability {st.get('stability')}")
     for s in report["saved_findings"]:
-        lines.append(f"  saved {s['dir']}: {s['signature']}, {s['ops']} ops, crash state {s['state_id']}")
+        shrunk = "" if s.get("shrink_complete") else f" (NOT fully shrunk: {s.get('shrink_cut_short', 'not shrunk')})"
+        lines.append(f"  saved {s['dir']}: {s['signature']}, {s['ops']} ops, crash state {s['state_id']}{shrunk}")
     if report["failed_workers"]:
         lines.append(f"  workers that failed: {', '.join(report['failed_workers'])}")
     lines.append(f"  report: {path}")

@@ -175,6 +175,9 @@ def write_reproduce(d: str, cfg: RunConfig, finding: Finding, info: dict[str, An
              "--out", '"$(mktemp -d)"', "--recovery", cfg.recovery] + (["--fault", cfg.fault] if cfg.fault else [])
     if cfg.recovery_crash:
         rerun += ["--recovery-crash", "--recovery-crash-states", str(cfg.recovery_crash_states)]
+    if cfg.backend == "vm":  # the same kernel, in a guest (recheck boots it too)
+        rerun += ["--backend", "vm", "--kernel", shlex.quote(cfg.kernel or "")]
+        rerun += ["--kernel-modules", shlex.quote(cfg.kernel_modules)] if cfg.kernel_modules else []
     how = f" --recovery {finding.recovery}" if finding.recovery else ""
     check = (f'exec $POWERCUT recheck "$here/{RUN_DIR}" --state {shlex.quote(finding.state_id)}{how}'
              if finding.state_id is not None else f"exec $POWERCUT {' '.join(rerun)}")

@@ -60,6 +60,12 @@ CORE: list[Core] = [
     Core("unaligned", (_fd("pwrite", offset=1000, length=5000),), "foo"),
     Core("large-new", (_fd("pwrite", offset=0, length=1 << 20),), "A/bar", ("O_CREAT", "O_RDWR"), "A/bar"),
     Core("direct", (_fd("pwrite", offset=4096, length=4096),), "A/foo", ("O_RDWR", "O_DIRECT"), "A/foo"),
+    # Untorn writes over foo's 16 KiB, the range the overwrite, punch, zero-range and
+    # shrink cores touch too (statx first: the limits go into the report).
+    Core("atomic", ({"op": "statx", "path": "foo"}, _fd("pwritev2", iov=[4096], offset=0, flags=["RWF_ATOMIC"])),
+         "foo", ("O_RDWR", "O_DIRECT")),
+    Core("atomic-dsync", (_fd("pwritev2", iov=[16384], offset=0, flags=["RWF_ATOMIC", "RWF_DSYNC"]),),
+         "foo", ("O_RDWR", "O_DIRECT")),
     Core("mmap", (_fd("mmap_write", offset=0, length=4096, msync=False),), "foo"),
     Core("falloc-keep", (_fd("fallocate", mode=["KEEP_SIZE"], offset=16384, length=65536),), "foo"),
     Core("punch", (_fd("fallocate", mode=["PUNCH_HOLE", "KEEP_SIZE"], offset=4096, length=4096),), "foo"),
@@ -77,6 +83,21 @@ CORE: list[Core] = [
     Core("symlink", ({"op": "symlink", "target": "foo", "path": "A/bar"},), persist_on="A", data=False),
     Core("setxattr", ({"op": "setxattr", "path": "foo", "name": "user.a", "length": 100},), data=False),
     Core("removexattr", ({"op": "removexattr", "path": "foo", "name": "user.b"},), data=False),
+    # The linux tier's states (docs/semantics.md): an fd whose file was renamed,
+    # linked or unlinked, persisted through that fd; names reused by a new file,
+    # directory or symlink; a file moved between directories. fsync-dir of a
+    # top-level name is an fsync of the root.
+    Core("rename-open", ({"op": "rename", "from": "foo", "to": "bar"},), "foo", data=False),
+    Core("link-open", ({"op": "link", "from": "foo", "to": "A/bar"},), "foo", data=False),
+    Core("unlink-open", ({"op": "unlink", "path": "foo"},), "foo", data=False),
+    Core("move-across", ({"op": "rename", "from": "foo", "to": "A/C/foo"},), persist_on="A/C/foo", data=False),
+    Core("reuse-file", ({"op": "rename", "from": "foo", "to": "bar"},
+                        {"op": "open", "path": "foo", "flags": ["O_CREAT", "O_RDWR"], "fd": "c"},
+                        {"op": "close", "fd": "c"}), persist_on="foo", data=False),
+    Core("reuse-dir", ({"op": "rename", "from": "A/C", "to": "A/D"}, {"op": "mkdir", "path": "A/C"}),
+         persist_on="A/C", data=False),
+    Core("reuse-symlink", ({"op": "unlink", "path": "A/foo"}, {"op": "symlink", "target": "foo", "path": "A/foo"}),
+         persist_on="A", data=False),
 ]
 PERSIST = ["fsync", "fdatasync", "fsync-dir", "sync"]
 CORE_NAMES = [c.name for c in CORE]

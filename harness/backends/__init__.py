@@ -10,6 +10,7 @@ where the host has it, fuse elsewhere.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -19,7 +20,7 @@ from harness.backends.device import RecordedDevice
 from harness.foundation.errors import UsageError
 from harness.foundation.filesystems import FsType
 from harness.foundation.runstate import RunState
-from harness.backends.session import DeviceBackend, Recording
+from harness.backends.session import FAULTS, DeviceBackend, Recording
 from workloads.runner import WorkloadRunner
 
 BACKENDS = ("fuse", "dm", "vm", "auto")
@@ -52,12 +53,22 @@ class Backend(Protocol):
         """Backend facts for report.json."""
 
 
+# Gives the backend of one run (a campaign worker's live vm guest: harness/backends/vm.py LiveVm.open).
+BackendOpener = Callable[[FsType, WorkloadRunner], Backend]
 def resolve(name: str) -> str:
     """The backend NAME stands for: `auto` is dm where this kernel has dm-log-writes, else fuse."""
     if name != "auto":
         return name
     from harness.backends.dm import support
     return "fuse" if support.missing() else "dm"
+
+
+def require(name: str) -> None:
+    """Stop with one line if backend NAME (resolved) cannot record on this host: campaigns check
+    once, before their directory or any worker exists."""
+    if name == "dm":
+        from harness.backends.dm import support
+        support.require()
 
 
 def backend_class(name: str) -> type[RecordedDevice]:
@@ -72,10 +83,12 @@ def backend_class(name: str) -> type[RecordedDevice]:
 
 def open_backend(name: str, fs: FsType, workload: WorkloadRunner, *, fault: str | None = None,
                  kernel: str | None = None, kernel_modules: str | None = None,
-                 devices: DeviceArgs | None = None) -> Backend:
+                 devices: DeviceArgs | None = None, profile: dict[str, Any] | None = None) -> Backend:
     """The backend NAME (resolved: not `auto`), checked and prepared before anything is created
     (a vm kernel is fetched, the user's devices of the dm backend are checked here)."""
     devices = devices or DeviceArgs()
+    if profile and name != "fuse":
+        raise UsageError("--device-profile is played by the fuse recorder: it needs --backend fuse")
     if name != "dm" and devices.given():
         raise UsageError("--data-dev, --log-dev and --i-know-this-erases need --backend dm")
     if name == "vm":
@@ -90,4 +103,6 @@ def open_backend(name: str, fs: FsType, workload: WorkloadRunner, *, fault: str 
         user = dm_devices.user_devices(devices.data_dev, devices.log_dev, list(devices.erase_ok))
         support.require()
         return DeviceBackend(backend_class(name), None, {"user": user})
-    return DeviceBackend(backend_class(name), fault)
+    if fault and fault not in FAULTS:
+        raise UsageError(f"--fault {fault} needs --backend vm")
+    return DeviceBackend(backend_class(name), fault, {"profile": profile} if profile else {})

@@ -39,6 +39,7 @@ class Recording:
     final_image: str | None = None
     kernel: str = field(default_factory=platform.release)  # the kernel that wrote the log
     device_tuning: dict[str, str] = field(default_factory=dict)  # sysfs attribute -> value in force
+    findings: list[Any] = field(default_factory=list)  # found while recording (a vm guest's kernel reports)
 
 
 def record(device: RecordedDevice, fs: FsType, mkfs_opts: str, mount_opts: str,
@@ -117,4 +118,5 @@ class DeviceBackend:
         return None  # the host kernel recovers crash images (checkers/recovery.py)
 
     def report_extra(self) -> dict[str, Any]:
-        return {}
+        profile = self.device_opts.get("profile")
+        return {"device_profile": profile} if profile else {}

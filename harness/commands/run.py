@@ -8,10 +8,12 @@ from checkers.crash_check import default_jobs
 from harness.backends import BACKENDS
 from checkers.recovery_modes import CHOICES
 from harness.backends.session import FAULTS
+from harness.backends.vm.backend import FAULTS as VM_FAULTS
 from harness.backends.dm.devices import CONFIRM_FLAG
 from harness.pipeline.compare import run_matrix
 from harness.pipeline.run import RunConfig, default_out_dir, recheck, run_workload
 from harness.reports.report import summary
+from harness.commands.options import add_semantics_option
 from workloads.runner import load_runner
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS
 from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER
@@ -46,7 +48,9 @@ def run(args: argparse.Namespace) -> int:
                     end_mark=args.end_mark, reorder=args.reorder, states_per_point=args.states_per_point,
                     jobs=args.jobs, first_failure=args.first_failure, fault=args.fault, keep_image=args.keep_image,
                     kernel=args.kernel, kernel_modules=args.kernel_modules, data_dev=args.data_dev,
-                    log_dev=args.log_dev, erase_ok=tuple(args.erase_ok), markdown=True, **recovery_kwargs(args))
+                    log_dev=args.log_dev, erase_ok=tuple(args.erase_ok), markdown=True, max_states=args.max_states,
+                    device_profile=args.device_profile, calibrate=True,
+                    semantics=args.semantics, **recovery_kwargs(args))
     if args.mount_opts_matrix or args.param_matrix:
         return run_matrix(args.workload, cfg, args.scale, args.param, args.out,
                           mount_opts_matrix=args.mount_opts_matrix, param_matrix=args.param_matrix)
@@ -57,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def recheck_cmd(args: argparse.Namespace) -> int:
-    result = recheck(args.run_dir, args.state, args.recovery)
+    result = recheck(args.run_dir, args.state, args.recovery, args.semantics, args.image)
     print(summary(result.report, None))
     return 1 if result.findings else 0
 
@@ -83,6 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--kernel-modules", default=None, metavar="DIR",
                    help="--backend vm with --kernel PATH: its lib/modules/VERSION directory (with modules.dep)")
     p.add_argument("--mkfs-opts", default="", help="extra mkfs options, e.g. \"-O ^has_journal\"")
+    add_semantics_option(p)
     p.add_argument("--mount-opts", default=None,
                    help="mount options, e.g. data=writeback,barrier=0 (default: none, or the scenario's)")
     p.add_argument("--size", type=int, default=0,
@@ -91,6 +96,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--crash-points", default=None, metavar="KINDS",
                    help="where to crash: comma-separated flush, fua, mark, write, or N for every Nth entry "
                         f"(default: {DEFAULT_POINTS}, or the scenario's; the end of the log always)")
+    p.add_argument("--device-profile", default=None, metavar="NAME|FILE.json",
+                   help="fuse backend: the recorder plays this device's timing: emmc, sata-hdd, ufs, nvme, none, "
+                        "or a JSON file of read_us, write_us, flush_us, discard_us, mbps, qd (docs/device-profiles.md)")
+    p.add_argument("--max-states", type=int, default=0, metavar="N",
+                   help="crash-point budget: check at most N crash points spread evenly over the log, plus the "
+                        "points at and just before every fsync, sync_file_range, ftruncate, open and close "
+                        "(0: every point; the report says which fraction was checked)")
     p.add_argument("--start-mark", metavar="MARK", help="crash points start at the first mark MARK")
     p.add_argument("--end-mark", metavar="MARK", help="crash points end at the first mark MARK after the start")
     p.add_argument("--reorder", default=DEFAULT_REORDER, metavar="MODES",
@@ -106,9 +118,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--first-failure", action="store_true", help="stop checking at the first finding")
     p.add_argument("--keep-image", action="store_true",
                    help="save the device's final image as OUT/final.img (sparse)")
-    p.add_argument("--fault", choices=sorted(FAULTS), default=None,
+    p.add_argument("--fault", choices=sorted({*FAULTS, *VM_FAULTS}), default=None,
                    help="test-only: make the recorder lie (drop-flush: flushes are acknowledged but not logged; "
-                        "recovery-drop-flush: the same, only while a recovery is recorded for --recovery-crash)")
+                        "recovery-drop-flush: the same, only while a recovery is recorded for --recovery-crash); "
+                        "--backend vm also: recovery-panic (the guest kernel crashes at a recovery mount)")
     add_recovery_args(p)
     p.add_argument("--scale", type=float, default=None,
                    help="scenario:NAME only: size of the experiment, 1.0 = the paper's counts (default 1.0)")
@@ -123,11 +136,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     r = sub.add_parser("recheck", help="check one crash state of a saved run again, from its log",
                        description="Rebuild crash state ID of the run saved in RUN_DIR from its log, let this "
-                                   "host's kernel recover it, fsck it and run the content oracle: the exact crash "
+                                   "host's kernel (for a --backend vm run: a guest booting the same kernel) recover it, fsck it and run the content oracle: the exact crash "
                                    "state a finding came from. Exit 0: clean, 1: findings, 2: error.")
     r.add_argument("run_dir", help="a `powercut run` output directory (report.json, recording.log, records)")
     r.add_argument("--state", required=True, metavar="ID",
                    help="crash state id from the report, e.g. p57 (in-order prefix), p57-d33 (a write dropped) "
                         "or p57/r12 (a crash inside the recovery of p57)")
+    r.add_argument("--image", metavar="IMG",
+                   help="check this image (e.g. a board's disk after a real power cut) against the guarantees "
+                        "of crash state ID instead of rebuilding it from the log; only a copy is mounted")
+    add_semantics_option(r, default=None)
     add_recovery_args(r, crash=False)
     r.set_defaults(func=recheck_cmd)

@@ -51,7 +51,7 @@ def summary(report: dict[str, Any], report_path: str | None) -> str:
     lines = [
         f"powercut {report['workload'].get('name', '')} on {report['fs']} "
         f"(mkfs: {report['mkfs_opts'] or 'defaults'}, mount: {report['mount_opts'] or 'defaults'}, "
-        f"backend {report['backend']}, kernel {report['kernel']})",
+        f"backend {report['backend']}, kernel {report['kernel']}, semantics {report.get('semantics', 'posix')})",
         f"  log entries: {report['log_entries']}   crash points: {report['crash_points']}   "
         f"crash states checked: {report['crash_states_checked']}"
         + (f" (+{report['crash_states_duplicate']} duplicates skipped)" if report.get("crash_states_duplicate") else ""),
@@ -70,6 +70,9 @@ def summary(report: dict[str, Any], report_path: str | None) -> str:
         lines.append(f"  warning: workload exited with {report['workload']['exit_code']}")
     for r in report.get("mount_retries", [])[:SUMMARY_FINDINGS]:
         lines.append(f"  warning: state {r['state_id']} mounted only at the second try (first: {r['error'][:120]})")
+    for w in report.get("device_waits", [])[:SUMMARY_FINDINGS]:
+        lines.append(f"  warning: state {w['state_id']}: {w['device']} was {w['errno']} at the recovery mount, "
+                     f"free after {w['waited_s']}s ({w['held_by'][:120]})")
     if report.get("stopped_at_first_failure"):
         lines.append("  stopped at the first finding (--first-failure): later crash states not checked")
     if not findings:

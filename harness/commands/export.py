@@ -1,0 +1,52 @@
+"""`powercut export FINDING-DIR --format fstests|shell [--out DIR] [--check-vm KERNEL]`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from harness.reports import export
+from harness.reports.export import shell
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    x = export.load(args.finding)
+    for k in args.seen_on or []:
+        if k not in x.kernels:
+            x.kernels.append(k)
+    if args.bisect:
+        export.add_bisect(x, args.bisect)
+    out = args.out or os.path.join(args.finding, f"export-{args.format}")
+    for path in export.write(x, args.format, out):
+        print(f"powercut export: wrote {path}")
+    if args.check_vm:
+        from harness.reports.export import fstests
+        from harness.reports.export.vmcheck import check_fstests_in_vm, check_in_vm
+        if args.format == "shell":
+            check = check_in_vm(x, shell.render(x), args.check_vm)
+            says = {1: "REPRODUCED", 0: "not reproduced", 2: "could not run"}
+        else:
+            test, golden = fstests.render(x)
+            check = check_fstests_in_vm(x, test, golden, args.check_vm)
+            says = {1: "FAILED (the bug shows: output differs from the golden .out)", 0: "passed"}
+        log = os.path.join(out, f"vm-check-{check.kernel or 'unknown'}.txt")
+        with open(log, "w") as f:
+            f.write(check.output)
+        print(f"powercut export: on kernel {check.kernel} ({args.check_vm}) the {args.format} export: "
+              f"{says.get(check.exit_code, '?')} (exit {check.exit_code}; output in {log})")
+        return 1 if check.exit_code == 1 else (2 if check.exit_code == 2 else 0)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("export", help="a saved finding as an fstests test or a standalone reproducer script")
+    p.add_argument("finding", help="a saved finding directory (CAMPAIGN/findings/NNN-KIND)")
+    p.add_argument("--format", choices=export.FORMATS, required=True)
+    p.add_argument("--out", help="output directory (default FINDING/export-FORMAT)")
+    p.add_argument("--seen-on", action="append", metavar="KERNEL", help="another kernel the finding was seen on")
+    p.add_argument("--bisect", metavar="BISECT_JSON",
+                   help="a `powercut bisect` report of this finding: its kernels go into the header (seen / not seen on)")
+    p.add_argument("--check-vm", metavar="KERNEL",
+                   help="run the export in the vm backend on KERNEL (debian:PACKAGE or a vmlinux; fstests: under a "
+                        "stand-in for xfstests' helpers); exit 1 if the bug shows")
+    p.set_defaults(func=_cmd)
