@@ -211,6 +211,7 @@ def test_ext4_refuses_atomic_writes_and_nothing_is_found(pc: PcEnv) -> None:
     assert rc == 0 and r["findings"] == []
     assert r["statx"][0]["atomic_supported"] is False
     out = Path(r["out"])
+    assert "atomic write unit 0..0 B" in (out / "report.md").read_text()  # the limits in force, in report.md
     recs = read_records(out / r["workload"]["records"], parse_workload(json.loads((out / "workload.json").read_text())))
     assert {x.errno for x in recs.records if x.kind == "pwritev2"} == {95}  # EOPNOTSUPP: ext4 without a device that does atomic writes
 
