@@ -237,8 +237,12 @@ def test_bench_quick_writes_the_keys(pc: PcEnv) -> None:
     pc.run("bench", "--quick", "--json", str(out), check_rc=0)
     result = json.loads(out.read_text())
     for key in ("crash_states_per_s", "crash_states_per_s_xfs", "floor_ms_per_state", "overhead_ratio",
-                "recorder_fsync_p50_ratio", "seq1_workloads_per_min"):
+                "recorder_fsync_p50_ratio", "seq1_workloads_per_min", "crash_states_per_s_over_floor",
+                "oracle_bulk_speedup"):
         assert result[key] > 0, key
+    assert result["oracle_ms_per_state_by_scale"]["0.01"] > 0
+    ref = result["details"]["oracle"]["bulk_vs_sector"]
+    assert ref["same_loss_rows"] and ref["same_findings"] and ref["states"] > 0
 
 
 def test_corruption_the_inspector_hits_is_a_finding() -> None:
