@@ -208,7 +208,7 @@ def test_boot_deadline_is_a_clear_error(pc: PcEnv) -> None:
     (["--backend", "vm", "--kernel", "/nonexistent/vmlinux"], "--kernel /nonexistent/vmlinux: no such file"),
     (["--backend", "vm", "--kernel", "debian:Bad Name"], "not a Debian package name"),
     (["--kernel", KERNEL_612], "--kernel and --kernel-modules need --backend vm"),
-    (["--backend", "vm", "--kernel", KERNEL_612, "--fault", "drop-flush"], "--fault is a test mode"),
+    (["--backend", "vm", "--kernel", KERNEL_612, "--fault", "recovery-drop-flush"], "the vm backend knows drop-flush, recovery-panic"),
 ])
 def test_bad_vm_arguments_exit_2_with_one_line(pc: PcEnv, args: list[str], message: str) -> None:
     p = pc.run("run", str(WORKLOADS / "mixed.sh"), "--fs", "ext4", *args, "--out", str(pc.tmp / "out"), check_rc=2)
