@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from checkers.findings import KINDS
-from harness.foundation import ownership
+from harness.foundation import internal_error, ownership
 from harness.foundation.errors import UsageError
 from harness.pipeline.run import RunConfig, default_out_dir
 from fuzz.campaign import ENGINES, Campaign, CampaignSpec
@@ -92,6 +92,7 @@ def fuzz_cmd(args: argparse.Namespace) -> int:
         cfg, spec = _run_config(args), _spec(args)
         out = args.out or os.path.join("campaigns", f"{spec.engine}-{cfg.fs}-{time.strftime('%Y%m%d-%H%M%S')}")
         cdir = CampaignDir.create(out, {"run": cfg.to_json(), "spec": vars(spec)})
+    internal_error.note_output_dir(cdir.path)
     # Per session: how long, how wide, when to stop.
     spec.duration_s, spec.jobs = duration, args.jobs
     spec.max_workloads, spec.max_findings = args.max_workloads, args.max_findings
@@ -107,6 +108,7 @@ def minimize_cmd(args: argparse.Namespace) -> int:
     with open(args.workload) as f:
         doc = json.load(f)
     out = ownership.make_dir(args.out or default_out_dir(f"minimize-{workload.name}", cfg.fs))
+    internal_error.note_output_dir(out)
     trial = run_doc(doc, cfg, out)
     kinds = {f.kind for f in trial.findings}
     kind = args.kind or next((k for k in KINDS if k in kinds), None)

@@ -132,10 +132,13 @@ def run_cases(todo: list[tuple[Entry, Row]], out_dir: str, backend: Backend = Ba
             yield run_case(entry, row, out_dir, backend)
         return
     # Processes, not threads: a run installs its SIGTERM handler, which only a main thread may.
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork"))
+    try:
         futures = [pool.submit(run_case, entry, row, out_dir, backend) for entry, row in todo]
         for future in as_completed(futures):
-            yield future.result()
+            yield future.result()  # a case's internal error ends the corpus run (exit 3)
+    finally:
+        pool.shutdown(cancel_futures=True)  # the cases under way finish (and tear down); no new one starts
 
 
 def compare_baseline(cases: list[Case], baseline: dict[str, Any], factor: float, floor_us: float) -> None:

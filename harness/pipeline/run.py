@@ -22,7 +22,7 @@ from checkers.crash_check import Inspect, check_crash_states
 from checkers.findings import Finding
 from checkers.oracle import ContentOracle
 from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
-from harness.foundation import ownership, sysres
+from harness.foundation import internal_error, ownership, sysres
 from harness.backends import Backend, DeviceArgs, open_backend, resolve as resolve_backend
 from harness.foundation.errors import Terminated, UsageError
 from harness.foundation.filesystems import FsType, get_fs
@@ -158,6 +158,7 @@ def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
                            kernel_modules=cfg.kernel_modules,
                            devices=DeviceArgs(cfg.data_dev, cfg.log_dev, tuple(cfg.erase_ok)))
     out_dir = ownership.make_dir(out_dir)
+    internal_error.note_output_dir(out_dir)
     log_path = os.path.join(out_dir, "recording.log")
 
     state = RunState.create(f"run {workload.name}")
