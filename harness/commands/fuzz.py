@@ -150,7 +150,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("fuzz", help="run a fuzzing campaign: generated workloads, deduplicated and shrunk findings",
                        description="Generate workloads, run each through `powercut run`'s pipeline, save every new "
                                    "finding shrunk, with its crash image and reproduce.sh. Exit 0: nothing found, "
-                                   "1: findings saved, 2: error, 130: interrupted (the report is written).")
+                                   "1: findings saved, 2: error, 3: internal error (a worker died of a bug), "
+                                   "130: interrupted (the report is written).")
     p.add_argument("--fs", help="ext4, xfs or btrfs")
     p.add_argument("--engine", choices=sorted(ENGINES), default="hypothesis", help="workload generator (default: hypothesis)")
     p.add_argument("--duration", default="10m", help="how long this session runs, e.g. 90s, 10m, 2h (default 10m)")
