@@ -27,9 +27,13 @@ from replay.stateimage import StateImage
 
 
 class CheckSlot:
-    def __init__(self, state: RunState, reader: LogReader, device_bytes: int, name: str) -> None:
+    def __init__(self, state: RunState, reader: LogReader, device_bytes: int, name: str,
+                 supplied: str | None = None) -> None:
         self.device_bytes = device_bytes
+        self.supplied = supplied  # an image the user brings: every state loads its bytes instead
+        self.name = name
         self.image = os.path.join(state.scratch, f"{name}.img")
+        self.ref_path = os.path.join(state.scratch, f"{name}-ref.img")   # always exactly the loaded state
         self.mnt = state.subdir(f"mnt-{name}")
         with ExitStack() as stack:
             self.ref = stack.enter_context(StateImage(reader, self._create(stack, f"{name}-ref.img")))
@@ -48,10 +52,20 @@ class CheckSlot:
         return fd
 
     def load(self, cs: CrashState) -> LoopDevice:
-        """Make the loop device read exactly crash state CS; returns it."""
+        """Make the loop device read exactly crash state CS (or the supplied
+        image, copied: it is only ever read); returns it."""
         self.ref.load(cs)
+        if self.supplied is not None:
+            with open(self.supplied, "rb") as f:
+                return self.load_image(f.fileno())
         sync_sparse(self.ref.fd, self._image_fd, self.device_bytes)
         # The file changed behind the device's back: its cached blocks are stale.
+        self.loop.drop_caches()
+        return self.loop
+
+    def load_image(self, fd: int) -> LoopDevice:
+        """Make the loop device read exactly the image in FD (a state not of this log)."""
+        sync_sparse(fd, self._image_fd, self.device_bytes)
         self.loop.drop_caches()
         return self.loop
 

@@ -16,13 +16,17 @@ periodic recorder writing fixed-size records to P. At each crash point:
 
 from __future__ import annotations
 
+import bisect
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from checkers.findings import Finding
 from checkers.history import History
-from workloads.pattern import CHUNK, decode_chunk
+from workloads.pattern import CHUNK, ChunkScan, decode_chunk
 
 
 @dataclass(frozen=True)
@@ -70,22 +74,59 @@ def record_intact(data: bytes, r: int, record_bytes: int, writer: tuple[int, int
     return True
 
 
+def intact_prefix(scan: ChunkScan, writers: dict[int, tuple[int, int, int, int]], record_bytes: int,
+                  wid: int) -> int:
+    """record_intact() for every record at once: how many records from the start are intact."""
+    per = record_bytes // CHUNK
+    n = 0
+    while n in writers:
+        n += 1
+    n = min(n, scan.n // per)  # records past the data cannot be intact
+    if n == 0 or record_bytes % CHUNK:
+        return 0
+    w = np.array([writers[r] for r in range(n)], dtype=np.int64).reshape(n, 4)
+    chunk_off = np.arange(n * per, dtype=np.int64) * CHUNK
+    h = scan.heads[:n * per]
+    ok = scan.valid[:n * per] & (h["wid"] == wid)
+    for col, name in enumerate(("file_id", "seq", "iter")):
+        ok &= h[name].astype(np.int64) == np.repeat(w[:, col], per)
+    ok &= h["offset"].astype(np.int64) == chunk_off - np.repeat(w[:, 3], per)
+    bad = np.flatnonzero(~ok.reshape(n, per).all(axis=1))
+    return int(bad[0]) if len(bad) else n
+
+
+def last_record_with_data(data: bytes, scan: ChunkScan | None, record_bytes: int) -> int:
+    """Index of the last record slot holding any non-zero byte, -1 if none."""
+    n_slots = -(-len(data) // record_bytes)
+    if scan is None or record_bytes % CHUNK:
+        return max((r for r in range(n_slots) if any(data[r * record_bytes:(r + 1) * record_bytes])), default=-1)
+    slot = np.flatnonzero(~scan.zero) * CHUNK // record_bytes
+    tail = -1
+    if len(data) > scan.n * CHUNK and any(data[scan.n * CHUNK:]):
+        tail = scan.n * CHUNK // record_bytes
+    return max(int(slot[-1]) if len(slot) else -1, tail)
+
+
 def check_records(inv: RecordsInvariant, h: History, wid: int, mnt: str, n_done: int, allowed: set[int],
-                  crash_point: int) -> tuple[list[dict[str, Any]], list[Finding]]:
+                  crash_point: int, scan: Callable[[str, bytes], ChunkScan] | None = None,
+                  ) -> tuple[list[dict[str, Any]], list[Finding]]:
     """Loss-window rows (one per recording file) and design findings at one crash
-    point. N_DONE: ops < n_done had returned; ALLOWED: those and the ones in flight."""
+    point. N_DONE: ops < n_done had returned; ALLOWED: those and the ones in flight.
+    SCAN (path, bytes) -> ChunkScan: check all chunks at once instead of one by one."""
     rows, findings = [], []
     for path in inv.paths:
         written = written_records(h, path, set(range(n_done)), inv.record_bytes, n_done)
         writers = written_records(h, path, allowed, inv.record_bytes, max(allowed, default=0) + 1)
         full = os.path.join(mnt, path)
         data = open(full, "rb").read() if os.path.isfile(full) else b""
-        n_slots = len(data) // inv.record_bytes + (1 if len(data) % inv.record_bytes else 0)
-        last_data = max((r for r in range(n_slots)
-                         if any(data[r * inv.record_bytes:(r + 1) * inv.record_bytes])), default=-1)
+        chunks = scan(path, data) if scan is not None else None
+        last_data = last_record_with_data(data, chunks, inv.record_bytes)
         recovered = 0
-        while recovered in writers and record_intact(data, recovered, inv.record_bytes, writers[recovered], wid):
-            recovered += 1
+        if chunks is not None and inv.record_bytes % CHUNK == 0:
+            recovered = intact_prefix(chunks, writers, inv.record_bytes, wid)
+        else:
+            while recovered in writers and record_intact(data, recovered, inv.record_bytes, writers[recovered], wid):
+                recovered += 1
         torn_tail = last_data == recovered
         if last_data > recovered:
             findings.append(Finding("design", f"{path}: record {recovered} is torn or foreign inside the surviving "
@@ -117,3 +158,21 @@ def summarize_loss(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"crash_points": len({r["crash_point"] for r in rows}), "max_loss_records": losses[-1],
             "max_loss_ms": ms[-1], "median_loss_records": losses[len(losses) // 2],
             "torn_tails": sum(r["torn_tail"] for r in rows), "rows": rows}
+
+
+# Ops after (and just before) whose completion a crash matters most to a design:
+# the durability calls, the range flushes and the boundaries of a file's life.
+DESIGN_OPS = frozenset({"fsync", "fdatasync", "sync", "syncfs", "sync_file_range", "ftruncate", "truncate",
+                        "rename", "open", "creat", "close"})
+
+
+def design_points(h: History, points: list[int]) -> set[int]:
+    """The crash points a crash-point budget always keeps: for each op in DESIGN_OPS,
+    the point at its completion mark and the last point before it (the ops
+    before it done, it in flight)."""
+    out: set[int] = set()
+    for ex in h.execs:
+        if ex.kind in DESIGN_OPS and ex.mark is not None:
+            k = bisect.bisect_right(points, ex.mark)
+            out |= {points[j] for j in (k - 1, k - 2) if 0 <= j < len(points)}
+    return out

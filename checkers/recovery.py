@@ -12,14 +12,19 @@ recovery somewhere else (the vm backend: the kernel under test in a guest).
 
 from __future__ import annotations
 
+import errno
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from checkers.findings import Finding, is_host_error, read_error
 from harness.foundation import kmount, sysres
+from harness.foundation.errors import EnvError
 from harness.foundation.filesystems import FsType, join_opts
+from harness.foundation.holders import holders
+from harness.foundation.kmsg import KernelLog
 from harness.foundation.loopdev import LoopDevice
 
 FSCK_TIMEOUT_S = 600
@@ -33,11 +38,17 @@ PointInspect = Callable[[str, Any], list[Finding]]
 class Verdict:
     mount_ok: bool
     mount_error: str = ""
+    mount_errno: str = ""                                   # e.g. "EUCLEAN"
+    kernel_log: list[str] = field(default_factory=list)     # what the kernel logged about the failed mount
+    device_waits: list[dict[str, Any]] = field(default_factory=list)  # see mount_for_recovery
     fsck_ran: bool = False
     fsck_code: int = 0
     fsck_failed: bool = False
     fsck_output: str = ""
     content: list[Finding] = field(default_factory=list)   # the inspector's findings
+    # The kernel reported a bug of its own (panic, oops, BUG, WARNING, hang)
+    # while recovering this image: {"event", "line", "console", "phase"}.
+    kernel: dict[str, str] | None = None
 
 
 def inspect_read_only(image: str, fs: FsType, mnt: str, state: RunState, inspect: MountInspect) -> list[Finding]:
@@ -99,6 +110,56 @@ def guarded_inspect(inspect: MountInspect, mnt: str) -> list[Finding]:
         return [read_error(e, mnt)]
 
 
+# A mount that fails with one of these never got to the file system: the
+# device was claimed by someone else (EBUSY: "Can't open blockdev"), gone
+# (ENODEV, ENXIO) or the call was interrupted. That is about the harness and
+# the machine, never a property of the crash image: wait and mount again.
+DEVICE_ERRNOS = {errno.EBUSY, errno.ENODEV, errno.ENXIO, errno.EINTR, errno.EAGAIN}
+DEVICE_WAIT_S = 30.0
+
+
+# Told of each wait for a busy device as it begins (the record gets waited_s when it ends).
+OnWait = Callable[[dict[str, Any]], None]
+
+
+def mount_for_recovery(loop: LoopDevice, fs: FsType, opts: str, mnt: str, *,
+                       on_wait: OnWait | None = None, wait_s: float | None = None) -> Verdict | None:
+    """Mount LOOP on MNT (the kernel recovers the image); None when mounted, else the
+    file system's refusal with the kernel log lines of that mount.
+
+    A refusal for a device reason (DEVICE_ERRNOS) is waited out, bounded and
+    logged: wait until nothing claims the device any more, then mount again,
+    for at most DEVICE_WAIT_S in all. Each wait goes into the verdict's
+    device_waits (what held the device, how long). A device that stays
+    unavailable is an environment error of the run, with that evidence.
+    """
+    waits: list[dict[str, Any]] = []
+    wait_s = DEVICE_WAIT_S if wait_s is None else wait_s
+    deadline = time.monotonic() + wait_s
+    while True:
+        with KernelLog(loop.path) as klog:
+            try:
+                kmount.mount(loop.path, mnt, fs.name, opts)
+                return None if not waits else Verdict(mount_ok=True, device_waits=waits)
+            except kmount.MountError as e:
+                err, lines = e, klog.lines()
+        name = errno.errorcode.get(err.errno, str(err.errno))
+        if err.errno not in DEVICE_ERRNOS:
+            return Verdict(mount_ok=False, mount_error=str(err), mount_errno=name, kernel_log=lines,
+                           device_waits=waits)
+        held_by = holders(loop.path).describe()
+        wait = {"device": loop.path, "errno": name, "error": str(err), "held_by": held_by, "kernel_log": lines}
+        waits.append(wait)
+        if on_wait:
+            on_wait(wait)
+        t0 = time.monotonic()
+        free = loop.wait_unclaimed(timeout=max(0.0, deadline - t0), raise_on_timeout=False)
+        wait["waited_s"] = round(time.monotonic() - t0, 3)
+        if not free or time.monotonic() >= deadline:
+            raise EnvError(f"recovery mount of {loop.path} failed with {name} for {wait_s:g}s "
+                           f"(a device problem, not a finding): {err}; {held_by}")
+
+
 def recover_and_check(loop: LoopDevice, fs: FsType, mount_opts: str, mnt: str,
                       inspect: Callable[[str], list[Finding]] | None = None) -> Verdict:
     """Mount LOOP's image (the kernel recovers it), inspect it, unmount, fsck the backing file.
@@ -106,17 +167,19 @@ def recover_and_check(loop: LoopDevice, fs: FsType, mount_opts: str, mnt: str,
     After the unmount, the device's block cache is written back and dropped
     so that fsck, which reads the file, sees everything the recovery wrote.
     """
-    try:
-        kmount.mount(loop.path, mnt, fs.name, join_opts(mount_opts, fs.recovery_opts))
-    except kmount.MountError as e:
-        return Verdict(mount_ok=False, mount_error=str(e))
+    refused = mount_for_recovery(loop, fs, join_opts(mount_opts, fs.recovery_opts), mnt)
+    if refused is not None and not refused.mount_ok:
+        return refused
+    waits = refused.device_waits if refused is not None else []
     try:
         content = guarded_inspect(inspect, mnt) if inspect else []
     finally:
         kmount.umount(mnt)
         loop.wait_unclaimed()
         loop.drop_caches()
-    return fsck_verdict(loop.backing, fs, content)
+    verdict = fsck_verdict(loop.backing, fs, content)
+    verdict.device_waits = waits
+    return verdict
 
 
 class RecoveryEngine(Protocol):

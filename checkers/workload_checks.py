@@ -10,7 +10,9 @@ from typing import Any
 from checkers import latency
 from checkers.design import summarize_loss
 from checkers.findings import Finding
+from checkers.fsrules import Semantics
 from checkers.history import build_history
+from checkers.logloss import loss_from_log, summarize_from_log
 from checkers.oracle import ContentOracle
 from replay.logformat import LogReader
 from workloads.format import Workload
@@ -29,7 +31,8 @@ def log_marks(reader: LogReader) -> list[tuple[int, str]]:
     return [(e.index, e.mark) for e in reader.entries() if e.is_mark and e.mark is not None]
 
 
-def prepare(workload: Workload, plan: Plan, records_path: str, reader: LogReader, fs: str) -> WorkloadChecks:
+def prepare(workload: Workload, plan: Plan, records_path: str, reader: LogReader,
+            semantics: Semantics) -> WorkloadChecks:
     results = read_records(records_path, plan)
     checks = WorkloadChecks()
     checks.report["latency"] = latency.summarize(results, workload)
@@ -39,17 +42,28 @@ def prepare(workload: Workload, plan: Plan, records_path: str, reader: LogReader
     for d in history.disagreements:
         checks.findings.append(Finding("semantics", f"{d.ex.describe()}: {d.expected}",
                                        evidence={"op": d.ex.describe(), "op_mark": d.ex.mark, "expected": d.expected}))
-    checks.oracle = ContentOracle(history, plan.wid, fs, dict(workload.invariants or {}))
-    checks.report["oracle"] = {"ops_modelled": len(history.execs), "lost_track": history.lost,
+    checks.oracle = ContentOracle(history, plan.wid, semantics.fs, dict(workload.invariants or {}), semantics)
+    checks.report["oracle"] = {"semantics": semantics.tier, "ops_modelled": len(history.execs), "lost_track": history.lost,
                                "uncertain_paths": sorted(history.uncertain)}
     return checks
 
 
-def finish(checks: WorkloadChecks) -> None:
-    """After the crash walk: what the oracle measured across crash points."""
+def finish(checks: WorkloadChecks, reader: LogReader | None = None, points: list[int] | None = None) -> None:
+    """After the crash walk: what the oracle measured across crash points; with READER
+    and POINTS (every crash point, checked or not), the loss window from the log too."""
+    o = checks.oracle
+    if o is not None and o.states:
+        checks.report["oracle"]["states_inspected"] = o.states
+        checks.report["oracle"]["ms_per_state"] = round(1000 * o.seconds / o.states, 3)
     if checks.oracle is not None and checks.oracle.records is not None:
-        checks.report["design"] = {"records": summarize_loss(sorted(checks.oracle.loss_rows,
-                                                                    key=lambda r: r["crash_point"]))}
+        o = checks.oracle
+        rows = sorted(o.loss_rows, key=lambda r: r["crash_point"])
+        checks.report["design"] = {"records": summarize_loss(rows)}
+        if reader is not None and points and o.records is not None:
+            marks = [ex.mark if ex.mark is not None else 1 << 62 for ex in o.h.execs]
+            log_rows = loss_from_log(o.records, o.h, o.wid, reader, points, marks)
+            checks.report["design"]["records"]["from_log"] = {
+                **summarize_from_log(log_rows, rows, o.records.period_us), "rows": log_rows}
 
 
 def records_path(out_dir: str, info: dict[str, Any]) -> str:

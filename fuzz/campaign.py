@@ -64,7 +64,10 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
         return
     w = Worker(CampaignDir(path), cfg, f"w{n}", n, spec.jobs, spec.seed, deadline, stop, spec.options)
     try:
-        importlib.import_module(ENGINES[spec.engine]).run(w)
+        if cfg.backend == "vm":
+            _run_in_live_guest(w)
+        else:
+            importlib.import_module(ENGINES[spec.engine]).run(w)
     except (Stopped, Terminated):
         pass  # stopped: whatever was running has torn down
     except PowercutError as e:
@@ -73,6 +76,19 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
     except Exception as e:  # a bug: the campaign exits 3 (the traceback goes to the campaign's error.txt)
         print(f"worker w{n}: " + internal_error.one_line(e, internal_error.save_traceback(e)), file=sys.stderr)
         sys.exit(internal_error.EXIT_CODE)
+
+
+def _run_in_live_guest(w: Worker) -> None:
+    """--backend vm: the worker's workloads all run in one guest it boots once (and again
+    only after the guest kernel died); where the guest's time went is kept in CAMPAIGN/guests/."""
+    from harness.backends.vm.backend import LiveVm
+    from harness.foundation.filesystems import get_fs
+    with LiveVm(w.cfg.kernel, w.cfg.kernel_modules, get_fs(w.cfg.fs), w.cfg.fault) as live:
+        w.opener = live.open
+        try:
+            importlib.import_module(ENGINES[w.campaign.config()["spec"]["engine"]]).run(w)
+        finally:
+            w.campaign.add_guest_stats(w.name, live.stats())
 
 
 class Campaign:
@@ -142,10 +158,12 @@ class Campaign:
         for p in procs:
             if terminate and p.is_alive() and p.pid:
                 os.kill(p.pid, signal.SIGTERM)
+        # A worker shrinking a finding goes on until its shrink ends (--shrink-seconds).
+        join_s = JOIN_S + float(self.spec.options.get("shrink_seconds", 600))
         for p in procs:
             while True:
                 try:
-                    p.join(JOIN_S)
+                    p.join(join_s)
                     break
                 except KeyboardInterrupt:  # a second Ctrl-C must not cut a teardown short
                     continue
@@ -164,8 +182,9 @@ class Campaign:
         space = ""
         if self.spec.engine == "exhaustive":
             space = f" of {self.space()}"
+        inner = f" (+{t.recovery_states} inside recoveries)" if self.cfg.recovery_crash else ""
         return (f"{self.spec.engine} {self.cfg.fs}: {t.workloads}{space} workloads ({r['workloads_per_minute']}/min)"
-                f", {t.states} crash states ({r['crash_states_per_second']}/s), findings: {kinds}, "
+                f", {t.states} crash states{inner} ({r['crash_states_per_second']}/s), findings: {kinds}, "
                 f"saved {len(self.store.dirs())}, elapsed {clock(r['elapsed_s'])}, remaining {clock(remaining)}")
 
     def space(self) -> int:
@@ -181,15 +200,21 @@ class Campaign:
             "spec": asdict(self.spec), "started": self.start, "stopped": time.time(), "stop_reason": self.stop_reason,
             **self.rates(t), "workloads": t.workloads, "workloads_this_session": t.workloads - self.before.workloads,
             "shrink_runs": t.shrink_runs, "harness_errors": t.errors, "crash_states_checked": t.states,
-            "mount_retries": t.mount_retries,
+            "mount_retries": t.mount_retries, "device_waits": t.device_waits, "recovery": self.cfg.recovery,
+            "recovery_crash_states_checked": t.recovery_states,
             "ops_per_workload": ops_distribution(t.ops),
             "findings_by_kind": dict(sorted(t.kinds.items())),
             "saved_findings": [{"dir": s["dir"], "kind": s["kind"], "signature": s["signatures"][0],
-                                "ops": s["ops"], "state_id": s["state_id"]} for s in saved],
+                                "ops": s["ops"], "state_id": s["state_id"],
+                                "shrink_complete": s["shrink"].get("complete", False),
+                                **({"shrink_cut_short": s["shrink"]["cut_short"]} if s["shrink"].get("cut_short") else {})}
+                               for s in saved],
             "failed_workers": failed_workers,
         }
         if self.spec.engine == "exhaustive":
             report["exhaustive"] = {"seq": self.spec.options["seq"], "space": self.space(), "done": len(t.indices)}
+        if self.cfg.backend == "vm":
+            report["vm"] = {"kernel_spec": self.cfg.kernel, **self.cdir.guest_stats()}
         if self.spec.engine == "afl":
             report["afl"] = afl_stats(self.spec.options.get("afl_sync_dir") or self.cdir.sub("afl"))
         return report
@@ -221,16 +246,27 @@ def afl_stats(sync_dir: str) -> dict[str, dict[str, str]]:
 
 def summary(report: dict[str, Any], path: str) -> str:
     kinds = ", ".join(f"{k} {n}" for k, n in report["findings_by_kind"].items()) or "none"
-    lines = [f"powercut fuzz ({report['engine']}) on {report['fs']} (mkfs: {report['run']['mkfs_opts'] or 'defaults'}, "
+    on_kernel = f" in a vm guest ({report['vm']['kernel_spec']})" if "vm" in report else ""
+    lines = [f"powercut fuzz ({report['engine']}) on {report['fs']}{on_kernel} (mkfs: {report['run']['mkfs_opts'] or 'defaults'}, "
              f"mount: {report['run']['mount_opts'] or 'defaults'}): stopped ({report['stop_reason']}) after "
              f"{clock(report['elapsed_s'])}",
              f"  workloads: {report['workloads']} ({report['workloads_per_minute']}/min this session), crash states "
              f"checked: {report['crash_states_checked']} ({report['crash_states_per_second']}/s), shrink runs: "
              f"{report['shrink_runs']}",
              f"  findings (crash states): {kinds}"]
+    if report["run"].get("recovery_crash"):
+        lines.insert(3, f"  crash states inside recoveries checked: {report['recovery_crash_states_checked']} "
+                        f"(--recovery-crash-rate {report['run']['recovery_crash_rate']}, at most "
+                        f"{report['run']['recovery_crash_states']} per crash state)")
+    if report["run"].get("recovery", "rw") != "rw":
+        lines.insert(3, f"  recovery: {report['run']['recovery']} (each crash state recovered "
+                        f"{'read-write and read-only' if report['run']['recovery'] == 'both' else 'read-only'})")
     if report.get("mount_retries"):
         lines.append(f"  warning: {report['mount_retries']} crash states mounted only at the second try "
                      "(no finding: the same state, rebuilt from the log, mounted)")
+    if report.get("device_waits"):
+        lines.append(f"  warning: {report['device_waits']} recovery mounts found their device busy and waited "
+                     "for it (no finding; each run's report.json lists what held it)")
     if report.get("ops_per_workload"):
         o = report["ops_per_workload"]
         lines.insert(2, f"  ops per workload: min {o['min']}, median {o['median']}, max {o['max']}")
@@ -241,7 +277,8 @@ def summary(report: dict[str, Any], path: str) -> str:
         lines.append(f"  afl {name}: corpus {st.get('corpus_count')}, execs {st.get('execs_done')}, "
                      f"crashes {st.get('saved_crashes')}, stability {st.get('stability')}")
     for s in report["saved_findings"]:
-        lines.append(f"  saved {s['dir']}: {s['signature']}, {s['ops']} ops, crash state {s['state_id']}")
+        shrunk = "" if s.get("shrink_complete") else f" (NOT fully shrunk: {s.get('shrink_cut_short', 'not shrunk')})"
+        lines.append(f"  saved {s['dir']}: {s['signature']}, {s['ops']} ops, crash state {s['state_id']}{shrunk}")
     if report["failed_workers"]:
         lines.append(f"  workers that failed: {', '.join(report['failed_workers'])}")
     lines.append(f"  report: {path}")

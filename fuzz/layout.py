@@ -39,6 +39,8 @@ class Totals:
     kinds: Counter[str] = field(default_factory=Counter)  # findings (crash states) by kind
     ops: Counter[int] = field(default_factory=Counter)    # generated workloads by op count
     mount_retries: int = 0        # crash states that mounted only at the second try (no finding)
+    device_waits: int = 0         # recovery mounts that waited for a busy device (no finding)
+    recovery_states: int = 0      # crash states inside recoveries checked (--recovery-crash)
     indices: set[int] = field(default_factory=set)        # exhaustive indices done
 
 
@@ -82,6 +84,36 @@ class CampaignDir:
             f.write("\n")
         os.replace(tmp, self.sub(name))
 
+    def add_guest_stats(self, worker: str, stats: dict[str, Any]) -> None:
+        """Add one worker session's vm guest costs to CAMPAIGN/guests/WORKER.json (summed over sessions)."""
+        ownership.make_dir(self.sub("guests"))
+        path = self.sub("guests", f"{worker}.json")
+        old: dict[str, Any] = {}
+        if os.path.exists(path):
+            with open(path) as f:
+                old = json.load(f)
+        jobs = dict(old.get("job_seconds", {}))
+        for k, v in stats["job_seconds"].items():
+            jobs[k] = round(jobs.get(k, 0.0) + v, 3)
+        self._write_json(os.path.join("guests", f"{worker}.json"),
+                         {"boots": old.get("boots", 0) + stats["boots"],
+                          "boot_seconds": round(old.get("boot_seconds", 0.0) + stats["boot_seconds"], 2),
+                          "job_seconds": jobs})
+
+    def guest_stats(self) -> dict[str, Any]:
+        """The vm guests' costs summed over workers (empty for the fuse backend)."""
+        total: dict[str, Any] = {}
+        d = self.sub("guests")
+        for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+            with open(os.path.join(d, name)) as f:
+                g = json.load(f)
+            total["boots"] = total.get("boots", 0) + g["boots"]
+            total["boot_seconds"] = round(total.get("boot_seconds", 0.0) + g["boot_seconds"], 2)
+            jobs = total.setdefault("job_seconds", {})
+            for k, v in g["job_seconds"].items():
+                jobs[k] = round(jobs.get(k, 0.0) + v, 3)
+        return total
+
     def write_report(self, report: dict[str, Any]) -> str:
         self._write_json("report.json", report)
         return self.sub("report.json")
@@ -111,6 +143,8 @@ class CampaignDir:
                 t.seconds += e.get("seconds", 0.0)
                 t.kinds.update(e.get("kinds", {}))
                 t.mount_retries += e.get("mount_retries", 0)
+                t.device_waits += e.get("device_waits", 0)
+                t.recovery_states += e.get("recovery_states", 0)
                 if e.get("index") is not None:
                     t.indices.add(e["index"])
         return t

@@ -8,14 +8,16 @@ target kind:
 1. cut every op after the one in flight at the finding's crash point (ops
    that had not started cannot matter to that crash state);
 2. remove chunks of ops, halving the chunk size down to single ops, from
-   the end backward (ddmin's complement removal, greedy, one pass per size);
+   the end backward (ddmin's complement removal, greedy), then single ops
+   again until no op can go (1-minimal: the shrink is complete);
 3. make op fields plainer: lengths to 4096, offsets to 0.
 
 Every candidate is repaired first so it stays valid (an op on an fd whose
 open was removed goes too, so does a second open of an fd still open) and
 validated against the workload format; invalid candidates are skipped, not
 run. Each run is a full recording and crash walk, so runs are cached and
-bounded (MAX_RUNS, a deadline).
+bounded (MAX_RUNS, a deadline). `complete` says whether the shrink got to
+its end or was cut short, and `cut_short` why (runs, deadline, stopped).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from fuzz.trial import Trial, op_count
 from workloads.format import parse_workload
 from workloads.marks import parse_mark
 
-MAX_RUNS = 150
+MAX_RUNS = 400
 Unit = tuple[int, int]   # (thread index, op index)
 RunDoc = Callable[[dict[str, Any]], Trial]
 
@@ -48,11 +50,26 @@ class Shrinker:
     stopped: Callable[[], bool] = lambda: False  # the campaign is stopping: keep the best so far
     runs: int = 0
     cache: dict[str, bool] = field(default_factory=dict)
+    cut_short: str = ""             # why the shrink did not get to its end ("" if it did)
+    best: Trial | None = None       # the smallest failing run so far (in best_dir)
+
+    @property
+    def complete(self) -> bool:
+        return not self.cut_short
+
+    def _budget_left(self) -> bool:
+        if not self.cut_short:
+            if self.runs >= self.max_runs:
+                self.cut_short = f"run budget ({self.max_runs} runs) used up"
+            elif time.monotonic() > self.deadline:
+                self.cut_short = "time limit (--shrink-seconds) reached"
+            elif self.stopped():
+                self.cut_short = "the campaign was stopped"
+        return not self.cut_short
 
     def fails(self, doc: dict[str, Any]) -> Trial | None:
         key = json.dumps(doc["threads"], sort_keys=True)
-        if (key in self.cache or self.runs >= self.max_runs or time.monotonic() > self.deadline
-                or self.stopped()):
+        if key in self.cache or not self._budget_left():
             return None
         try:
             parse_workload(doc)
@@ -67,6 +84,7 @@ class Shrinker:
         remove_owned(self.best_dir)
         os.replace(trial.out_dir, self.best_dir)
         trial.out_dir = self.best_dir
+        self.best = trial
         return trial
 
     def shrink(self, trial: Trial) -> Trial:
@@ -87,11 +105,13 @@ class Shrinker:
         return self._try(trial, units) or trial
 
     def _remove_chunks(self, best: Trial) -> Trial:
-        """One pass per chunk size, n/2 down to 1 (not repeated to a fixpoint: each run
-        costs seconds, and one pass of single-op removals leaves a handful of ops)."""
+        """One pass per chunk size, n/2 down to 1, then passes of single-op removals
+        until one removes nothing (every candidate is cached, so a last pass is cheap
+        where nothing changed)."""
         units = all_units(best.doc)
         chunk = max(1, len(units) // 2)
         while chunk >= 1:
+            before = len(units)
             i = len(units) - chunk
             while i >= 0:
                 cand = units[:i] + units[i + chunk:]
@@ -101,7 +121,8 @@ class Shrinker:
                     i = min(i, len(units)) - chunk
                 else:
                     i -= chunk
-            chunk //= 2
+            if chunk > 1 or len(units) == before or not self._budget_left():
+                chunk //= 2
         return best
 
     def _plainer_fields(self, best: Trial) -> Trial:

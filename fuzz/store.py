@@ -29,6 +29,7 @@ from typing import Any
 
 from checkers.findings import Finding
 from checkers.recovery import first_problem, recover_and_check
+from checkers.recovery_modes import mode_opts
 from harness.foundation import ownership, paths
 from harness.foundation.errors import EnvError
 from harness.foundation.filesystems import get_fs
@@ -36,6 +37,7 @@ from harness.pipeline.run import RunConfig, terminate_as_exception
 from harness.foundation.loopdev import recorded_loop
 from harness.foundation.runstate import RunState
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS
+from replay.crashstates import RECOVERY_LOG_DIR, recovery_log_name, split_recovery_id
 from replay.logformat import LogReader
 from replay.stateimage import build_crash_image
 from fuzz.trial import RUN_DIR, Signature, Trial, op_count
@@ -104,7 +106,7 @@ class FindingStore:
             info = finding_json(trial, sig, finding, cfg, original=original, also=also, shrink=shrink)
             with open(os.path.join(d, "workload.json"), "w") as f:
                 json.dump(trial.doc, f, indent=1)
-            write_crash_state(d, cfg, finding.state_id)
+            write_crash_state(d, cfg, finding.state_id, finding.recovery)
             write_reproduce(d, cfg, finding, info)
             with open(os.path.join(d, FINDING), "w") as f:  # last: its presence means complete
                 json.dump(info, f, indent=2)
@@ -130,8 +132,10 @@ def finding_json(trial: Trial, sig: Signature, finding: Finding, cfg: RunConfig,
     }
 
 
-def write_crash_state(d: str, cfg: RunConfig, state_id: str | None) -> None:
-    """crash.img.tar.gz and fsck.txt of the finding's crash state (none for latency/semantics)."""
+def write_crash_state(d: str, cfg: RunConfig, state_id: str | None, recovery: str | None = None) -> None:
+    """crash.img.tar.gz and fsck.txt of the finding's crash state (none for latency/semantics),
+    recovered the way the finding's was (RECOVERY: rw or ro; a state inside a recovery
+    is rebuilt from the recovery log the run kept)."""
     if state_id is None:
         return
     run = os.path.join(d, RUN_DIR)
@@ -143,13 +147,16 @@ def write_crash_state(d: str, cfg: RunConfig, state_id: str | None) -> None:
         with terminate_as_exception():
             img = os.path.join(state.scratch, "crash.img")
             with LogReader(os.path.join(run, report["log"])) as reader:
-                build_crash_image(reader, state_id, report["device_bytes"], img)
+                original, inner = split_recovery_id(state_id)
+                rec_log = (os.path.join(run, RECOVERY_LOG_DIR, recovery_log_name(original, recovery or "rw"))
+                           if inner is not None else None)
+                build_crash_image(reader, state_id, report["device_bytes"], img, rec_log)
             p = subprocess.run(["tar", "--sparse", "-czf", os.path.join(d, "crash.img.tar.gz"),
                                 "-C", state.scratch, "crash.img"], capture_output=True, text=True)
             if p.returncode != 0:
                 raise EnvError(f"tar of the crash image failed: {p.stderr.strip()}")
             with recorded_loop(state, img) as loop:
-                v = recover_and_check(loop, fs, report["mount_opts"], state.subdir("mnt"))
+                v = recover_and_check(loop, fs, mode_opts(report["mount_opts"], recovery or "rw"), state.subdir("mnt"))
     finally:
         state.teardown_or_warn()
     with open(os.path.join(d, "fsck.txt"), "w") as f:
@@ -165,8 +172,14 @@ def write_reproduce(d: str, cfg: RunConfig, finding: Finding, info: dict[str, An
     rerun = ["run", '"$here/workload.json"', "--fs", cfg.fs, "--mkfs-opts", shlex.quote(cfg.mkfs_opts),
              "--mount-opts", shlex.quote(cfg.mount_opts or ""),
              "--crash-points", shlex.quote(cfg.crash_points or DEFAULT_POINTS), "--reorder", shlex.quote(cfg.reorder),
-             "--out", '"$(mktemp -d)"'] + (["--fault", cfg.fault] if cfg.fault else [])
-    check = (f'exec $POWERCUT recheck "$here/{RUN_DIR}" --state {finding.state_id}'
+             "--out", '"$(mktemp -d)"', "--recovery", cfg.recovery] + (["--fault", cfg.fault] if cfg.fault else [])
+    if cfg.recovery_crash:
+        rerun += ["--recovery-crash", "--recovery-crash-states", str(cfg.recovery_crash_states)]
+    if cfg.backend == "vm":  # the same kernel, in a guest (recheck boots it too)
+        rerun += ["--backend", "vm", "--kernel", shlex.quote(cfg.kernel or "")]
+        rerun += ["--kernel-modules", shlex.quote(cfg.kernel_modules)] if cfg.kernel_modules else []
+    how = f" --recovery {finding.recovery}" if finding.recovery else ""
+    check = (f'exec $POWERCUT recheck "$here/{RUN_DIR}" --state {shlex.quote(finding.state_id)}{how}'
              if finding.state_id is not None else f"exec $POWERCUT {' '.join(rerun)}")
     text = f"""#!/bin/sh
 # {info['kind']} finding, signature {info['signature']['kind']}|{info['signature']['op']}|{info['signature']['rule']}, crash state {info['state_id']}:

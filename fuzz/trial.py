@@ -1,22 +1,29 @@
 """One generated workload through the run pipeline, and the signatures of what it found.
 
 A finding's signature is (kind, op, rule): the finding kind, the kind of op
-it is about (the fsync whose promise broke, or for mount/fsck findings the
-last op completed before the crash point) and the persistence rule
-(checkers/fsrules.py). Findings with the same signature are one bug for
+it is about (the fsync whose promise broke) and the persistence rule
+(checkers/fsrules.py). Mount and fsck findings have no op or rule: theirs
+is (kind, "-", what the file system said), the errno and first kernel log
+line of the refused mount, or fsck's first problem, with device names and
+numbers taken out, since one such bug shows at many crash points after
+different ops. (Without that evidence: the last op completed before the
+crash point.) Findings with the same signature are one bug for
 deduplication and for shrinking.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from checkers.crash_check import Inspect
 from checkers.findings import KINDS, Finding
+from checkers.recovery import first_problem
 from fuzz.layout import fresh_dir
+from harness.backends import BackendOpener
 from harness.pipeline.run import RunConfig, RunResult, run_checked
 from workloads.runner import ExecutorWorkload
 from workloads.marks import parse_mark
@@ -46,7 +53,23 @@ def signature(f: Finding, plan: Plan) -> Signature:
         mark = parse_mark(f.crash_mark)
         if mark is not None and mark.seq is not None:
             op = plan.by_seq()[mark.seq][1].kind
-    return Signature(f.kind, op or "-", str(f.evidence.get("rule") or "-"))
+    rule = str(f.evidence.get("rule") or "-")
+    if f.kind == "mount" and f.evidence.get("errno"):
+        # One refusal is one bug whatever op came last: key it by what the
+        # file system said (errno, its first kernel log line), not by the op.
+        op, rule = "-", problem_key(" ".join([f.evidence["errno"], *(f.evidence.get("kernel_log") or [])[:1]]))
+    elif f.kind == "fsck" and f.evidence.get("fsck_output"):
+        op, rule = "-", problem_key(first_problem(f.evidence["fsck_output"]))
+    return Signature(f.kind, op or "-", rule)
+
+
+def problem_key(text: str) -> str:
+    """TEXT with what differs between crash states of one bug taken out (device names,
+    numbers), in characters a signature key and a claim file name can hold."""
+    text = re.sub(r"\((?:device )?[a-z]+\d+\)", "(DEV)", text)
+    text = re.sub(r"\b\d+\b", "N", text)
+    text = re.sub(r"[^A-Za-z0-9 ().,:_=-]", "_", text).strip()
+    return text[:80] or "-"
 
 
 @dataclass
@@ -75,7 +98,9 @@ class Trial:
         return {"t": round(time.time(), 3), "name": self.doc["name"], "ops": op_count(self.doc),
                 "states": self.result.report["crash_states_checked"], "entries": self.result.report["log_entries"],
                 "seconds": round(self.seconds, 3), "kinds": kinds,
-                "mount_retries": len(self.result.report.get("mount_retries", [])), **extra}
+                "mount_retries": len(self.result.report.get("mount_retries", [])),
+                "device_waits": len(self.result.report.get("device_waits", [])),
+                "recovery_states": (self.result.report.get("recovery_crash") or {}).get("states_checked", 0), **extra}
 
 
 def op_count(doc: dict[str, Any]) -> int:
@@ -83,11 +108,11 @@ def op_count(doc: dict[str, Any]) -> int:
 
 
 def run_doc(doc: dict[str, Any], cfg: RunConfig, work_dir: str,
-            inspect_extra: Inspect | None = None) -> Trial:
+            inspect_extra: Inspect | None = None, opener: BackendOpener | None = None) -> Trial:
     """Run workload DOC in WORK_DIR/run (replacing what was there); the run directory
     keeps the workload, log, records and report: everything `powercut recheck` needs."""
     out = fresh_dir(os.path.join(work_dir, RUN_DIR))
     workload = ExecutorWorkload(doc, {"generated": doc["name"]})  # saves OUT/workload.json
     t0 = time.monotonic()
-    result = run_checked(workload, cfg, out, inspect_extra)
+    result = run_checked(workload, cfg, out, inspect_extra, opener)
     return Trial(doc, out, result, workload.plan, time.monotonic() - t0)

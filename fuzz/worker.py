@@ -16,6 +16,7 @@ from typing import Any
 
 from checkers.crash_check import Inspect
 from checkers.findings import Finding
+from harness.backends import BackendOpener
 from harness.foundation.errors import PowercutError, Terminated
 from harness.pipeline.run import RunConfig
 from fuzz.layout import CampaignDir, remove_owned
@@ -44,6 +45,7 @@ class Worker:
     stop: Event
     options: dict[str, Any] = field(default_factory=dict)
     errors: int = 0
+    opener: BackendOpener | None = None   # the worker's live vm guest (--backend vm)
 
     def __post_init__(self) -> None:
         self.store = FindingStore(self.campaign.sub("findings"))
@@ -56,7 +58,7 @@ class Worker:
             **journal: Any) -> Trial | None:
         """Run DOC and journal it; None if the harness failed (journaled too; repeated failures stop the worker)."""
         try:
-            trial = run_doc(doc, self.cfg, self.work, inspect_extra)
+            trial = run_doc(doc, self.cfg, self.work, inspect_extra, self.opener)
         except Terminated as e:  # the run has torn down: now stop the worker
             raise Stopped() from e
         except PowercutError as e:
@@ -73,18 +75,36 @@ class Worker:
         known = self.store.known()
         return [(s, f) for s, f in trial.signatures() if s.key() not in known]
 
-    def triage(self, trial: Trial) -> None:
-        """Shrink (delta debugging) and save the first new bug TRIAL shows. Only one: its run
-        directory goes to that finding; other new bugs show up again in later workloads."""
+    def triage(self, trial: Trial) -> bool:
+        """Shrink (delta debugging) and save the first new bug TRIAL shows; True if it did.
+        Only one: its run directory goes to that finding; other new bugs show up again
+        in later workloads.
+
+        The shrink runs to its end, bounded only by --shrink-seconds and its run
+        budget: a campaign whose duration (or --max-*) is up waits for it. Only a
+        Ctrl-C or SIGTERM cuts it short; the best run so far is saved all the same,
+        and finding.json says the shrink is incomplete and why."""
         for sig, _ in self.new_signatures(trial):
             if not self.store.claim(sig):
                 continue
             shrinker = Shrinker(self._shrink_run, sig.kind, os.path.join(self.work, "best"),
-                                deadline=time.monotonic() + float(self.options.get("shrink_seconds", 600)),
-                                stopped=self.stop.is_set)
-            shrunk = shrinker.shrink(self.keep(trial, shrinker.best_dir))
-            self.save(shrunk, sig, trial.doc, {"method": "delta debugging", "runs": shrinker.runs})
-            return
+                                deadline=time.monotonic() + float(self.options.get("shrink_seconds", 600)))
+            original = trial.doc
+            best = self.keep(trial, shrinker.best_dir)
+            try:
+                best = shrinker.shrink(best)
+            except Stopped:
+                shrinker.cut_short = "the campaign was interrupted (Ctrl-C or SIGTERM)"
+                self.save(self._latest(best, shrinker), sig, original, shrink_info(shrinker))
+                raise
+            self.save(best, sig, original, shrink_info(shrinker))
+            return True
+        return False
+
+    @staticmethod
+    def _latest(first: Trial, shrinker: Shrinker) -> Trial:
+        """The smallest failing run kept so far (the shrinker moves each one to best_dir)."""
+        return shrinker.best or first
 
     def keep(self, trial: Trial, path: str) -> Trial:
         """Move TRIAL's run directory to PATH, out of the way of the next run."""
@@ -106,3 +126,11 @@ class Worker:
         shrink = {**shrink, "ops_before": sum(len(t["ops"]) for t in original["threads"])}
         return self.store.save(trial, sig, finding, self.cfg, original=original,
                                also=[wanted] if wanted != sig else [], shrink=shrink)
+
+
+def shrink_info(shrinker: Shrinker) -> dict[str, Any]:
+    """finding.json's "shrink": how, how many runs, and whether it got to its end."""
+    info: dict[str, Any] = {"method": "delta debugging", "runs": shrinker.runs, "complete": shrinker.complete}
+    if shrinker.cut_short:
+        info["cut_short"] = shrinker.cut_short
+    return info

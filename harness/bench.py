@@ -15,6 +15,10 @@ meaningful on a busy box even when absolute times do not:
   with fsync), each a whole run (harness/pipeline/run.py run_workload: mkfs,
   recorder, workload, every entry a crash point, default reorder) in this
   process.
+- vm_seq1_workloads_per_min_per_worker (with --kernel): the same kind of
+  workloads as a `fuzz --backend vm` worker runs them in one live guest, boot
+  excluded; vm_over_fuse_*_ratio: against the fuse backend on the host
+  kernel, same workloads, same run (fuzz/bench_vm.py, with the cost breakdown).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from checkers.crash_check import check_crash_states, default_jobs
+from fuzz.bench_vm import bench_vm
 from checkers.recovery import fsck
 from harness.foundation import kmount, ownership, paths, sysres
 from harness.backends.fuse.recorded_device import FuseRecordedDevice
@@ -40,6 +45,7 @@ from replay.crashpoints import first_crash_point, select_crash_points
 from replay.logformat import LogReader
 from replay.stateimage import build_crash_image
 
+VM_WORKLOADS, VM_WORKLOADS_QUICK = 8, 3   # seq-1 workloads through one live guest (and through fuse)
 MIXED = os.path.join(paths.ROOT, "tests", "workloads", "mixed.sh")
 SEQ1 = {
     "creat-fsync": "touch foo\nsync foo\n",
@@ -178,7 +184,7 @@ def _seq1(scratch: str, reps: int) -> dict[str, float]:
     return {"workloads": runs, "seconds": round(seconds, 2), "per_min": round(60 * runs / seconds, 1)}
 
 
-def bench(quick: bool) -> dict[str, Any]:
+def bench(quick: bool, kernel: str | None = None) -> dict[str, Any]:
     reps = 1 if quick else 3
     load_before = os.getloadavg()[0]
     state = RunState.create("bench")
@@ -193,9 +199,16 @@ def bench(quick: bool) -> dict[str, Any]:
         xfs_walk = _walk(xlog, xfs, xsize, state, default_jobs())
         fsync = _recorder_vs_loop(state, 200 if quick else 1000)
         seq1 = _seq1(state.scratch, reps)
+        vm = bench_vm(kernel, state.scratch, VM_WORKLOADS_QUICK if quick else VM_WORKLOADS) if kernel else None
     finally:
         state.teardown_or_warn()
-    return {
+    extra: dict[str, Any] = {}
+    if vm is not None:
+        extra = {"vm_seq1_workloads_per_min_per_worker": vm["vm"]["workloads_per_min"],
+                 "vm_over_fuse_workloads_ratio": vm["vm_over_fuse_workloads_ratio"],
+                 "vm_crash_states_per_s": vm["vm"]["crash_states_per_s"],
+                 "vm_over_fuse_states_ratio": vm["vm_over_fuse_states_ratio"]}
+    return {**extra,
         "crash_states_per_s": ext4_walk["states_per_s"],
         "crash_states_per_s_xfs": xfs_walk["states_per_s"],
         "floor_ms_per_state": floor["ms"],
@@ -205,5 +218,5 @@ def bench(quick: bool) -> dict[str, Any]:
         "details": {"jobs": default_jobs(), "quick": quick, "kernel": os.uname().release,
                     "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
                     "ext4_walk": ext4_walk, "ext4_walk_one_job": one_job, "xfs_walk": xfs_walk,
-                    "floor": floor, "fsync": fsync, "seq1": seq1},
+                    "floor": floor, "fsync": fsync, "seq1": seq1, **({"vm": vm} if vm else {})},
     }

@@ -89,3 +89,18 @@ def select_crash_points(entries: Iterable[Entry], spec: str = DEFAULT, first: in
     if end >= first and (not points or points[-1] != end):
         points.append(end)
     return points
+
+
+def budget_points(points: list[int], must: Iterable[int], budget: int) -> list[int]:
+    """At most BUDGET of POINTS (sorted), plus every point in MUST and the last one:
+    the must-points first, the rest of the budget spread evenly over the others.
+    Fewer points than the budget: all of them."""
+    if budget <= 0 or len(points) <= budget:
+        return list(points)
+    keep = set(must) & set(points) | {points[-1]}
+    others = [p for p in points if p not in keep]
+    room = budget - len(keep)
+    if room > 0 and others:
+        step = len(others) / room
+        keep |= {others[min(len(others) - 1, int(k * step + step / 2))] for k in range(room)}
+    return sorted(keep)

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from harness.foundation.errors import UsageError
-from replay.crashpoints import mkfs_done
+from replay.crashpoints import mkfs_done, select_crash_points
 from replay.logformat import Entry, LogReader
 
 # The default: prefix + every single dropped write. It is the cheapest mode
@@ -60,6 +60,9 @@ DEFAULT_PER_POINT = 16
 UNITS = {"s": 512, "k": 4096}
 _UNIT_LETTER = {v: k for k, v in UNITS.items()}
 T = TypeVar("T")
+# A state inside the recovery of another (checkers/recovery_crash.py): ORIGINAL/rN[-...]
+# is state pN[-...] of the log recorded while crash state ORIGINAL was recovered.
+_RECOVERY_ID = re.compile(r"(p[^/]+)/r(\d+.*)")
 _ID = re.compile(r"p(\d+)(?:-(?:d(\d+)|t(\d+)([sk])(\d+)-(\d+)|r(\d+)|e([0-9a-f]+)))?")
 
 
@@ -319,3 +322,37 @@ class CrashPlan:
 def plan_for_log(reader: LogReader, points: Sequence[int], spec: ReorderSpec) -> CrashPlan:
     """The crash plan of a log recorded by `powercut run` (or any log: then nothing is durable up front)."""
     return CrashPlan(list(reader.entries()), reader.sectorsize, points, spec, durable_before(reader))
+
+
+def split_recovery_id(state_id: str) -> tuple[str, str | None]:
+    """`p57-d3/r12-d10` -> ("p57-d3", "p12-d10"): the original state and the state of its
+    recovery log; a plain id -> (id, None)."""
+    if "/" not in state_id:
+        return state_id, None
+    m = _RECOVERY_ID.fullmatch(state_id)
+    if not m:
+        raise UsageError(f"state {state_id!r}: a state inside a recovery is ORIGINAL/rN[-...], e.g. p57/r12")
+    return m.group(1), "p" + m.group(2)
+
+
+def join_recovery_id(original: str, recovery_state: str) -> str:
+    return f"{original}/r{recovery_state[1:]}"
+
+
+# Crash points of a recovery log: every entry (a recovery log is short, and
+# the recovery-crash budget caps the states anyway).
+RECOVERY_POINTS = "write,flush,fua,mark"
+
+
+def plan_for_recovery_log(reader: LogReader, spec: ReorderSpec) -> CrashPlan:
+    """The crash states of a recovery log: it starts from a crash image, so nothing in it is durable up front."""
+    entries = list(reader.entries())
+    return CrashPlan(entries, reader.sectorsize, select_crash_points(entries, RECOVERY_POINTS), spec, 0)
+
+
+RECOVERY_LOG_DIR = "recovery-logs"   # in a run's directory: the recovery logs of its findings
+
+
+def recovery_log_name(original: str, mode: str) -> str:
+    """File name of the recovery log of crash state ORIGINAL recovered in MODE (rw, ro)."""
+    return f"{original}.{mode}.log"

@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 
 from harness.foundation.ownership import create_file
-from replay.crashstates import CrashState, ReorderSpec, plan_for_log
+from harness.foundation.errors import UsageError
+from replay.crashstates import CrashState, ReorderSpec, plan_for_log, plan_for_recovery_log, split_recovery_id
 from replay.logformat import Closing, LogReader
 from harness.foundation.sparse import punch_hole, pwrite_sparse
 from replay.replayer import Replayer
@@ -53,13 +54,24 @@ class StateImage(Closing):
         self._replayer.close()
 
 
-def build_crash_image(reader: LogReader, state_id: str, size: int, out: str) -> CrashState:
-    """Write the crash image of STATE_ID to OUT, a new file (or one powercut made)."""
-    state = plan_for_log(reader, [], ReorderSpec()).state(state_id)
+def build_crash_image(reader: LogReader, state_id: str, size: int, out: str,
+                      recovery_log: str | None = None) -> CrashState:
+    """Write the crash image of STATE_ID to OUT, a new file (or one powercut made).
+    A state inside a recovery (`p57/r12`) also needs the log of that recovery: the
+    image is the original state with the recovery log's state applied on top."""
+    original, inner = split_recovery_id(state_id)
+    state = plan_for_log(reader, [], ReorderSpec()).state(original)
+    if inner is not None and recovery_log is None:
+        raise UsageError(f"state {state_id!r} is inside a recovery: give the log of that recovery (--recovery-log)")
     fd = create_file(out, size)
     try:
         with StateImage(reader, fd) as image:
             image.load(state)
+        if inner is not None:
+            assert recovery_log is not None
+            with LogReader(recovery_log) as rec_reader, StateImage(rec_reader, fd) as image:
+                state = plan_for_recovery_log(rec_reader, ReorderSpec()).state(inner)
+                image.load(state)
         os.fsync(fd)
     finally:
         os.close(fd)

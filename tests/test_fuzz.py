@@ -73,17 +73,19 @@ def test_unjournaled_ext4_fsck_finding_is_shrunk_and_reproduces(pc: PcEnv) -> No
     check_reproduces(pc, d, "fsck")
 
 
-def test_a_finding_is_saved_even_when_the_campaign_stops_while_shrinking(pc: PcEnv) -> None:
+def test_a_finding_is_shrunk_to_its_end_even_when_the_campaign_stops_meanwhile(pc: PcEnv) -> None:
     """Unjournaled ext4 fails in the first workload (8 records or more: a shrink that
-    takes a while); --max-workloads 1 then stops the campaign while Hypothesis shrinks.
-    The finding is saved all the same (shrunk as far as it got, or the first failing
-    run as it was), and the campaign exits 1."""
-    report, out, _ = campaign(pc, "--fs", "ext4", "--mkfs-opts", "-O ^has_journal", "--crash-points", "write",
-                              "--max-workloads", "1", "--min-ops", "8", "--duration", "5m", rc=1)
+    takes a while); --max-workloads 1 then stops the campaign while the finding is
+    being shrunk. The shrink goes on to its end all the same (bounded by
+    --shrink-seconds), the finding is saved shrunk, and the campaign exits 1."""
+    report, out, text = campaign(pc, "--fs", "ext4", "--mkfs-opts", "-O ^has_journal", "--crash-points", "write",
+                                 "--max-workloads", "1", "--min-ops", "8", "--duration", "5m", rc=1)
     assert report["stop_reason"] == "max-workloads" and report["workloads"] >= 1  # others may finish first
     assert report["findings_by_kind"] and report["saved_findings"]
-    d, f = saved_finding(out, report["saved_findings"][0]["kind"])
-    assert f["shrink"]["method"].startswith("none") or f["ops"] <= f["shrink"]["ops_before"]
+    s = report["saved_findings"][0]
+    d, f = saved_finding(out, s["kind"])
+    assert f["shrink"]["method"] == "delta debugging" and f["shrink"]["complete"] and s["shrink_complete"]
+    assert f["ops"] < f["shrink"]["ops_before"] and "NOT fully shrunk" not in text
     check_reproduces(pc, d, f["kind"])
 
 
@@ -178,3 +180,17 @@ def test_minimize_shrinks_a_given_workload(pc: PcEnv) -> None:
     assert len(shrunk) < len(ops) and "still a fsck finding" in p.stdout
     p = pc.run("minimize", str(wl), "--fs", "ext4", "--out", str(pc.tmp / "min2"))
     assert p.returncode == 2 and "nothing to minimize" in p.stderr
+
+
+def test_recovery_crash_campaign_counts_inner_states_and_saves_a_reproducible_finding(pc: PcEnv) -> None:
+    """fuzz --recovery-crash samples crash states inside recoveries; with the recovering kernel's
+    flushes dropped (planted fault) a finding inside a recovery is saved and reproduce.sh re-checks it."""
+    report, out, text = campaign(pc, "--fs", "ext4", "--engine", "exhaustive", "--seq", "1", "--max-workloads", "1",
+                                 "--recovery-crash", "--recovery-crash-rate", "0.5", "--recovery-crash-states", "16",
+                                 "--fault", "recovery-drop-flush", "--max-findings", "1", "--shrink-seconds", "30",
+                                 rc=1)
+    assert report["recovery_crash_states_checked"] > 0
+    assert f"crash states inside recoveries checked: {report['recovery_crash_states_checked']}" in text
+    d, info = saved_finding(out, "fsck")
+    assert "/r" in info["state_id"]
+    check_reproduces(pc, d, "fsck")

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from checkers.findings import Finding
 from conftest import ROOT
 from harness.commands.fuzz import parse_duration, parse_ops_range, parse_shard
-from fuzz.engine_hypothesis import VIOLATIONS
-from fuzz.minimize import repair, subset
-from fuzz.trial import Signature, signature
+from fuzz.minimize import Shrinker, repair, subset
+from fuzz.trial import Signature, Trial, signature
+from harness.foundation import ownership
 from harness.foundation.errors import UsageError
 from harness.foundation.runstate import signals_deferred
 from workloads import afl_mutator, exhaustive, opcodec
@@ -103,9 +103,64 @@ def test_signature_names_the_op_and_rule() -> None:
     assert Signature.parse("fsck|open|-") == signature(g, plan)
 
 
-def test_one_violation_class_per_kind() -> None:
-    assert VIOLATIONS["stale-data"].__name__ == "StaleDataViolation"
-    assert len({c for c in VIOLATIONS.values()}) == len(VIOLATIONS)
+def test_mount_and_fsck_signatures_are_what_the_file_system_said_not_the_last_op() -> None:
+    """One fast_commit refusal at two crash points after different ops, on two devices: one bug."""
+    doc = workload_doc([{"op": "open", "path": "foo", "flags": ["O_CREAT", "O_RDWR"], "fd": "a"},
+                        {"op": "fsync", "fd": "a"}])
+    plan = build_plan(parse_workload(doc))
+
+    def refused(mark: str, dev: str) -> Finding:
+        return Finding("mount", "x", crash_point=9, crash_mark=mark,
+                       evidence={"errno": "EUCLEAN", "kernel_log": ["JBD2: journal recovery failed",
+                                                                     f"EXT4-fs ({dev}): error loading journal"]})
+    a, b = signature(refused("op 0.0.0", "loop3"), plan), signature(refused("op 0.1.0", "loop12"), plan)
+    assert a == b and a.key() == "mount|-|EUCLEAN JBD2: journal recovery failed"
+    assert Signature.parse(a.key()) == a
+
+    def fsck(out: str, mark: str) -> Finding:
+        return Finding("fsck", "y", crash_point=9, crash_mark=mark, evidence={"fsck_output": out})
+    c = signature(fsck("Pass 1: Checking inodes\nInode 12, i_blocks is 0, should be 8.  Fix? no\n", "op 0.0.0"), plan)
+    d = signature(fsck("Pass 1: Checking inodes\nInode 13, i_blocks is 0, should be 16.  Fix? no\n", "op 0.1.0"), plan)
+    assert c == d and c.kind == "fsck" and c.op == "-" and "i_blocks is N" in c.rule and "|" not in c.rule
+    other = signature(fsck("Inode 2 ref count is 3, should be 4.  Fix? no", "op 0.1.0"), plan)
+    assert other != c
+
+
+def _needs(ops_needed: set[str], tmp_path) -> tuple[Shrinker, Trial]:
+    """A shrinker whose workloads "fail" while they still hold every op kind in OPS_NEEDED
+    (the algorithm alone: each run's directory is real, the recording is not)."""
+    n = iter(range(10**6))
+
+    def run(doc: dict) -> Trial:
+        out = ownership.make_dir(str(tmp_path / f"run{next(n)}"))
+        kinds = {op["op"] for t in doc["threads"] for op in t["ops"]}
+        found = [Finding("fsck", "x")] if ops_needed <= kinds else []
+        return Trial(doc, out, type("R", (), {"findings": found})(), None, 0.0)  # type: ignore[arg-type]
+    return Shrinker(run, "fsck", str(tmp_path / "best")), run
+
+
+def test_shrinking_ends_at_a_one_minimal_workload_and_says_so(tmp_path) -> None:
+    """Needed ops scattered among 20: every op that can go goes (one pass of single-op
+    removals from the end would keep some), and the shrink says it got to its end."""
+    ops = [{"op": "open", "path": "bar", "flags": ["O_CREAT", "O_RDWR"], "fd": "f"}]
+    for i in range(19):
+        ops.append({"op": "mkdir", "path": f"d{i}"} if i % 6 else {"op": "fsync", "fd": "f"})
+    ops[7] = {"op": "ftruncate", "fd": "f", "length": 3000}
+    ops[15] = {"op": "sync"}
+    shrinker, run = _needs({"open", "ftruncate", "sync", "fsync"}, tmp_path)
+    best = shrinker.shrink(run(workload_doc(ops)))
+    kinds = [op["op"] for op in best.doc["threads"][0]["ops"]]
+    assert sorted(kinds) == ["fsync", "ftruncate", "open", "sync"], kinds
+    assert shrinker.complete and not shrinker.cut_short
+
+
+def test_a_shrink_cut_short_says_why(tmp_path) -> None:
+    ops = [{"op": "mkdir", "path": f"d{i}"} for i in range(12)]
+    shrinker, run = _needs({"mkdir"}, tmp_path)
+    shrinker.max_runs = 2
+    best = shrinker.shrink(run(workload_doc(ops)))
+    assert not shrinker.complete and "run budget" in shrinker.cut_short
+    assert len(best.doc["threads"][0]["ops"]) < 12
 
 
 @pytest.mark.parametrize("text,seconds", [("90", 90), ("90s", 90), ("10m", 600), ("1h30m", 5400)])

@@ -117,12 +117,18 @@ def test_run_is_clean_with_recovery_in_the_guest(vm_run: tuple[str, Path, PcEnv]
 
 
 def test_json_workload_runs_in_the_guest(pc: PcEnv) -> None:
-    """pc-exec in the guest: records come back, latency and the content oracle work as on the host."""
+    """pc-exec in the guest: records come back, latency and the content oracle work as on the host;
+    with --recovery both the guest kernel also recovers every crash image on a read-only mount."""
     out = pc.tmp / "out"
     pc.run("run", str(WORKLOADS / "mini_recorder.json"), "--fs", "ext4", "--backend", "vm",
-           "--kernel", KERNEL_612, "--out", str(out), check_rc=0)
+           "--kernel", KERNEL_612, "--recovery", "both", "--out", str(out), check_rc=0)
     r = report(out)
     assert r["findings"] == [] and r["kernel"].startswith("6.12")
+    n = r["crash_states_checked"]
+    assert r["recovery_checks"] == {"rw": n, "ro": n}
+    consoles = [p.read_text() for p in sorted(out.glob("vm-boot-*.console"))]
+    assert any("recovery mounts: -o ro" in c for c in consoles)
+    assert any("recovery mounts: -o defaults" in c for c in consoles)
     assert (out / "records.bin").stat().st_size > 0 and (out / "plan.txt").exists()
     assert r["workload"]["type"] == "json" and r["workload"]["sysctls"]["vm.dirty_ratio"]
     assert r["latency"]["kinds"]["write"]["count"] == 48

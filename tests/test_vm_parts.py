@@ -16,7 +16,11 @@ from harness.foundation.filesystems import get_fs
 from harness.foundation.sparse import copy_range, data_extents
 from harness.backends.vm import cpio, packages
 from harness.backends.vm.kernel import Kernel
+from harness.backends.vm.console import died_event, first_event
 from harness.backends.vm.qemu import Disk, Outcome
+from checkers.crash_check import verdict_findings
+from replay.logformat import FLUSH, FUA, LogReader, LogWriter
+from replay.logsplice import image_prefix, splice
 
 
 def test_cpio_archive_unpacks_with_busybox(tmp_path: Path) -> None:
@@ -94,10 +98,37 @@ class FakeGuest:
         self.outcomes = outcomes
         self.envs: list[dict[str, str]] = []
 
-    def boot(self, job: str, env: dict[str, str], disks: list[Disk], *, timeout: float) -> Outcome:
+    batch_device = "/dev/vda"
+
+    def run_job(self, job: str, env: dict[str, str], disks: list[Disk], *, timeout: float) -> Outcome:
         assert job == "recover" and len(disks) == 1
         self.envs.append(env)
         return self.outcomes.pop(0)
+
+    def batch_file(self, state: SimpleNamespace, tag: str = "") -> str:
+        path = os.path.join(state.scratch, f"batch{tag}.img")
+        open(path, "wb").close()
+        return path
+
+    def batch_bytes(self, needed: int) -> int:
+        return needed
+
+
+PANIC_CONSOLE = """pc: mount 0
+pc: mount 1
+[   12.345678] BUG: unable to handle page fault for address: 0000000000001234
+[   12.345679] #PF: supervisor read access in kernel mode
+[   12.345680] Oops: 0000 [#1] PREEMPT SMP NOPTI
+[   12.345681] RIP: 0010:ext4_fill_super+0x123/0x456 [ext4]
+[   12.345690] Kernel panic - not syncing: Fatal exception
+"""
+WARNING_CONSOLE = """pc: mount 2
+[   13.000000] ------------[ cut here ]------------
+[   13.000001] WARNING: CPU: 0 PID: 77 at fs/ext4/super.c:1234 ext4_put_super+0x1/0x2 [ext4]
+[   13.000002] Modules linked in: ext4
+[   13.000003] ---[ end trace 0000000000000000 ]---
+pc: mount 3
+"""
 
 
 def test_vm_recovery_batch_survives_a_guest_that_dies_mid_mount(tmp_path: Path) -> None:
@@ -106,21 +137,85 @@ def test_vm_recovery_batch_survives_a_guest_that_dies_mid_mount(tmp_path: Path) 
         f.truncate(16 << 20)
     subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
     guest = FakeGuest([
-        # Boot 1 recovers image 0, then the kernel panics mounting image 1.
-        Outcome("6.99", ["begin 0", "ok 0", "begin 1"], completed=False, console_tail="Kernel panic - not syncing"),
-        # Boot 2 starts after the image that killed the kernel.
-        Outcome("6.99", ["begin 2", "fail 2 mount: Structure needs cleaning"], completed=True, console_tail=""),
+        # Boot 1 recovers image 0, then the kernel oopses (oops=panic) mounting image 1.
+        Outcome("6.99", ["begin 0", "ok 0", "begin 1"], completed=False, console_tail="Kernel panic - not syncing",
+                console=PANIC_CONSOLE),
+        # Boot 2 starts after the image that killed the kernel; image 2 WARNs but mounts,
+        # image 3 does not mount (a file-system verdict, not a kernel one).
+        Outcome("6.99", ["begin 2", "ok 2", "begin 3", "fail 3 mount: Structure needs cleaning"], completed=True,
+                console_tail="", console=WARNING_CONSOLE),
     ])
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     engine = VmRecovery(guest, get_fs("ext4"), "", SimpleNamespace(scratch=str(scratch)), timeout=60)  # type: ignore[arg-type]
     try:
-        assert engine.submit(10, str(image)) == [] and engine.submit(11, str(image)) == []
-        assert engine.submit(12, str(image)) == []
+        for point in (10, 11, 12, 13):
+            assert engine.submit(point, str(image)) == []
         verdicts = dict(engine.finish())
     finally:
         engine.close()
-    assert [e["PC_FIRST"] for e in guest.envs] == ["0", "2"] and guest.envs[0]["PC_IMAGES"] == "3"
+    assert [e["PC_FIRST"] for e in guest.envs] == ["0", "2"] and guest.envs[0]["PC_IMAGES"] == "4"
     assert verdicts[10].mount_ok and verdicts[10].fsck_ran and not verdicts[10].fsck_failed
-    assert not verdicts[11].mount_ok and "died mounting this image: Kernel panic" in verdicts[11].mount_error
-    assert not verdicts[12].mount_ok and verdicts[12].mount_error == "mount: Structure needs cleaning"
+    assert verdicts[10].kernel is None
+    # The image the kernel died on: a kernel event with the console excerpt, nothing else known.
+    k = verdicts[11].kernel
+    assert not verdicts[11].mount_ok and k is not None and k["died"] == "yes"
+    assert k["event"] == "bug" and "unable to handle page fault" in k["line"] and "ext4_fill_super" in k["console"]
+    # A WARNING while mounting image 2 is that image's kernel event; the image itself was fine.
+    k = verdicts[12].kernel
+    assert verdicts[12].mount_ok and not verdicts[12].fsck_failed and k is not None and "died" not in k
+    assert k["event"] == "warning" and k["rule"] == "recovery mount:warning:fs/ext4/super.c:1234"
+    assert not verdicts[13].mount_ok and verdicts[13].mount_error == "mount: Structure needs cleaning"
+    assert verdicts[13].kernel is None
+    findings = verdict_findings(verdicts[11], SimpleNamespace(point=11, mark=None, id="p11"), get_fs("ext4"))  # type: ignore[arg-type]
+    assert [f.kind for f in findings] == ["kernel"] and findings[0].evidence["phase"] == "recovery mount"
+
+
+def test_kernel_events_on_the_console() -> None:
+    assert first_event("[ 1.0] EXT4-fs error (device dm-0): bad block\n[ 1.1] I/O error\n") is None
+    e = first_event(WARNING_CONSOLE)
+    assert e is not None and e.event == "warning" and e.rule() == "warning:fs/ext4/super.c:1234"
+    assert "cut here" in e.excerpt
+    # A guest that dies without a bug report: the last console line says what it was doing.
+    died = died_event("pc: job record\npc: mount 4\n", "hang")
+    assert died.event == "hang" and died.line == "pc: mount 4"
+    crash = died_event("[ 2.0] sysrq: Trigger a crash\n[ 2.1] Kernel panic - not syncing: sysrq triggered crash\n", "died")
+    assert crash.event == "sysrq-crash"
+
+
+def test_log_splice_puts_a_fresh_image_before_the_kernel_log(tmp_path: Path) -> None:
+    """A fresh file system made on the host, written as log entries, then the guest's own
+    log: replayed from zeros, the spliced log rebuilds the image and then the guest's writes."""
+    image = tmp_path / "fresh.img"
+    with open(image, "wb") as f:
+        f.truncate(8 << 20)
+        f.seek(1 << 20)
+        f.write(b"A" * 4096)
+        f.seek(5 << 20)
+        f.write(b"B" * 512)
+    n_prefix = image_prefix(str(image), str(tmp_path / "prefix.log"), "pc:mkfs-done")
+    with LogWriter(str(tmp_path / "guest.log")) as w:   # what the kernel writes: ends with its end mark
+        w.mark("pc:mounted")
+        w.write(4096, b"C" * 1024)
+        w.flush()
+        w.write(8192, b"D" * 512, FLUSH | FUA)
+    out = tmp_path / "run.log"
+    n = splice(str(tmp_path / "prefix.log"), str(tmp_path / "guest.log"), str(out))
+    with LogReader(str(out)) as r:
+        entries = list(r.entries())
+        assert r.nr_entries == n == n_prefix + 5 == len(entries)
+        marks = [e.mark for e in entries if e.is_mark]
+        assert marks == ["pc:mkfs-done", "pc:mounted", "dm-log-writes-end"]
+        device = bytearray(8 << 20)
+        for e in entries:
+            if e.is_write:
+                a, b = e.byte_range(r.sectorsize)
+                device[a:b] = r.read_data(e)
+    assert device[1 << 20:(1 << 20) + 4096] == b"A" * 4096 and device[5 << 20:(5 << 20) + 512] == b"B" * 512
+    assert device[2 << 20:(2 << 20) + 1024] == b"C" * 1024 and device[4 << 20:(4 << 20) + 512] == b"D" * 512
+    # drop-flush: the kernel's flushes are left out, its writes stay.
+    n = splice(None, str(tmp_path / "guest.log"), str(out), drop_flush=True)
+    with LogReader(str(out)) as r:
+        entries = list(r.entries())
+    assert n == 4 and not any(e.is_flush or e.is_fua for e in entries)
+    assert [e.sector for e in entries if e.is_write] == [4096, 8192]

@@ -77,6 +77,21 @@ CORE: list[Core] = [
     Core("symlink", ({"op": "symlink", "target": "foo", "path": "A/bar"},), persist_on="A", data=False),
     Core("setxattr", ({"op": "setxattr", "path": "foo", "name": "user.a", "length": 100},), data=False),
     Core("removexattr", ({"op": "removexattr", "path": "foo", "name": "user.b"},), data=False),
+    # The linux tier's states (docs/semantics.md): an fd whose file was renamed,
+    # linked or unlinked, persisted through that fd; names reused by a new file,
+    # directory or symlink; a file moved between directories. fsync-dir of a
+    # top-level name is an fsync of the root.
+    Core("rename-open", ({"op": "rename", "from": "foo", "to": "bar"},), "foo", data=False),
+    Core("link-open", ({"op": "link", "from": "foo", "to": "A/bar"},), "foo", data=False),
+    Core("unlink-open", ({"op": "unlink", "path": "foo"},), "foo", data=False),
+    Core("move-across", ({"op": "rename", "from": "foo", "to": "A/C/foo"},), persist_on="A/C/foo", data=False),
+    Core("reuse-file", ({"op": "rename", "from": "foo", "to": "bar"},
+                        {"op": "open", "path": "foo", "flags": ["O_CREAT", "O_RDWR"], "fd": "c"},
+                        {"op": "close", "fd": "c"}), persist_on="foo", data=False),
+    Core("reuse-dir", ({"op": "rename", "from": "A/C", "to": "A/D"}, {"op": "mkdir", "path": "A/C"}),
+         persist_on="A/C", data=False),
+    Core("reuse-symlink", ({"op": "unlink", "path": "A/foo"}, {"op": "symlink", "target": "foo", "path": "A/foo"}),
+         persist_on="A", data=False),
 ]
 PERSIST = ["fsync", "fdatasync", "fsync-dir", "sync"]
 CORE_NAMES = [c.name for c in CORE]

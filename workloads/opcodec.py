@@ -5,7 +5,7 @@ An input is a sequence of fixed-size op records (RECORD bytes each, at most
 MAX_RECORDS):
 
     byte 0     the op kind's tier (workloads/vocab.py KIND_TIERS), byte 1 the kind in it
-    byte 2     the persistence op after it: 0 none, then fsync, fdatasync, sync
+    byte 2     the persistence op after it: 0 none, then fsync, fdatasync, sync, fsync of a directory
     bytes 3-4  the persistence op's choices (which fd)
     bytes 5-11 the op's choices, in the order the op makes them: a tier byte,
                then one item byte (two for tiers longer than 256)

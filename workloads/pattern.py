@@ -25,6 +25,8 @@ import struct
 import zlib
 from dataclasses import dataclass
 
+import numpy as np
+
 CHUNK = 512
 HEADER = struct.Struct("<4sIIIIQI")  # magic, wid, file_id, seq, iter, offset, crc
 MAGIC = b"pcD1"
@@ -91,3 +93,65 @@ def decode_chunk(chunk: bytes) -> ChunkInfo | None:
 def chunk_matches(chunk: bytes, wid: int, file_id: int, seq: int, iter: int, offset: int) -> bool:
     """Whether CHUNK (any length, read at file offset OFFSET) is exactly what op (seq, iter) wrote there."""
     return bytes(chunk) == generate(wid, file_id, seq, iter, offset, len(chunk))
+
+
+# -- bulk: every chunk of a file at once ------------------------------------------
+# The header fields as one numpy record per 512-byte chunk (same layout as HEADER).
+_HEAD_DTYPE = np.dtype({"names": ["magic", "wid", "file_id", "seq", "iter", "offset", "crc"],
+                        "formats": ["<u4", "<u4", "<u4", "<u4", "<u4", "<u8", "<u4"],
+                        "offsets": [0, 4, 8, 12, 16, 20, 28], "itemsize": CHUNK})
+_MAGIC_U32 = struct.unpack("<I", MAGIC)[0]
+_NO_CRC = b"\0\0\0\0"
+
+
+@dataclass
+class ChunkScan:
+    """What every whole chunk of a file's bytes is: all zeros, a valid pattern chunk
+    (magic and CRC right: then `heads` names its writer), or neither."""
+
+    data: bytes
+    zero: np.ndarray    # bool per whole chunk
+    valid: np.ndarray   # bool per whole chunk: decode_chunk would return its header
+    heads: np.ndarray   # _HEAD_DTYPE per whole chunk (meaningful where valid)
+
+    @property
+    def n(self) -> int:
+        return len(self.zero)
+
+
+def _crc_ok(data: bytes, indices: np.ndarray) -> np.ndarray:
+    """CRC check of the chunks at INDICES (only the ones with the magic are passed)."""
+    view = memoryview(data)
+    out = np.zeros(len(indices), dtype=bool)
+    for k, c in enumerate(indices.tolist()):
+        off = c * CHUNK
+        got = int.from_bytes(view[off + CRC_AT:off + CRC_AT + 4], "little")
+        head = zlib.crc32(_NO_CRC, zlib.crc32(view[off:off + CRC_AT]))
+        out[k] = zlib.crc32(view[off + CRC_AT + 4:off + CHUNK], head) == got
+    return out
+
+
+def scan_chunks(data: bytes, previous: ChunkScan | None = None) -> ChunkScan:
+    """ChunkScan of DATA's whole chunks. With PREVIOUS (a scan of an earlier version
+    of the same file), chunks whose bytes did not change keep their verdict, so
+    only changed chunks cost Python work (their CRC)."""
+    if previous is not None and previous.data == data:  # the usual case: a file no write touched
+        return previous
+    n = len(data) // CHUNK
+    words = np.frombuffer(data, dtype="<u8", count=n * CHUNK // 8).reshape(n, CHUNK // 8)
+    heads = np.frombuffer(data, dtype=_HEAD_DTYPE, count=n)
+    valid = np.zeros(n, dtype=bool)
+    zero = np.zeros(n, dtype=bool)
+    same = np.zeros(n, dtype=bool)
+    if previous is not None and previous.n:
+        m = min(n, previous.n)
+        old = np.frombuffer(previous.data, dtype="<u8", count=m * CHUNK // 8).reshape(m, CHUNK // 8)
+        same[:m] = (words[:m] == old).all(axis=1)
+        valid[:m][same[:m]] = previous.valid[:m][same[:m]]
+        zero[:m][same[:m]] = previous.zero[:m][same[:m]]
+    changed = np.flatnonzero(~same)
+    if len(changed):
+        zero[changed] = ~words[changed].any(axis=1)
+        todo = changed[~zero[changed] & (heads["magic"][changed] == _MAGIC_U32)]
+        valid[todo] = _crc_ok(data, todo)
+    return ChunkScan(data, zero, valid, heads)

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 DIRS = ["A", "B", "A/C"]
+PERSIST_DIRS = [".", "A", "B", "A/C"]   # fsync_dir: an fsync of a directory, the root first
 FILES = ["foo", "A/foo", "A/bar", "B/foo", "bar", "A/C/foo"]
 PATHS = FILES + DIRS
 XATTRS = ["user.a", "user.b"]
@@ -34,7 +35,7 @@ KIND_TIERS: Tiers = [["pwrite", "write", "ftruncate"],
                      ["close", "unlink", "open", "truncate", "rename", "fallocate", "mmap_write", "link"],
                      ["mkdir", "rmdir", "symlink", "setxattr", "removexattr", "syncfs", "sync_file_range",
                       "read", "pread"]]
-PERSIST_KINDS = ["fsync", "fdatasync", "sync"]
+PERSIST_KINDS = ["fsync", "fdatasync", "sync", "fsync_dir"]
 FD_KINDS = {"pwrite", "fsync", "close", "write", "fdatasync", "ftruncate", "fallocate", "syncfs",
             "sync_file_range", "mmap_write", "read", "pread"}
 FALLOC_MODES = [["KEEP_SIZE"], [], ["PUNCH_HOLE", "KEEP_SIZE"], ["ZERO_RANGE"], ["ZERO_RANGE", "KEEP_SIZE"],
@@ -82,6 +83,12 @@ class OpListBuilder:
         return [self.opened, paths] if self.opened else [paths]
 
     def add(self, kind: str, pick: Picker) -> None:
+        if kind == "fsync_dir":  # open the directory read-only, fsync it, close it
+            name = f"f{self._next_fd}"
+            self._next_fd += 1
+            self.ops += [{"op": "open", "path": pick(one(PERSIST_DIRS)), "flags": ["O_RDONLY"], "fd": name},
+                         {"op": "fsync", "fd": name}, {"op": "close", "fd": name}]
+            return
         if kind in FD_KINDS and not self.fds:
             kind = "open"
         if kind == "open":
@@ -115,11 +122,11 @@ class OpListBuilder:
         elif kind in ("rename", "link"):
             op.update({"from": pick(self._path_tiers(PATHS)), "to": pick(one(PATHS))})
         elif kind == "symlink":
-            op.update(target=pick(one(SYMLINK_TARGETS)), path=pick(one(FILES)))
+            op.update(target=pick(one(SYMLINK_TARGETS)), path=pick([FILES, DIRS]))
         elif kind == "unlink":
             op["path"] = pick(self._path_tiers(FILES))
         elif kind in ("mkdir", "rmdir"):
-            op["path"] = pick(one(DIRS))
+            op["path"] = pick([DIRS, FILES])  # a file's name reused as a directory too
         elif kind == "setxattr":
             op.update(path=pick(one(PATHS)), name=pick(one(XATTRS)), length=pick(XATTR_LENGTHS))
         elif kind == "removexattr":

@@ -10,15 +10,17 @@ where the host has it, fuse elsewhere.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from checkers.recovery import PointInspect, RecoveryEngine
+from checkers.recovery_crash import RecordRecovery
 from harness.backends.device import RecordedDevice
 from harness.foundation.errors import UsageError
 from harness.foundation.filesystems import FsType
 from harness.foundation.runstate import RunState
-from harness.backends.session import DeviceBackend, Recording
+from harness.backends.session import FAULTS, DeviceBackend, Recording
 from workloads.runner import WorkloadRunner
 
 BACKENDS = ("fuse", "dm", "vm", "auto")
@@ -44,10 +46,15 @@ class Backend(Protocol):
                  inspect: PointInspect | None = None) -> RecoveryEngine | None:
         """The engine that recovers crash images (INSPECT reads each recovered one); None: the host kernel."""
 
+    def recovery_recorder(self, fs: FsType, state: RunState, device_bytes: int) -> RecordRecovery:
+        """Records a recovery mount of a crash image on the recorded device (--recovery-crash)."""
+
     def report_extra(self) -> dict[str, Any]:
         """Backend facts for report.json."""
 
 
+# Gives the backend of one run (a campaign worker's live vm guest: harness/backends/vm.py LiveVm.open).
+BackendOpener = Callable[[FsType, WorkloadRunner], Backend]
 def resolve(name: str) -> str:
     """The backend NAME stands for: `auto` is dm where this kernel has dm-log-writes, else fuse."""
     if name != "auto":
@@ -86,4 +93,6 @@ def open_backend(name: str, fs: FsType, workload: WorkloadRunner, *, fault: str 
         user = dm_devices.user_devices(devices.data_dev, devices.log_dev, list(devices.erase_ok))
         support.require()
         return DeviceBackend(backend_class(name), None, {"user": user})
+    if fault and fault not in FAULTS:
+        raise UsageError(f"--fault {fault} needs --backend vm")
     return DeviceBackend(backend_class(name), fault)

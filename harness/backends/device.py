@@ -21,12 +21,18 @@ class RecordedDevice(ABC):
     name: str = ""
 
     def __init__(self, state: RunState, size_bytes: int, log_path: str, *,
-                 sector_size: int = 512, fault: str | None = None) -> None:
+                 sector_size: int = 512, fault: str | None = None,
+                 initial_image: str | None = None, tag: str = "") -> None:
         self.state = state
         self.size_bytes = size_bytes
         self.log_path = log_path
         self.sector_size = sector_size
         self.fault = fault
+        # Start from this image instead of a zeroed device (recording a
+        # recovery mount of a crash image); TAG keeps several devices of one
+        # run apart (their files and mount points).
+        self.initial_image = initial_image
+        self.tag = tag
         self._mark_fd: int | None = None
 
     @property

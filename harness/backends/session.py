@@ -9,17 +9,24 @@ from __future__ import annotations
 
 import platform
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from checkers.recovery import PointInspect
-from harness.foundation import sysres
+from harness.foundation import kmount, sysres
 from harness.backends.device import RecordedDevice
 from harness.backends.tuning import tuned
 from harness.foundation.errors import EnvError
-from harness.foundation.filesystems import FsType
+from harness.foundation.filesystems import FsType, join_opts
 from harness.foundation.runstate import RunState
 from workloads.marks import MARK_MKFS, MARK_MOUNTED, MARK_WORKLOAD_END
 from workloads.runner import WorkloadRunner
+
+if TYPE_CHECKING:
+    from checkers.recovery_crash import RecordRecovery
+
+MARK_RECOVERY_MOUNTED = "pc:recovery-mounted"   # in a recovery recording: the recovery mount returned
+# --fault modes: which recording makes the recorder lie (it drops flushes).
+FAULTS = {"drop-flush": "workload", "recovery-drop-flush": "recovery"}
 
 
 
@@ -32,6 +39,7 @@ class Recording:
     final_image: str | None = None
     kernel: str = field(default_factory=platform.release)  # the kernel that wrote the log
     device_tuning: dict[str, str] = field(default_factory=dict)  # sysfs attribute -> value in force
+    findings: list[Any] = field(default_factory=list)  # found while recording (a vm guest's kernel reports)
 
 
 def record(device: RecordedDevice, fs: FsType, mkfs_opts: str, mount_opts: str,
@@ -58,6 +66,30 @@ def record(device: RecordedDevice, fs: FsType, mkfs_opts: str, mount_opts: str,
     return Recording(log, device.size_bytes, device.sector_size, info, device.final_image(), device_tuning=tuning)
 
 
+def record_recovery(device: RecordedDevice, fs: FsType, mount_opts: str, state: RunState) -> bool:
+    """Record one recovery: mount DEVICE's crash image (the kernel recovers it), unmount.
+
+    Returns False when the kernel refuses the mount (then there is no
+    recovery to crash in; the crash walk reports the failed mount itself).
+    """
+    with device:
+        mnt = state.subdir(f"mnt-recovery{device.tag}")
+        mount_res = state.record("mount", path=mnt)
+        try:
+            # (with the recovery options of every crash-image mount: xfs needs nouuid
+            # while other workers have images of the same file system mounted)
+            kmount.mount(device.block_device, mnt, fs.name, join_opts(mount_opts, fs.recovery_opts))
+            device.mark(MARK_RECOVERY_MOUNTED)
+            mounted = True
+        except kmount.MountError:
+            mounted = False
+        finally:
+            kmount.umount(mnt)
+            state.released(mount_res)
+        device.stop()
+    return mounted
+
+
 @dataclass
 class DeviceBackend:
     """A host-side backend: it supplies the recorded device, the host does the rest."""
@@ -68,8 +100,19 @@ class DeviceBackend:
 
     def record(self, fs: FsType, mkfs_opts: str, mount_opts: str, workload: WorkloadRunner,
                state: RunState, out_dir: str, device_bytes: int, log_path: str) -> Recording:
-        device = self.device_cls(state, device_bytes, log_path, fault=self.fault, **self.device_opts)
+        device = self.device_cls(state, device_bytes, log_path, fault=self._fault("workload"), **self.device_opts)
         return record(device, fs, mkfs_opts, mount_opts, workload, state, out_dir)
+
+    def _fault(self, recording: str) -> str | None:
+        return "drop-flush" if self.fault and FAULTS[self.fault] == recording else None
+
+    def recovery_recorder(self, fs: FsType, state: RunState, device_bytes: int) -> "RecordRecovery":
+        """Records recovery mounts of crash images on this backend's recorded device."""
+        def record_one(image: str, mount_opts: str, log_path: str, tag: str) -> bool:
+            device = self.device_cls(state, device_bytes, log_path, fault=self._fault("recovery"),
+                                     initial_image=image, tag=tag)
+            return record_recovery(device, fs, mount_opts, state)
+        return record_one
 
     def recovery(self, fs: FsType, mount_opts: str, state: RunState, inspect: PointInspect | None = None) -> None:
         return None  # the host kernel recovers crash images (checkers/recovery.py)

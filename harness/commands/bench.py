@@ -12,7 +12,7 @@ from harness.pipeline.run import terminate_as_exception
 
 def _cmd(args: argparse.Namespace) -> int:
     with terminate_as_exception():
-        result = bench(args.quick)
+        result = bench(args.quick, args.kernel or None)
     text = json.dumps(result, indent=2) + "\n"
     if args.json:
         with owned_file(args.json, 0) as fd:
@@ -24,5 +24,7 @@ def _cmd(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("bench", help="measure crash states/s, the mount+fsck floor, recorder overhead")
     p.add_argument("--json", metavar="FILE", help="also write the results to FILE")
+    p.add_argument("--kernel", metavar="debian:PACKAGE|PATH",
+                   help="also measure fuzzing through the vm backend on this kernel, next to fuse")
     p.add_argument("--quick", action="store_true", help="one repetition of each measurement (for tests)")
     p.set_defaults(func=_cmd)

@@ -19,6 +19,8 @@ COMMAND_MODULES = [
     "harness.commands.bench",
     "harness.commands.corpus",
     "harness.commands.fuzz",
+    "harness.commands.export",
+    "harness.commands.bisect",
 ]
 
 

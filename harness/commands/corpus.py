@@ -9,11 +9,14 @@ import sys
 import time
 from pathlib import Path
 
+from checkers.fsrules import TIERS
+from harness.commands.options import add_semantics_option
 from harness.foundation import internal_error, ownership
 from harness.corpus.entries import CORPUS_DIR, VERDICT_KINDS, Row, entry_doc, load_corpus, load_matrix
 from harness.corpus.diff import diff, markdown as corpus_markdown_diff
 from harness.corpus.report import junit, markdown
 from harness.backends import BACKENDS
+from harness.commands.run import add_recovery_args, recovery_kwargs
 from harness.corpus.run import Backend, compare_baseline, host_cannot_run, load_results, results_doc, run_cases
 from harness.foundation.errors import UsageError
 
@@ -45,7 +48,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     rows = _rows(args)
     if (args.kernel or args.kernel_modules) and args.backend != "vm":
         raise UsageError("--kernel and --kernel-modules need --backend vm")
-    backend = Backend(args.backend, args.kernel or None, args.kernel_modules or None)
+    if args.semantics not in TIERS:
+        raise UsageError(f"--semantics {args.semantics}: choose {' or '.join(TIERS)}")
+    backend = Backend(args.backend, args.kernel or None, args.kernel_modules or None, recovery_kwargs(args),
+                      args.semantics)
     baseline = load_results(args.baseline) if args.baseline else None
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: must be at least 1")
@@ -141,9 +147,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     r.add_argument("--backend", default="fuse", help=f"recording backend of every case: {', '.join(BACKENDS)} (default: fuse)")
     r.add_argument("--kernel", default="", help="--backend vm: debian:PACKAGE or a kernel image path")
     r.add_argument("--kernel-modules", default="", help="--backend vm: the kernel's lib/modules/VERSION directory")
+    add_recovery_args(r)
     r.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="cases run in parallel, each in its own process (default 1)")
     r.add_argument("--junit", default="", help="also write JUnit XML here")
+    add_semantics_option(r)
     r.add_argument("--out", default="", help="output directory (default: out/corpus-TIME)")
     r.set_defaults(func=cmd_run)
 

@@ -10,8 +10,12 @@ import time
 from typing import Any
 
 from checkers.findings import KINDS
+from harness.commands.options import add_semantics_option
 from harness.foundation import internal_error, ownership
 from harness.foundation.errors import UsageError
+from harness.backends.session import FAULTS
+from harness.backends.vm.backend import FAULTS as VM_FAULTS
+from harness.commands.run import add_recovery_args, recovery_kwargs
 from harness.pipeline.run import RunConfig, default_out_dir
 from fuzz.campaign import ENGINES, Campaign, CampaignSpec
 from fuzz.layout import CampaignDir
@@ -47,8 +51,21 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
         raise UsageError("--fs is required (ext4, xfs or btrfs), unless --resume DIR")
     cfg = RunConfig(fs=args.fs, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts, size_mib=args.size, quiet=True,
                     crash_points=args.crash_points, reorder=args.reorder, states_per_point=args.states_per_point,
-                    fault=args.fault)
+                    fault=args.fault, backend=args.backend, kernel=args.kernel, kernel_modules=args.kernel_modules,
+                    semantics=args.semantics, **recovery_kwargs(args))
     cfg.check()
+    if args.backend == "vm":
+        if not args.kernel:
+            raise UsageError("--backend vm needs --kernel debian:PACKAGE (e.g. debian:linux-image-6.12-amd64) or --kernel PATH")
+        if getattr(args, "engine", "") == "afl":
+            raise UsageError("--engine afl runs every workload in a new process and cannot keep a vm guest: "
+                             "use --engine hypothesis or exhaustive with --backend vm")
+        if args.fault and args.fault not in VM_FAULTS:
+            raise UsageError(f"--fault {args.fault}: the vm backend knows {', '.join(VM_FAULTS)}")
+    elif args.kernel or args.kernel_modules:
+        raise UsageError("--kernel and --kernel-modules need --backend vm")
+    elif args.fault and args.fault not in FAULTS:
+        raise UsageError(f"--fault {args.fault} needs --backend vm")
     return cfg
 
 
@@ -133,6 +150,7 @@ def minimize_cmd(args: argparse.Namespace) -> int:
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mkfs-opts", default="", help="extra mkfs options, e.g. \"-O ^has_journal\"")
+    add_semantics_option(p)
     p.add_argument("--mount-opts", default="", help="mount options, e.g. data=writeback,nodelalloc")
     p.add_argument("--size", type=int, default=0, help="device size in MiB (default: per file system)")
     p.add_argument("--crash-points", default=DEFAULT_POINTS, metavar="KINDS",
@@ -142,8 +160,17 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                         f"(default: {DEFAULT_REORDER})")
     p.add_argument("--states-per-point", type=int, default=DEFAULT_PER_POINT, metavar="N",
                    help=f"at most N states per reorder mode and crash point (default: {DEFAULT_PER_POINT})")
-    p.add_argument("--fault", choices=["drop-flush"], default=None,
-                   help="test-only: a recorder that acknowledges flushes without logging them")
+    add_recovery_args(p)
+    p.add_argument("--fault", choices=sorted({*FAULTS, *VM_FAULTS}), default=None,
+                   help="test-only: drop-flush: flushes are acknowledged but not logged (fuse recorder; with "
+                        "--backend vm, left out of the kernel's log); recovery-drop-flush: the same, only while a "
+                        "recovery is recorded for --recovery-crash; recovery-panic (vm): the guest kernel crashes "
+                        "at the first recovery mount of every batch")
+    p.add_argument("--backend", choices=["fuse", "vm"], default="fuse",
+                   help="fuse: the host kernel through the userspace recorder (default); vm: the kernel under "
+                        "test (--kernel) in a QEMU guest with its own dm-log-writes, one guest per worker")
+    p.add_argument("--kernel", metavar="debian:PACKAGE|PATH", help="--backend vm: the kernel under test")
+    p.add_argument("--kernel-modules", metavar="DIR", help="--backend vm with --kernel PATH: its lib/modules/VERSION")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -72,6 +72,7 @@ from harness.foundation.errors import EnvError, PowercutError, RefusedError, Usa
 from harness.foundation.ownership import create_file, require_owned
 from replay.logformat import DISCARD, FLUSH, FUA, MARK, Entry, LogReader, flags_str
 from replay.replayer import ALL_SECTORS, XFSTESTS_ZERO_LIMIT, Replayer, find_mark
+from replay.crashstates import RECOVERY_LOG_DIR, recovery_log_name, split_recovery_id
 from replay.stateimage import build_crash_image
 
 _CHECK_FLAGS = {"flush": FLUSH, "fua": FUA, "discard": DISCARD}
@@ -126,11 +127,15 @@ def _register_replay_log(subparsers: argparse._SubParsersAction) -> None:
 def _register_crash_image(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("crash-image", help="build the crash image of one crash state (an id from a report)",
                               description="Build exactly the image a crash walk checked for state ID "
-                                          "(e.g. p57, p57-d33, p57-t33k0-2, p57-r12, p57-e5), unrecovered.")
+                                          "(e.g. p57, p57-d33, p57-t33k0-2, p57-r12, p57-e5), unrecovered; or a state "
+                                          "inside the recovery of one (p57/r12), given that recovery's log.")
     p.add_argument("--log", metavar="LOG", required=True, help="dm-log-writes log the state comes from")
     p.add_argument("--state", metavar="ID", required=True, help="crash state id")
     p.add_argument("--size", metavar="BYTES", required=True, help="device size (report.json: device_bytes)")
     p.add_argument("--out", metavar="IMG", required=True, help="image file to write (new, or one powercut made)")
+    p.add_argument("--recovery-log", metavar="LOG", default=None,
+                   help="for ORIGINAL/rN ids: the log of that recovery (default: recovery-logs/ORIGINAL.rw.log, "
+                        "else ORIGINAL.ro.log, beside --log)")
     p.set_defaults(func=_run_crash_image)
 
 
@@ -291,10 +296,22 @@ def _run_crash_image(args: argparse.Namespace) -> int:
     with LogReader(args.log) as reader:
         if size < reader.device_bytes_needed():
             raise UsageError(f"--size {size}: the log writes up to byte {reader.device_bytes_needed()}")
-        state = build_crash_image(reader, args.state, size, args.out)
-    print(f"{args.out}: crash state {state.id} ({state.mode}): entries 0..{state.epoch_start - 1} "
+        state = build_crash_image(reader, args.state, size, args.out, _recovery_log(args))
+    print(f"{args.out}: crash state {args.state} ({state.mode}): entries 0..{state.epoch_start - 1} "
           f"and {len(state.persisted)} of the {len(state.epoch)} writes after the last flush")
     return 0
+
+
+def _recovery_log(args: argparse.Namespace) -> str | None:
+    """The recovery log a state inside a recovery needs: --recovery-log, or the one a run kept."""
+    original, inner = split_recovery_id(args.state)
+    if inner is None or args.recovery_log:
+        return args.recovery_log
+    for mode in ("rw", "ro"):  # the names checkers/recovery_crash.py gives them
+        path = os.path.join(os.path.dirname(args.log), RECOVERY_LOG_DIR, recovery_log_name(original, mode))
+        if os.path.exists(path):
+            return path
+    raise UsageError(f"state {args.state!r}: no recovery log for {original} beside {args.log}; give --recovery-log")
 
 
 def _seek_line(reader: LogReader, entry: Entry) -> str:

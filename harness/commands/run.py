@@ -6,13 +6,40 @@ import argparse
 
 from checkers.crash_check import default_jobs
 from harness.backends import BACKENDS
+from checkers.recovery_modes import CHOICES
+from harness.backends.session import FAULTS
+from harness.backends.vm.backend import FAULTS as VM_FAULTS
 from harness.backends.dm.devices import CONFIRM_FLAG
 from harness.pipeline.compare import run_matrix
 from harness.pipeline.run import RunConfig, default_out_dir, recheck, run_workload
 from harness.reports.report import summary
+from harness.commands.options import add_semantics_option
 from workloads.runner import load_runner
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS
 from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER
+
+
+def add_recovery_args(p: argparse.ArgumentParser, crash: bool = True) -> None:
+    """--recovery (and --recovery-crash with its budget): shared by run, fuzz, corpus run, recheck."""
+    p.add_argument("--recovery", default=None, metavar="|".join(CHOICES),
+                   help="how each crash image is recovered: rw (a read-write mount, the default), ro (a read-only "
+                        "mount: the kernel still replays its journal/log), both (each crash state both ways)")
+    if not crash:
+        return
+    p.add_argument("--recovery-crash", action="store_true",
+                   help="also cut the power during recovery: record each recovery mount, recover again from "
+                        "crash states inside it, check them against the original crash point (fuse backend)")
+    p.add_argument("--recovery-crash-states", type=int, default=8, metavar="N",
+                   help="--recovery-crash: at most N crash states inside each recovery (a seeded sample; default 8)")
+    p.add_argument("--recovery-crash-rate", type=float, default=1.0, metavar="F",
+                   help="--recovery-crash: the fraction of crash states whose recovery is recorded, chosen by "
+                        "state id (default 1: all)")
+
+
+def recovery_kwargs(args: argparse.Namespace) -> dict[str, object]:
+    """RunConfig fields of the recovery options (--recovery unset: the default rw)."""
+    return {"recovery": args.recovery or "rw", "recovery_crash": args.recovery_crash,
+            "recovery_crash_states": args.recovery_crash_states, "recovery_crash_rate": args.recovery_crash_rate}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -21,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
                     end_mark=args.end_mark, reorder=args.reorder, states_per_point=args.states_per_point,
                     jobs=args.jobs, first_failure=args.first_failure, fault=args.fault, keep_image=args.keep_image,
                     kernel=args.kernel, kernel_modules=args.kernel_modules, data_dev=args.data_dev,
-                    log_dev=args.log_dev, erase_ok=tuple(args.erase_ok), markdown=True)
+                    log_dev=args.log_dev, erase_ok=tuple(args.erase_ok), markdown=True, max_states=args.max_states,
+                    semantics=args.semantics, **recovery_kwargs(args))
     if args.mount_opts_matrix or args.param_matrix:
         return run_matrix(args.workload, cfg, args.scale, args.param, args.out,
                           mount_opts_matrix=args.mount_opts_matrix, param_matrix=args.param_matrix)
@@ -32,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def recheck_cmd(args: argparse.Namespace) -> int:
-    result = recheck(args.run_dir, args.state)
+    result = recheck(args.run_dir, args.state, args.recovery, args.semantics, args.image)
     print(summary(result.report, None))
     return 1 if result.findings else 0
 
@@ -58,6 +86,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--kernel-modules", default=None, metavar="DIR",
                    help="--backend vm with --kernel PATH: its lib/modules/VERSION directory (with modules.dep)")
     p.add_argument("--mkfs-opts", default="", help="extra mkfs options, e.g. \"-O ^has_journal\"")
+    add_semantics_option(p)
     p.add_argument("--mount-opts", default=None,
                    help="mount options, e.g. data=writeback,barrier=0 (default: none, or the scenario's)")
     p.add_argument("--size", type=int, default=0,
@@ -66,6 +95,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--crash-points", default=None, metavar="KINDS",
                    help="where to crash: comma-separated flush, fua, mark, write, or N for every Nth entry "
                         f"(default: {DEFAULT_POINTS}, or the scenario's; the end of the log always)")
+    p.add_argument("--max-states", type=int, default=0, metavar="N",
+                   help="crash-point budget: check at most N crash points spread evenly over the log, plus the "
+                        "points at and just before every fsync, sync_file_range, ftruncate, open and close "
+                        "(0: every point; the report says which fraction was checked)")
     p.add_argument("--start-mark", metavar="MARK", help="crash points start at the first mark MARK")
     p.add_argument("--end-mark", metavar="MARK", help="crash points end at the first mark MARK after the start")
     p.add_argument("--reorder", default=DEFAULT_REORDER, metavar="MODES",
@@ -81,8 +114,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--first-failure", action="store_true", help="stop checking at the first finding")
     p.add_argument("--keep-image", action="store_true",
                    help="save the device's final image as OUT/final.img (sparse)")
-    p.add_argument("--fault", choices=["drop-flush"], default=None,
-                   help="test-only: make the recorder lie (drop-flush: flushes are acknowledged but not logged)")
+    p.add_argument("--fault", choices=sorted({*FAULTS, *VM_FAULTS}), default=None,
+                   help="test-only: make the recorder lie (drop-flush: flushes are acknowledged but not logged; "
+                        "recovery-drop-flush: the same, only while a recovery is recorded for --recovery-crash); "
+                        "--backend vm also: recovery-panic (the guest kernel crashes at a recovery mount)")
+    add_recovery_args(p)
     p.add_argument("--scale", type=float, default=None,
                    help="scenario:NAME only: size of the experiment, 1.0 = the paper's counts (default 1.0)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
@@ -96,9 +132,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     r = sub.add_parser("recheck", help="check one crash state of a saved run again, from its log",
                        description="Rebuild crash state ID of the run saved in RUN_DIR from its log, let this "
-                                   "host's kernel recover it, fsck it and run the content oracle: the exact crash "
+                                   "host's kernel (for a --backend vm run: a guest booting the same kernel) recover it, fsck it and run the content oracle: the exact crash "
                                    "state a finding came from. Exit 0: clean, 1: findings, 2: error, 3: internal error.")
     r.add_argument("run_dir", help="a `powercut run` output directory (report.json, recording.log, records)")
     r.add_argument("--state", required=True, metavar="ID",
-                   help="crash state id from the report, e.g. p57 (in-order prefix) or p57-d33 (a write dropped)")
+                   help="crash state id from the report, e.g. p57 (in-order prefix), p57-d33 (a write dropped) "
+                        "or p57/r12 (a crash inside the recovery of p57)")
+    r.add_argument("--image", metavar="IMG",
+                   help="check this image (e.g. a board's disk after a real power cut) against the guarantees "
+                        "of crash state ID instead of rebuilding it from the log; only a copy is mounted")
+    add_semantics_option(r, default=None)
+    add_recovery_args(r, crash=False)
     r.set_defaults(func=recheck_cmd)

@@ -28,7 +28,8 @@ MATRIX_FORMAT = "powercut-matrix/1"
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "corpus"
 # Verdicts ignore latency: timing depends on the machine; the baseline
 # comparison judges latency instead.
-VERDICT_KINDS = ("mount", "fsck", "corruption", "durability", "stale-data", "atomicity", "design", "semantics")
+VERDICT_KINDS = ("kernel", "mount", "fsck", "corruption", "durability", "stale-data", "atomicity", "design",
+                 "semantics")
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class Row:
     fs: str
     mkfs_opts: str = ""
     mount_opts: str = ""
+    recovery: str | None = None    # rw, ro or both; None: what `corpus run --recovery` says (default rw)
 
 
 @dataclass
@@ -133,7 +135,7 @@ def load_matrix(path: str | Path) -> list[Row]:
     for i, r in enumerate(doc["rows"]):
         if not isinstance(r, dict) or "name" not in r or "fs" not in r:
             raise UsageError(f"{path}: rows[{i}] needs a name and an fs")
-        rows.append(Row(r["name"], r["fs"], r.get("mkfs_opts", ""), r.get("mount_opts", "")))
+        rows.append(Row(r["name"], r["fs"], r.get("mkfs_opts", ""), r.get("mount_opts", ""), r.get("recovery")))
     return rows
 
 

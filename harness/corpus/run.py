@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from checkers.fsrules import DEFAULT_TIER
 from harness.foundation import ownership
 from harness.corpus.entries import load_doc, VERDICT_KINDS, Entry, Row
 from harness.foundation.errors import PowercutError, UsageError
@@ -73,6 +74,8 @@ class Backend:
     name: str = "fuse"
     kernel: str | None = None
     kernel_modules: str | None = None
+    recovery: dict[str, Any] = field(default_factory=dict)  # --recovery* (RunConfig fields); a row's recovery wins
+    semantics: str = DEFAULT_TIER    # the oracle's tier for every case (`--semantics`)
 
 
 def host_cannot_run(row: Row) -> str:
@@ -90,15 +93,18 @@ def host_cannot_run(row: Row) -> str:
 
 
 def run_config(entry: Entry, row: Row, backend: Backend = Backend()) -> RunConfig:
-    fields = {f.name for f in dataclasses.fields(RunConfig)} - {"fs", "mkfs_opts", "mount_opts", "quiet"}
+    fields = {f.name for f in dataclasses.fields(RunConfig)} - {"fs", "mkfs_opts", "mount_opts", "quiet", "semantics"}
     bad = set(entry.run) - fields
     if bad:
         raise UsageError(f"{entry.path}: unknown run option(s) {', '.join(sorted(bad))}")
     # The expectations were recorded with in-order crash states only: an entry
     # opts in to reordering (`"run": {"reorder": ...}`) with verdicts to match.
-    run = {"reorder": "none", **entry.run}
+    run = {"reorder": "none", **backend.recovery, **entry.run}
+    if row.recovery:
+        run["recovery"] = row.recovery
     return RunConfig(fs=row.fs, mkfs_opts=row.mkfs_opts, mount_opts=row.mount_opts, quiet=True,
-                     backend=backend.name, kernel=backend.kernel, kernel_modules=backend.kernel_modules, **run)
+                     backend=backend.name, kernel=backend.kernel, kernel_modules=backend.kernel_modules,
+                     semantics=backend.semantics, **run)
 
 
 def run_case(entry: Entry, row: Row, out_dir: str, backend: Backend = Backend()) -> Case:
@@ -168,6 +174,7 @@ def results_doc(cases: list[Case], started: float, backend: Backend = Backend())
         "kernel": ", ".join(kernels) or (backend.kernel or "?" if backend.name == "vm" else platform.release()),
         "host_kernel": platform.release(),
         "backend": backend.name,
+        "semantics": backend.semantics,
         "kernel_spec": backend.kernel,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "seconds": round(time.time() - started, 1),

@@ -27,3 +27,12 @@ class Terminated(PowercutError):
     """SIGTERM, turned into an exception so every teardown path runs."""
 
     exit_code = 143
+
+
+class KernelFailure(PowercutError):
+    """The kernel under test died or hung while running the workload (a vm guest).
+    Not an error of the run: the pipeline turns it into a `kernel` finding."""
+
+    def __init__(self, event: dict[str, str]) -> None:
+        super().__init__(f"guest kernel {event['event']} during the {event['phase']}: {event['line']}")
+        self.event = event

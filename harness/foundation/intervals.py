@@ -94,3 +94,21 @@ def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             out.append((s, t))
     return out
+
+
+def subtract_ranges(ranges: list[tuple[int, int]], minus: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of sorted, merged RANGES not covered by sorted, merged MINUS."""
+    out: list[tuple[int, int]] = []
+    j = 0
+    for s, t in ranges:
+        while j < len(minus) and minus[j][1] <= s:
+            j += 1
+        k, cur = j, s
+        while k < len(minus) and minus[k][0] < t:
+            if minus[k][0] > cur:
+                out.append((cur, minus[k][0]))
+            cur = max(cur, minus[k][1])
+            k += 1
+        if cur < t:
+            out.append((cur, t))
+    return out

@@ -43,7 +43,11 @@ _IGNORED = {"defaults", "suid", "dev", "exec", "atime", "diratime", "auto", "noa
 
 
 class MountError(Exception):
-    """The kernel refused the mount; str() is the file system's own message."""
+    """The kernel refused the mount; str() is the file system's own message, errno its errno."""
+
+    def __init__(self, message: str, err: int = 0) -> None:
+        super().__init__(message)
+        self.errno = err
 
 
 def _err(what: str) -> OSError:
@@ -109,7 +113,7 @@ def _config(fsfd: int, key: str, value: str | None) -> None:
 def _mount_error(fsfd: int, what: str) -> MountError:
     e = ctypes.get_errno()
     msgs = _kernel_messages(fsfd)
-    return MountError("; ".join(msgs + [f"{what}: {os.strerror(e)}"]))
+    return MountError("; ".join(msgs + [f"{what}: {os.strerror(e)}"]), e)
 
 
 def umount(target: str) -> None:

@@ -90,24 +90,31 @@ class LoopDevice:
         """
         fcntl.ioctl(self.fd, BLKFLSBUF)
 
-    def wait_unclaimed(self, timeout: float = 30.0) -> None:
-        """Wait until no file system holds the device any more.
+    def wait_unclaimed(self, timeout: float = 30.0, *, raise_on_timeout: bool = True) -> bool:
+        """Wait until no one holds the device claimed; False on timeout (unless it raises).
 
         umount() can return while the superblock lives on: a child forked by
         another thread during our mount holds a copy of the fs-context fd
         (and with it the superblock) until it execs. The file system shuts
         down, writing its last blocks, only when that copy goes. An exclusive
-        open succeeds only once no one has the device claimed.
+        open succeeds only once no one has the device claimed. (The probe
+        itself claims the device for a moment; only this device's owner calls it.)
         """
         deadline = time.monotonic() + timeout
+        delay = 0.0005
         while True:
             try:
                 os.close(os.open(self.path, os.O_RDONLY | os.O_EXCL | os.O_CLOEXEC))
-                return
+                return True
             except OSError as e:
-                if e.errno != errno.EBUSY or time.monotonic() > deadline:
-                    raise EnvError(f"{self.path} still in use {timeout:.0f}s after umount: {e.strerror}") from e
-            time.sleep(0.0005)
+                if e.errno not in (errno.EBUSY, errno.ENXIO, errno.ENODEV):
+                    raise EnvError(f"{self.path}: {e.strerror}") from e
+                if time.monotonic() > deadline:
+                    if raise_on_timeout:
+                        raise EnvError(f"{self.path} still in use {timeout:.0f}s after umount: {e.strerror}") from e
+                    return False
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
     def close(self) -> None:
         """Detach (LOOP_CLR_FD through our own fd) and wait until it is gone."""

@@ -18,13 +18,18 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from checkers.crash_check import Inspect, check_crash_states
+from checkers.crash_check import Inspect, RecoveryOptions, check_crash_states
+from checkers.recovery_crash import RecoveryCrashSpec
+from checkers.recovery_modes import check_recovers, mode_opts, parse_recovery
 from checkers.findings import Finding
+from checkers.fsrules import DEFAULT_TIER, TIERS, Semantics
 from checkers.oracle import ContentOracle
+from checkers.design import design_points
 from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
+from checkers.findings import kernel_finding
 from harness.foundation import internal_error, ownership, sysres
-from harness.backends import Backend, DeviceArgs, open_backend, resolve as resolve_backend
-from harness.foundation.errors import Terminated, UsageError
+from harness.backends import Backend, BackendOpener, DeviceArgs, open_backend, resolve as resolve_backend
+from harness.foundation.errors import KernelFailure, Terminated, UsageError
 from harness.foundation.filesystems import FsType, get_fs
 from harness.reports.plots import latency_plots
 from harness.foundation.progress import CrashProgress
@@ -34,8 +39,8 @@ from harness.foundation.runstate import RunState
 from harness.backends.session import Recording
 from harness.foundation.sparse import sparse_copy
 from workloads.runner import ExecutorWorkload, WorkloadRunner, load_runner, read_document
-from replay.crashpoints import DEFAULT as DEFAULT_POINTS, mark_range, parse_spec, select_crash_points
-from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER, CrashState, ReorderSpec
+from replay.crashpoints import DEFAULT as DEFAULT_POINTS, budget_points, mark_range, parse_spec, select_crash_points
+from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER, RECOVERY_LOG_DIR, CrashState, ReorderSpec
 from replay.logformat import LogReader
 from workloads import scenarios
 from workloads.results import read_records
@@ -56,7 +61,12 @@ class RunConfig:
     jobs: int = 0                   # parallel crash checks; 0: one per CPU
     first_failure: bool = False
     fault: str | None = None        # test-only recorder fault mode
+    recovery: str = "rw"            # how crash images are recovered: rw, ro or both (checkers/recovery_modes.py)
+    recovery_crash: bool = False    # also crash inside each recovery (checkers/recovery_crash.py)
+    recovery_crash_states: int = 8  # at most this many recovery crash states per crash state and mode
+    recovery_crash_rate: float = 1.0  # fraction of crash states whose recovery is recorded
     keep_image: bool = False
+    max_states: int = 0             # crash-point budget (0: every point): spread evenly + design points
     kernel: str | None = None       # --backend vm: debian:PACKAGE or a kernel image path
     kernel_modules: str | None = None
     data_dev: str | None = None     # --backend dm on the user's block devices (else loop devices)
@@ -64,9 +74,12 @@ class RunConfig:
     erase_ok: tuple[str, ...] = ()  # --i-know-this-erases DEV, repeated
     quiet: bool = False             # no crash-walk progress (campaigns print their own)
     markdown: bool = False          # also write OUT/report.md with latency figures (powercut run)
+    semantics: str = DEFAULT_TIER   # the oracle's tier of rules: posix or linux (checkers/fsrules.py)
 
     def reorder_spec(self) -> ReorderSpec:
         """The crash-state options, checked (before a long recording, not after)."""
+        if self.semantics not in TIERS:
+            raise UsageError(f"--semantics {self.semantics}: choose {' or '.join(TIERS)}")
         if self.jobs < 0:
             raise UsageError(f"--jobs {self.jobs}: must be at least 1 (0: one per CPU)")
         return ReorderSpec.parse(self.reorder, self.states_per_point)
@@ -78,7 +91,23 @@ class RunConfig:
             check_size(fs, self.size_mib)
         parse_spec(self.crash_points or DEFAULT_POINTS)
         self.reorder_spec()
+        self.recovery_crash_spec()
         return fs
+
+    def recovery_modes(self) -> tuple[str, ...]:
+        return parse_recovery(self.recovery)
+
+    def recovery_crash_spec(self) -> RecoveryCrashSpec | None:
+        """--recovery-crash and its budget, checked (UsageError)."""
+        self.recovery_modes()
+        check_recovers(self.mount_opts)
+        spec = RecoveryCrashSpec(self.recovery_crash_states, self.recovery_crash_rate)
+        if not self.recovery_crash:
+            return None
+        if self.backend != "fuse":
+            raise UsageError(f"--recovery-crash records the recovery mount on the fuse recorder; "
+                             f"not available with --backend {self.backend}")
+        return spec
 
     def to_json(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -140,9 +169,10 @@ def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -
 
 
 def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
-                inspect_extra: Inspect | None = None) -> RunResult:
+                inspect_extra: Inspect | None = None, opener: BackendOpener | None = None) -> RunResult:
     """run_workload, returning what the report was built from too. INSPECT_EXTRA
-    also reads every recovered crash image (after the content oracle)."""
+    also reads every recovered crash image (after the content oracle). OPENER
+    gives the backend instead of CFG (a campaign worker's live vm guest)."""
     fs = get_fs(cfg.fs)
     cfg = dataclasses.replace(cfg, backend=resolve_backend(cfg.backend))  # the report names the real one
     if isinstance(workload, str):
@@ -153,10 +183,11 @@ def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
     kinds = cfg.crash_points or workload.run_defaults.get("crash_points", DEFAULT_POINTS)
     parse_spec(kinds)  # a bad spec fails before anything is recorded
     cfg.reorder_spec()
+    cfg.recovery_crash_spec()
     check_tools(fs)
-    backend = open_backend(cfg.backend, fs, workload, fault=cfg.fault, kernel=cfg.kernel,
-                           kernel_modules=cfg.kernel_modules,
-                           devices=DeviceArgs(cfg.data_dev, cfg.log_dev, tuple(cfg.erase_ok)))
+    backend = opener(fs, workload) if opener else open_backend(
+        cfg.backend, fs, workload, fault=cfg.fault, kernel=cfg.kernel, kernel_modules=cfg.kernel_modules,
+        devices=DeviceArgs(cfg.data_dev, cfg.log_dev, tuple(cfg.erase_ok)))
     out_dir = ownership.make_dir(out_dir)
     internal_error.note_output_dir(out_dir)
     log_path = os.path.join(out_dir, "recording.log")
@@ -164,10 +195,14 @@ def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
     state = RunState.create(f"run {workload.name}")
     try:
         with terminate_as_exception():
-            rec = backend.record(fs, cfg.mkfs_opts, mount_opts, workload, state, out_dir, size_mib << 20, log_path)
-            if cfg.keep_image and rec.final_image:
-                keep_image(rec.final_image, os.path.join(out_dir, "final.img"))
-            result = _check(rec, workload, fs, cfg, mount_opts, kinds, backend, state, inspect_extra)
+            try:
+                rec = backend.record(fs, cfg.mkfs_opts, mount_opts, workload, state, out_dir, size_mib << 20, log_path)
+            except KernelFailure as e:
+                result = _kernel_died(e, workload, fs, cfg, mount_opts, backend, log_path, size_mib << 20)
+            else:
+                if cfg.keep_image and rec.final_image:
+                    keep_image(rec.final_image, os.path.join(out_dir, "final.img"))
+                result = _check(rec, workload, fs, cfg, mount_opts, kinds, backend, state, inspect_extra)
     finally:
         state.teardown_or_warn()
     result.report["report_path"] = write_report(out_dir, result.report)
@@ -176,9 +211,20 @@ def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
     return result
 
 
+def _kernel_died(e: KernelFailure, workload: WorkloadRunner, fs: FsType, cfg: RunConfig, mount_opts: str,
+                 backend: Backend, log_path: str, device_bytes: int) -> RunResult:
+    """The result of a recording the kernel under test did not survive: one `kernel` finding, no crash walk."""
+    findings = [kernel_finding(e.event)]
+    report = build_report(fs=fs.name, mkfs_opts=cfg.mkfs_opts, mount_opts=mount_opts, backend=cfg.backend,
+                          kernel="", workload={"name": workload.name}, log_path=log_path, log_entries=0,
+                          device_bytes=device_bytes, sector_size=0, crash_points=0, states_checked=0,
+                          findings=findings, extra={**backend.report_extra(), "recording": "the guest kernel died"})
+    return RunResult(report, findings, WorkloadChecks(), log_path, [])
+
+
 def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig, mount_opts: str, kinds: str,
            backend: Backend, state: RunState, inspect_extra: Inspect | None,
-           state_ids: tuple[str, ...] = ()) -> RunResult:
+           state_ids: tuple[str, ...] = (), image: str | None = None) -> RunResult:
     """The checking half of a run: every crash state of REC's log (or only STATE_IDS), the report."""
     out_dir = os.path.dirname(rec.log_path)
     reader = LogReader(rec.log_path)
@@ -187,22 +233,41 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
     checks = WorkloadChecks()
     inspect: Inspect | None = None
     if isinstance(workload, ExecutorWorkload):
-        checks = prepare(workload.workload, workload.plan, records_path(out_dir, rec.workload), reader, fs.name)
+        checks = prepare(workload.workload, workload.plan, records_path(out_dir, rec.workload), reader,
+                         Semantics(cfg.semantics, fs.name, cfg.mkfs_opts, mount_opts))
         if checks.oracle is not None:
             inspect = _state_inspector(checks.oracle)
+    all_points = points
+    if cfg.max_states and not state_ids:
+        must = design_points(checks.oracle.h, points) if checks.oracle is not None else set()
+        points = budget_points(points, must, cfg.max_states)
+        checks.report["budget"] = {"max_states": cfg.max_states, "crash_points_all": len(all_points),
+                                   "crash_points_checked": len(points), "design_points": len(must),
+                                   "fraction_checked": round(len(points) / max(1, len(all_points)), 6)}
     inspect = _combine(inspect, inspect_extra)
+    modes = cfg.recovery_modes()
+    crash_spec = cfg.recovery_crash_spec()
+    recovery = RecoveryOptions(modes, crash_spec, log_dir=os.path.join(out_dir, RECOVERY_LOG_DIR),
+                               record=backend.recovery_recorder(fs, state, rec.device_bytes) if crash_spec else None)
+    engines = {m: e for m in modes if (e := backend.recovery(fs, mode_opts(mount_opts, m), state, inspect))}
     with (nullcontext() if cfg.quiet else CrashProgress(f"checking {fs.name}")) as progress:
         result = check_crash_states(rec.log_path, points, fs=fs, mount_opts=mount_opts,
                                     device_bytes=rec.device_bytes, state=state, reorder=cfg.reorder_spec(),
                                     jobs=cfg.jobs, first_failure=cfg.first_failure, inspect=inspect,
-                                    engine=backend.recovery(fs, mount_opts, state, inspect),
-                                    progress=progress, only=state_ids)
-    finish(checks)
-    findings = checks.findings + result.findings
+                                    engines=None if image else engines, progress=progress, only=state_ids,
+                                    recovery=recovery, image=image)
+    finish(checks, reader, all_points)
+    findings = rec.findings + checks.findings + result.findings
     extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report, **backend.report_extra(),
              "reorder": cfg.reorder, "crash_states_total": result.states_total,
              "crash_states_duplicate": result.states_duplicate, "stopped_at_first_failure": result.stopped_early,
-             "mount_retries": result.mount_retries}
+             "mount_retries": result.mount_retries, "device_waits": result.device_waits, "recovery": cfg.recovery,
+             "recovery_checks": result.recovery_checks, "semantics": cfg.semantics}
+    if crash_spec:
+        extra["recovery_crash"] = {"states_per_crash_state": crash_spec.budget, "rate": crash_spec.rate,
+                                   "recoveries_recorded": result.recovery_crash_recorded,
+                                   "recorded_mounts_failed": result.recovery_crash_unmounted,
+                                   "states_checked": result.recovery_crash_states}
     if isinstance(workload, ExecutorWorkload):
         results = read_records(records_path(out_dir, rec.workload), workload.plan)
         section = scenarios.section(workload.workload, results,
@@ -226,15 +291,22 @@ def _combine(a: Inspect | None, b: Inspect | None) -> Inspect | None:
     return lambda mnt, cs: a(mnt, cs) + b(mnt, cs)
 
 
-def recheck(run_dir: str, state_id: str) -> RunResult:
+def recheck(run_dir: str, state_id: str, recovery: str | None = None, semantics: str | None = None,
+            image: str | None = None) -> RunResult:
     """Check one crash state of the run saved in RUN_DIR again, rebuilt from its log
-    (no new recording) and recovered by this host's kernel."""
+    (no new recording) and recovered by this host's kernel, in RECOVERY mode(s)
+    (default: the run's). A state inside a recovery (`p57/r12`) is rebuilt from
+    the recovery log the run kept for it. SEMANTICS: the tier (default: the
+    saved run's). IMAGE: check this image instead of the rebuilt state, against
+    that state's guarantees; it is copied, never written."""
     try:
         with open(os.path.join(run_dir, "report.json")) as f:
             saved = json.load(f)
         info = saved["workload"]
         cfg = RunConfig(fs=saved["fs"], mkfs_opts=saved["mkfs_opts"], mount_opts=saved["mount_opts"],
-                        reorder=saved.get("reorder", DEFAULT_REORDER), quiet=True)
+                        reorder=saved.get("reorder", DEFAULT_REORDER), quiet=True,
+                        recovery=recovery or saved.get("recovery", "rw"), backend=saved.get("backend", "fuse"),
+                        semantics=semantics or saved.get("semantics", DEFAULT_TIER))
     except (OSError, json.JSONDecodeError, KeyError) as e:
         raise UsageError(f"{run_dir}: not a powercut run directory ({e})") from None
     if info.get("type") != "json":
@@ -242,13 +314,32 @@ def recheck(run_dir: str, state_id: str) -> RunResult:
     workload = ExecutorWorkload(read_document(os.path.join(run_dir, info["saved"])), {"file": info["saved"]})
     fs = cfg.check()
     check_tools(fs)
+    if image is not None:
+        check_image(image, saved["device_bytes"])
     rec = Recording(os.path.join(run_dir, saved["log"]), saved["device_bytes"], saved["sector_size"], info,
                     kernel=saved["kernel"], device_tuning=saved.get("device_tuning", {}))
-    backend = open_backend("fuse", fs, workload)  # recovery by this host's kernel
+    vm = saved.get("vm") if saved.get("backend") == "vm" else None
+    if vm:  # recovery by the kernel the run was recorded on, in a guest
+        backend = open_backend("vm", fs, workload, kernel=vm["kernel_spec"], kernel_modules=vm.get("kernel_modules"),
+                               fault=vm.get("fault"))
+    else:
+        backend = open_backend("fuse", fs, workload)  # recovery by this host's kernel
     state = RunState.create(f"recheck {run_dir}")
     try:
         with terminate_as_exception():
             return _check(rec, workload, fs, cfg, cfg.mount_opts or "", saved.get("crash_point_kinds", DEFAULT_POINTS),
-                          backend, state, None, (state_id,))
+                          backend, state, None, (state_id,), image)
     finally:
         state.teardown_or_warn()
+
+
+def check_image(path: str, device_bytes: int) -> None:
+    """A supplied image must be a regular file of the recorded device's size."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise UsageError(f"--image {path}: {e.strerror}") from None
+    if not os.path.isfile(path):
+        raise UsageError(f"--image {path}: not a regular file (copy the device into an image file first)")
+    if st.st_size != device_bytes:
+        raise UsageError(f"--image {path}: {st.st_size} bytes, but the run's device had {device_bytes}")

@@ -33,7 +33,7 @@ def reproduce_command(report: dict[str, Any], out_dir: str) -> str | None:
     if not saved:
         return None
     cmd = ["powercut", "run", os.path.join(out_dir, saved), "--fs", report["fs"]]
-    for flag, key in (("--mkfs-opts", "mkfs_opts"), ("--mount-opts", "mount_opts")):
+    for flag, key in (("--mkfs-opts", "mkfs_opts"), ("--mount-opts", "mount_opts"), ("--semantics", "semantics")):
         if report.get(key):
             cmd += [flag, report[key]]
     if report.get("crash_point_kinds", DEFAULT_POINTS) != DEFAULT_POINTS:
@@ -53,6 +53,7 @@ def _run_section(report: dict[str, Any], out_dir: str) -> list[str]:
         ["file system", f"{report['fs']} (mkfs: {report['mkfs_opts'] or 'defaults'}; "
                         f"mount: {report['mount_opts'] or 'defaults'})"],
         ["backend, kernel", f"{report['backend']}, {report['kernel']}"],
+        ["semantics", f"{report.get('semantics', 'posix')} (the oracle's tier of rules, docs/semantics.md)"],
         ["device", device],
         ["workload", what + (f" (exit {w['exit_code']})" if w.get("exit_code") else "")],
         ["log", f"{report['log']}: {report['log_entries']} entries"],
@@ -69,12 +70,17 @@ def _run_section(report: dict[str, Any], out_dir: str) -> list[str]:
     return ["## Run", "", *table(["", ""], rows)]
 
 
+def _rule(f: dict[str, Any]) -> str:
+    ev = f.get("evidence", {})
+    return f"{ev['rule']} ({ev.get('tier', 'posix')})" if ev.get("rule") else ""
+
+
 def _findings_section(findings: list[dict[str, Any]]) -> list[str]:
     out = ["## Findings", ""]
     if not findings:
         return out + ["None: every crash state recovered and passed fsck, and no latency budget was exceeded."]
-    out += table(["kind", "crash point", "last mark", "detail"],
-                 [[f["kind"], f.get("crash_point", ""), f"`{f['crash_mark']}`" if f.get("crash_mark") else "",
+    out += table(["kind", "rule (tier)", "crash point", "last mark", "detail"],
+                 [[f["kind"], _rule(f), f.get("crash_point", ""), f"`{f['crash_mark']}`" if f.get("crash_mark") else "",
                    f["detail"].splitlines()[0][:200]] for f in findings[:MAX_FINDINGS]])
     if len(findings) > MAX_FINDINGS:
         out += ["", f"... and {len(findings) - MAX_FINDINGS} more in report.json."]

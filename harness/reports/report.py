@@ -51,15 +51,28 @@ def summary(report: dict[str, Any], report_path: str | None) -> str:
     lines = [
         f"powercut {report['workload'].get('name', '')} on {report['fs']} "
         f"(mkfs: {report['mkfs_opts'] or 'defaults'}, mount: {report['mount_opts'] or 'defaults'}, "
-        f"backend {report['backend']}, kernel {report['kernel']})",
+        f"backend {report['backend']}, kernel {report['kernel']}, semantics {report.get('semantics', 'posix')})",
         f"  log entries: {report['log_entries']}   crash points: {report['crash_points']}   "
         f"crash states checked: {report['crash_states_checked']}"
         + (f" (+{report['crash_states_duplicate']} duplicates skipped)" if report.get("crash_states_duplicate") else ""),
     ]
+    checks = report.get("recovery_checks") or {}
+    if set(checks) - {"rw"}:
+        lines.append("  recoveries checked: " + ", ".join(f"{m} {n}" for m, n in checks.items()))
+    rc = report.get("recovery_crash")
+    if rc:
+        lines.append(f"  crashes during recovery: {rc['recoveries_recorded']} recoveries recorded, "
+                     f"{rc['states_checked']} recovery crash states checked")
+        if rc.get("recorded_mounts_failed"):
+            lines.append(f"  warning: {rc['recorded_mounts_failed']} recovery mounts failed while recorded "
+                         "(their recoveries were not crashed in)")
     if report["workload"].get("exit_code"):
         lines.append(f"  warning: workload exited with {report['workload']['exit_code']}")
     for r in report.get("mount_retries", [])[:SUMMARY_FINDINGS]:
         lines.append(f"  warning: state {r['state_id']} mounted only at the second try (first: {r['error'][:120]})")
+    for w in report.get("device_waits", [])[:SUMMARY_FINDINGS]:
+        lines.append(f"  warning: state {w['state_id']}: {w['device']} was {w['errno']} at the recovery mount, "
+                     f"free after {w['waited_s']}s ({w['held_by'][:120]})")
     if report.get("stopped_at_first_failure"):
         lines.append("  stopped at the first finding (--first-failure): later crash states not checked")
     if not findings:
@@ -73,7 +86,8 @@ def summary(report: dict[str, Any], report_path: str | None) -> str:
                 where = f" at entry {f['crash_point']}" + (f" (after mark {f['crash_mark']!r})" if f.get("crash_mark") else "")
                 if f.get("state_id"):  # rebuild it with `powercut crash-image --state ID`
                     where = f" in state {f['state_id']}," + where
-            lines.append(f"    [{f['kind']}]{where}: {f['detail'].splitlines()[0][:160]}")
+            how = f" ({f['recovery']} recovery)" if f.get("recovery") else ""
+            lines.append(f"    [{f['kind']}]{where}{how}: {f['detail'].splitlines()[0][:160]}")
         if len(findings) > SUMMARY_FINDINGS:
             lines.append(f"    ... {len(findings) - SUMMARY_FINDINGS} more in the report")
     if report_path:

@@ -15,6 +15,7 @@ from harness.foundation import ownership, paths, sysres
 from harness.backends.device import RecordedDevice
 from harness.foundation.errors import EnvError
 from harness.foundation.runstate import Resource, record_process
+from harness.foundation.sparse import sparse_copy
 
 READY_TIMEOUT_S = 30
 
@@ -44,9 +45,14 @@ class FuseRecordedDevice(RecordedDevice):
     def start(self) -> None:
         exe = paths.c_program("pc-recorder")
         sysres.require_tools("losetup", "fusermount3")
-        image = self._image = os.path.join(self.state.scratch, "device.img")
-        os.close(ownership.create_file(image, self.size_bytes))
-        self._fuse_dir = self.state.subdir("fuse")
+        image = self._image = os.path.join(self.state.scratch, f"device{self.tag}.img")
+        fd = ownership.create_file(image, self.size_bytes)
+        try:
+            if self.initial_image:
+                sparse_copy(self.initial_image, fd)
+        finally:
+            os.close(fd)
+        self._fuse_dir = self.state.subdir(f"fuse{self.tag}")
         rfd, wfd = os.pipe()
         cmd = [exe, "--image", image, "--log", self.log_path,
                "--sector-size", str(self.sector_size), "--ready-fd", str(wfd)]

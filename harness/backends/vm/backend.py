@@ -8,27 +8,41 @@ replays crash states itself, and hands them back to the guest kernel for
 recovery (harness/backends/vm/recovery.py). Program workloads run under busybox
 sh; JSON workloads run in build/pc-exec in the guest, whose records file
 comes back over a third disk as OUT/records.bin.
+
+With a LiveVm (fuzz campaigns: `LiveVm.open` is the pipeline's backend
+opener), the guest is booted once and serves every workload
+(harness/backends/vm/live.py): the host makes the file system once per
+configuration, copies it onto the guest's data disk before each recording
+and puts it at the head of the log (replay/logsplice.py). A guest that dies
+or hangs during the workload ends the run with a `kernel` finding
+(KernelFailure); a WARNING/BUG report on its console during the workload is
+a `kernel` finding next to the crash walk's.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+from dataclasses import dataclass
 from typing import Any
 
+from checkers.findings import kernel_finding
 from checkers.recovery import PointInspect
-from harness.backends.dm.logdisk import finish_log, log_disk_bytes
-from harness.backends.vm.recovery import VmRecovery
-from harness.foundation import ownership
-from harness.foundation.errors import EnvError, UsageError
+from harness.backends.dm.logdisk import finish_log, log_disk_bytes, log_end
+from harness.backends.vm.recovery import MAX_IMAGES_PER_BOOT, VmRecovery
+from harness.foundation import ownership, sysres
+from harness.foundation.errors import EnvError, KernelFailure, UsageError
 from harness.foundation.filesystems import FsType
 from harness.foundation.runstate import RunState
+from harness.foundation.sparse import copy_range
 from harness.backends.session import Recording
 from workloads.marks import MARK_MKFS, MARK_MOUNTED, MARK_WORKLOAD_END
 from harness.backends.vm import initramfs, kernel as vmkernel, packages
-from harness.backends.vm.qemu import Disk, Guest
+from harness.backends.vm.live import LiveGuest
+from harness.backends.vm.qemu import Disk, Guest, Outcome
 from workloads.runner import (RECORDS_FILE, SYSCTLS, ExecutorWorkload, ExternalProgram, WorkloadRunner,
                                      check_executor_exit)
+from replay.logsplice import image_prefix, splice
 
 # Every guest boot must end within this (seconds); override with POWERCUT_VM_TIMEOUT.
 BOOT_TIMEOUT_S = float(os.environ.get("POWERCUT_VM_TIMEOUT", "900"))
@@ -37,6 +51,10 @@ SECTOR_SIZE = 512  # virtio-blk's default logical block size: the log's sectorsi
 GUEST_PLAN = "/pc/plan"
 GUEST_RECORDS = "/tmp/records.bin"
 RECORDS_DISK_BYTES = 1 << 30  # sparse: only what the executor writes is allocated
+# Test faults of the vm backend: drop-flush leaves the kernel's flushes out of
+# its log (as the fuse recorder's fault does); recovery-panic crashes the
+# guest kernel (sysrq) at the first recovery mount of every batch.
+FAULTS = ("drop-flush", "recovery-panic")
 CONTENT_CHECKS = ("guest kernel recovers (mount + umount); host fsck, then the content oracle reads a "
                   "read-only host mount of the recovered image (no replay by the host kernel)")
 EXECUTOR_COMMAND = f'/usr/bin/pc-exec --plan {GUEST_PLAN} --dir /mnt --out {GUEST_RECORDS} --mark-file "$POWERCUT_MARK_FILE"'
@@ -54,19 +72,100 @@ def guest_command(workload: WorkloadRunner) -> str:
     return "sh /pc/workload" if ext == ".sh" else "/pc/workload"
 
 
-class VmBackend:
-    def __init__(self, fs: FsType, workload: WorkloadRunner, kernel: str | None,
-                 kernel_modules: str | None, fault: str | None) -> None:
-        if fault:
-            raise UsageError("--fault is a test mode of the fuse recorder; the vm backend records with the kernel's dm-log-writes")
+@dataclass
+class FreshFs:
+    """A file system made on the host once, and the log entries that make it on a zeroed device."""
+
+    image: str
+    prefix: str
+
+
+class LiveVm:
+    """The live guests of one campaign worker: one per device size, booted on first use."""
+
+    def __init__(self, kernel: str | None, kernel_modules: str | None, fs: FsType, fault: str | None) -> None:
         if not kernel:
             raise UsageError("--backend vm needs --kernel debian:PACKAGE (e.g. debian:linux-image-6.12-amd64) or --kernel PATH")
-        self.workload = workload
-        self.command = guest_command(workload)
         packages.ensure(packages.VM_HOST_PACKAGES, "--backend vm")
         self.kernel = vmkernel.resolve(kernel, kernel_modules)
+        self.fs, self.fault = fs, _check_fault(fault)
         self.base_initrd = initramfs.build(self.kernel, fs)
-        self.guest: Guest | None = None
+        self.guests: dict[int, LiveGuest] = {}
+        self.fresh: dict[tuple[str, int], FreshFs] = {}
+
+    def open(self, fs: FsType, workload: WorkloadRunner) -> "VmBackend":
+        """The backend for one workload (the pipeline's opener)."""
+        if fs.name != self.fs.name:
+            raise UsageError(f"this live guest is for {self.fs.name}, not {fs.name}")
+        return VmBackend(fs, workload, None, None, self.fault, live=self)
+
+    def guest(self, device_bytes: int) -> LiveGuest:
+        if device_bytes not in self.guests:
+            self.guests[device_bytes] = LiveGuest(self.kernel, self.base_initrd, device_bytes,
+                                                  log_disk_bytes(device_bytes), MAX_IMAGES_PER_BOOT)
+        return self.guests[device_bytes]
+
+    def fresh_fs(self, mkfs_opts: str, device_bytes: int) -> FreshFs:
+        """The file system for MKFS_OPTS and DEVICE_BYTES, made on the host once."""
+        key = (mkfs_opts, device_bytes)
+        if key not in self.fresh:
+            g = self.guest(device_bytes)
+            scratch = g._ensure_state().scratch
+            n = len(self.fresh)
+            image, prefix = os.path.join(scratch, f"fresh-{n}.img"), os.path.join(scratch, f"fresh-{n}.log")
+            os.close(ownership.create_file(image, device_bytes))
+            p = sysres.run(self.fs.mkfs_cmd(image, mkfs_opts), check=False, timeout=600)
+            if p.returncode != 0:
+                raise EnvError(f"mkfs.{self.fs.name} {mkfs_opts} failed: {(p.stderr or p.stdout).strip().splitlines()[-1:]}")
+            image_prefix(image, prefix, MARK_MKFS, SECTOR_SIZE)
+            self.fresh[key] = FreshFs(image, prefix)
+        return self.fresh[key]
+
+    def close(self) -> None:
+        for g in self.guests.values():
+            g.close()
+        self.guests.clear()
+        self.fresh.clear()
+
+    def __enter__(self) -> "LiveVm":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def stats(self) -> dict[str, Any]:
+        """Where a worker's guest time went: boots and seconds per job kind."""
+        boots = [b for g in self.guests.values() for b in g.boots]
+        jobs: dict[str, float] = {}
+        for g in self.guests.values():
+            for k, v in g.jobs.items():
+                jobs[k] = round(jobs.get(k, 0.0) + v, 3)
+        return {"boots": len(boots), "boot_seconds": round(sum(boots), 2), "job_seconds": jobs}
+
+
+def _check_fault(fault: str | None) -> str | None:
+    if fault and fault not in FAULTS:
+        raise UsageError(f"--fault {fault}: the vm backend knows {', '.join(FAULTS)}")
+    return fault
+
+
+class VmBackend:
+    def __init__(self, fs: FsType, workload: WorkloadRunner, kernel: str | None,
+                 kernel_modules: str | None, fault: str | None, live: LiveVm | None = None) -> None:
+        self.fault = _check_fault(fault)
+        self.workload = workload
+        self.command = guest_command(workload)
+        self.live = live
+        if live is not None:
+            self.kernel, self.base_initrd = live.kernel, live.base_initrd
+        else:
+            if not kernel:
+                raise UsageError("--backend vm needs --kernel debian:PACKAGE (e.g. debian:linux-image-6.12-amd64) or --kernel PATH")
+            packages.ensure(packages.VM_HOST_PACKAGES, "--backend vm")
+            self.kernel = vmkernel.resolve(kernel, kernel_modules)
+            self.base_initrd = initramfs.build(self.kernel, fs)
+        self.guest: Guest | LiveGuest | None = None
+        self._engines = 0   # recovery engines made (one per recovery mode)
         self.mkfs = shlex.join([initramfs.which(fs.mkfs[0]), *fs.mkfs[1:]])
 
     def _guest(self, state: RunState, out_dir: str) -> Guest:
@@ -76,43 +175,77 @@ class VmBackend:
 
     def record(self, fs: FsType, mkfs_opts: str, mount_opts: str, workload: WorkloadRunner,
                state: RunState, out_dir: str, device_bytes: int, log_path: str) -> Recording:
-        data = os.path.join(state.scratch, "device.img")
-        for path, size in ((data, device_bytes), (log_path, log_disk_bytes(device_bytes))):
-            os.close(ownership.create_file(path, size))
-        files, disks, extra_env = self._workload_inputs(state, out_dir)
+        files, records_disk, extra_env = self._workload_inputs(state, out_dir)
         env = {"PC_FS": fs.name, "PC_MKFS": f"{self.mkfs} {mkfs_opts}".strip(), "PC_MOUNT_OPTS": mount_opts,
                "PC_WORKLOAD": self.command, "PC_MARK_MKFS": MARK_MKFS, "PC_MARK_MOUNTED": MARK_MOUNTED,
                "PC_MARK_END": MARK_WORKLOAD_END, **extra_env}
         output = os.path.join(out_dir, "workload.out")
-        outcome = self._guest(state, out_dir).boot("record", env, [Disk(data, discard=True), Disk(log_path), *disks],
-                                                   timeout=BOOT_TIMEOUT_S, files=files, output=output)
+        prefix = None
+        if self.live is not None:
+            fresh = self.live.fresh_fs(mkfs_opts, device_bytes)
+            guest = self.guest = self.live.guest(device_bytes)
+            guest._ensure_state()
+            assert guest.disks is not None
+            data, guest_log, records_disk = guest.disks.data, guest.disks.log, guest.disks.records
+            _refill(data, fresh.image, device_bytes)
+            _refill(guest_log, None, log_disk_bytes(device_bytes))
+            env["PC_MKFS"], prefix = "", fresh.prefix
+            outcome = guest.run_job("record", env, files=files, output=output)
+        else:
+            data, guest_log = os.path.join(state.scratch, "device.img"), log_path
+            for path, size in ((data, device_bytes), (log_path, log_disk_bytes(device_bytes))):
+                os.close(ownership.create_file(path, size))
+            disks = [Disk(data, discard=True), Disk(log_path)] + ([Disk(records_disk)] if records_disk else [])
+            outcome = self._guest(state, out_dir).boot("record", env, disks, timeout=BOOT_TIMEOUT_S,
+                                                       files=files, output=output)
         if not outcome.completed:
-            raise EnvError(f"the guest stopped before the recording finished: last console line: {outcome.console_tail}")
-        finish_log(log_path)
+            event = outcome.kernel_event("workload")
+            assert event is not None
+            raise KernelFailure(event)
+        if prefix is None and self.fault != "drop-flush":
+            finish_log(log_path)
+        else:
+            log_end(guest_log)  # the kernel closed it
+            if guest_log == log_path:  # one-job boot: the guest wrote the run's log file itself
+                guest_log = log_path + ".kernel"
+                os.replace(log_path, guest_log)
+            splice(prefix, guest_log, log_path, drop_flush=self.fault == "drop-flush")
+            if guest_log != log_path and self.live is None:
+                os.unlink(guest_log)
+        return self._recording(outcome, out_dir, output, records_disk, log_path, device_bytes, data)
+
+    def _recording(self, outcome: Outcome, out_dir: str, output: str, records_disk: str | None,
+                   log_path: str, device_bytes: int, data: str) -> Recording:
         words = dict(line.split(" ", 1) for line in outcome.lines if " " in line and not line.startswith("sysctl "))
         code = int(words["workload-exit"])
         if isinstance(self.workload, ExecutorWorkload):
             check_executor_exit(code, output)
-            self._fetch_records(disks[0].path, int(words.get("records", "-1")), out_dir)
+            assert records_disk is not None
+            self._fetch_records(records_disk, int(words.get("records", "-1")), out_dir)
             sysctls = dict(line.split(" ", 2)[1:] for line in outcome.lines if line.startswith("sysctl "))
             info = self.workload.info(sysctls)
         else:
             info = {"type": "program", "command": shlex.split(self.command), "exit_code": code,
                     "output": os.path.basename(output)}
-        return Recording(log_path, device_bytes, SECTOR_SIZE, info, final_image=data, kernel=outcome.kernel)
+        event = outcome.kernel_event("workload")
+        findings = [kernel_finding(event)] if event else []
+        return Recording(log_path, device_bytes, SECTOR_SIZE, info, final_image=data, kernel=outcome.kernel,
+                         findings=findings)
 
-    def _workload_inputs(self, state: RunState, out_dir: str) -> tuple[dict[str, bytes], list[Disk], dict[str, str]]:
-        """Files under /pc, extra disks and job variables the workload needs in the guest."""
+    def _workload_inputs(self, state: RunState, out_dir: str) -> tuple[dict[str, bytes], str | None, dict[str, str]]:
+        """Files under /pc, the records disk (one-job boots) and job variables the workload needs in the guest."""
         if isinstance(self.workload, ExecutorWorkload):
             with open(self.workload.save_inputs(out_dir), "rb") as f:
                 plan = f.read()
-            records = os.path.join(state.scratch, "records-disk.img")
-            os.close(ownership.create_file(records, RECORDS_DISK_BYTES))
+            records = None
+            if self.live is None:
+                records = os.path.join(state.scratch, "records-disk.img")
+                os.close(ownership.create_file(records, RECORDS_DISK_BYTES))
             env = {"PC_RECORDS": GUEST_RECORDS, "PC_SYSCTLS": " ".join(SYSCTLS)}
-            return {os.path.basename(GUEST_PLAN): plan}, [Disk(records)], env
+            return {os.path.basename(GUEST_PLAN): plan}, records, env
         assert isinstance(self.workload, ExternalProgram)
         with open(self.workload.path, "rb") as f:
-            return {"workload": f.read()}, [], {}
+            return {"workload": f.read()}, None, {}
 
     @staticmethod
     def _fetch_records(disk: str, size: int, out_dir: str) -> None:
@@ -124,14 +257,36 @@ class VmBackend:
 
     def recovery(self, fs: FsType, mount_opts: str, state: RunState,
                  inspect: PointInspect | None = None) -> VmRecovery:
-        if self.guest is None:
-            raise RuntimeError("recovery() before record()")
-        return VmRecovery(self.guest, fs, mount_opts, state, timeout=BOOT_TIMEOUT_S, inspect=inspect)
+        if self.guest is None:  # recheck: recovery only, in one-job boots
+            self.guest = self._guest(state, state.scratch)
+        fault = self.fault if self.fault == "recovery-panic" else None
+        # One engine per recovery mode (--recovery both): each has its own files.
+        self._engines += 1
+        return VmRecovery(self.guest, fs, mount_opts, state, timeout=BOOT_TIMEOUT_S, inspect=inspect, fault=fault,
+                          tag=f"-{self._engines}" if self._engines > 1 else "")
+
+    def recovery_recorder(self, fs: FsType, state: RunState, device_bytes: int) -> None:
+        raise UsageError("--recovery-crash records recovery mounts on the fuse recorder, not in the vm guest")
 
     def report_extra(self) -> dict[str, Any]:
         guest = self.guest
         vm: dict[str, Any] = {"kernel_spec": self.kernel.label, "accel": guest.accel if guest else None,
-                              "boot_seconds": guest.boots if guest else []}
+                              "boot_seconds": guest.boots if guest else [], "live_guest": self.live is not None,
+                              "kernel_modules": self.kernel.modules if not self.kernel.label.startswith("debian:") else None,
+                              "fault": self.fault}
         if isinstance(self.workload, ExecutorWorkload):
             vm["content_checks"] = CONTENT_CHECKS
         return {"vm": vm}
+
+
+def _refill(path: str, image: str | None, size: int) -> None:
+    """Make the guest disk PATH (open in QEMU) a copy of IMAGE, or zeros: same file, new content."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.ftruncate(fd, 0)
+        os.ftruncate(fd, size)
+        if image is not None:
+            with open(image, "rb") as src:
+                copy_range(src.fileno(), fd, 0, size, 0)
+    finally:
+        os.close(fd)

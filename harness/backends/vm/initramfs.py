@@ -44,7 +44,7 @@ GUEST_FILES = ["/etc/mke2fs.conf"]
 # crc32c-intel.
 GUEST_MODULES = ["virtio_pci", "virtio_blk", "dm_mod", "dm_log_writes", "fuse", "crc32c_generic"]
 # Guest scripts: /init and one script per job.
-GUEST_SCRIPTS = {"init": "init.sh", "pc/record.sh": "record.sh", "pc/recover.sh": "recover.sh"}
+GUEST_SCRIPTS = {"init": "init.sh", "pc/record.sh": "record.sh", "pc/recover.sh": "recover.sh", "pc/serve.sh": "serve.sh"}
 
 _LDD_PATH = re.compile(r"(/\S+) \(0x[0-9a-f]+\)$")
 

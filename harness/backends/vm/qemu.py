@@ -15,16 +15,19 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
+from harness.foundation import ownership
 from harness.foundation.errors import EnvError
 from harness.foundation.runstate import RunState, record_process
-from harness.backends.vm import initramfs
+from harness.backends.vm import console as vmconsole, initramfs
 from harness.backends.vm.kernel import Kernel
 
 QEMU = "/usr/bin/qemu-system-x86_64"  # installed on demand (harness/backends/vm/packages.py)
 GUEST_MEMORY_MIB = 1024
 # panic=-1 + -no-reboot: a guest kernel panic ends QEMU at once instead of
 # hanging; oops=panic makes an oops (say, in a recovery mount) end it too.
-KERNEL_ARGS = "console=ttyS0 panic=-1 oops=panic loglevel=4 rdinit=/init"
+# loglevel=5: KERN_WARNING lines (WARN()'s "WARNING: CPU ...") reach the
+# console, where harness/backends/vm/console.py looks for the kernel's bug reports.
+KERNEL_ARGS = "console=ttyS0 panic=-1 oops=panic loglevel=5 rdinit=/init"
 _KVM_GET_API_VERSION = 0xAE00
 _KVM_CREATE_VM = 0xAE01
 
@@ -86,6 +89,17 @@ class Outcome:
     lines: list[str]            # the job's result lines
     completed: bool             # the job reached its end (False: the guest died)
     console_tail: str
+    console: str = ""           # what the console showed during the job
+    hung: bool = False          # the guest stopped answering and was killed (live guests)
+
+    def kernel_event(self, phase: str) -> dict[str, str] | None:
+        """The kernel's own bug report during this job (or its death), as a Verdict/finding event."""
+        event = vmconsole.first_event(self.console) if self.completed else \
+            vmconsole.died_event(self.console, "hang" if self.hung else "died")
+        if event is None:
+            return None
+        return {"event": event.event, "line": event.line, "console": event.excerpt, "phase": phase,
+                "rule": f"{phase}:{event.rule()}", **({} if self.completed else {"died": "yes"})}
 
 
 @dataclass
@@ -116,17 +130,9 @@ class Guest:
         initrd = initramfs.boot_initrd(self.base_initrd, job_files, os.path.join(work, "initrd.gz"))
         console = os.path.join(self.console_dir, f"vm-boot-{len(self.boots)}.console")
         results = os.path.join(work, "results.log")
-        cmd = [QEMU, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-               "-accel", self.accel, "-m", str(self.memory_mib), "-smp", "1",
-               "-kernel", self.kernel.image, "-initrd", initrd, "-append", KERNEL_ARGS,
-               "-serial", f"file:{console}", "-serial", f"file:{output or os.path.join(work, 'output.log')}",
-               "-serial", f"file:{results}"]
-        for d in disks:
-            cmd += ["-drive", d.drive_arg()]
-        if self.cpu:
-            cmd += ["-cpu", self.cpu]
-        for share in shares or []:
-            cmd += share.qemu_args()
+        cmd = qemu_command(self.kernel, self.accel, initrd, [f"file:{console}",
+                           f"file:{output or os.path.join(work, 'output.log')}", f"file:{results}"], disks,
+                           memory_mib=self.memory_mib, cpu=self.cpu, shares=shares)
         t0 = time.monotonic()
         with open(os.path.join(work, "qemu.err"), "w+") as err:
             # Own session: Ctrl-C reaches powercut, whose teardown stops QEMU.
@@ -145,6 +151,39 @@ class Guest:
             raise EnvError(f"qemu-system-x86_64 exited with {proc.returncode}: {(qemu_err.splitlines() or [''])[0]}")
         return parse_results(results, console)
 
+    # The recovery engine's view (harness/backends/vm/recovery.py): one boot per job,
+    # the batch disk is a scratch file sized to the batch.
+    batch_device = "/dev/vda"
+
+    def run_job(self, job: str, env: dict[str, str], disks: list[Disk], *, timeout: float) -> Outcome:
+        return self.boot(job, env, disks, timeout=timeout)
+
+    def batch_file(self, state: RunState, tag: str = "") -> str:
+        path = os.path.join(state.scratch, f"recovery-batch{tag}.img")
+        os.close(ownership.create_file(path))
+        return path
+
+    def batch_bytes(self, needed: int) -> int:
+        return needed
+
+
+def qemu_command(kernel: Kernel, accel: str, initrd: str, serials: list[str], disks: list[Disk], *,
+                 memory_mib: int = GUEST_MEMORY_MIB, cpu: str | None = None,
+                 shares: list[Share] | None = None) -> list[str]:
+    """QEMU for one guest: no devices but SERIALS (ttyS0 = console, ...), DISKS (vda, vdb, ...) and SHARES."""
+    cmd = [QEMU, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+           "-accel", accel, "-m", str(memory_mib), "-smp", "1",
+           "-kernel", kernel.image, "-initrd", initrd, "-append", KERNEL_ARGS]
+    for serial in serials:
+        cmd += ["-serial", serial]
+    for d in disks:
+        cmd += ["-drive", d.drive_arg()]
+    if cpu:
+        cmd += ["-cpu", cpu]
+    for share in shares or []:
+        cmd += share.qemu_args()
+    return cmd
+
 
 def last_line(path: str) -> str:
     try:
@@ -156,7 +195,7 @@ def last_line(path: str) -> str:
     return lines[-1][:300] if lines else "(no console output)"
 
 
-def parse_results(results: str, console: str) -> Outcome:
+def parse_results(results: str, console_path: str) -> Outcome:
     with open(results, encoding="utf-8", errors="replace") as f:
         lines = [line.rstrip("\r\n") for line in f if line.strip()]
     kernel, job_lines, completed = "", [], False
@@ -167,7 +206,9 @@ def parse_results(results: str, console: str) -> Outcome:
         elif word == "done":
             completed = True
         elif word == "error":
-            raise EnvError(f"guest: {rest} (last console line: {last_line(console)})")
+            raise EnvError(f"guest: {rest} (last console line: {last_line(console_path)})")
         else:
             job_lines.append(line)
-    return Outcome(kernel, job_lines, completed, last_line(console))
+    with open(console_path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    return Outcome(kernel, job_lines, completed, last_line(console_path), console=text)

@@ -9,13 +9,24 @@ guest kernel has already recovered it, so the host kernel replays nothing. Batch
 makes this affordable: a TCG boot costs seconds, a mount a fraction of one.
 
 If the guest kernel dies while mounting an image (a panic, or an oops: the
-guest runs with oops=panic), that image gets a `mount` finding and the rest
-of the batch goes to a fresh boot.
+guest runs with oops=panic) or hangs there (a live guest's watchdog), that
+image gets a `kernel` finding with the console excerpt and the rest of the
+batch goes to a fresh boot. A kernel WARNING/BUG report on the console
+between "pc: mount I" and the next mount is a `kernel` finding of image I.
+
+The guest is either a one-job-per-boot `Guest` (harness/backends/vm/qemu.py) or a
+`LiveGuest` (harness/backends/vm/live.py) that serves many batches; both give the
+batch disk (`batch_file`, `batch_bytes`) and run the job (`run_job`).
 """
 
 from __future__ import annotations
 
 import os
+import queue
+import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
 
 from checkers.recovery import PointInspect, Verdict, fsck_verdict, inspect_read_only
 from harness.foundation import ownership
@@ -23,24 +34,45 @@ from harness.foundation.errors import EnvError
 from harness.foundation.filesystems import FsType, join_opts
 from harness.foundation.runstate import RunState
 from harness.foundation.sparse import copy_range
-from harness.backends.vm.qemu import Disk, Guest
+from harness.backends.vm import console as vmconsole
+from harness.backends.vm.qemu import Disk, Outcome
 
 # A batch is booted when it holds this many images or this many allocated bytes
 # (it lives in the scratch dir, normally tmpfs).
 MAX_IMAGES_PER_BOOT = 200
 MAX_BATCH_BYTES = 2 << 30
+CHECK_THREADS = max(1, min(4, os.cpu_count() or 1))
+_MOUNT_LINE = re.compile(r"^pc: mount (\d+)\s*$", re.M)
+
+
+class RecoveryGuest(Protocol):
+    batch_device: str   # the batch disk inside the guest
+
+    def batch_file(self, state: RunState, tag: str = "") -> str: ...
+
+    def batch_bytes(self, needed: int) -> int: ...
+
+    def run_job(self, job: str, env: dict[str, str], disks: list[Disk], *, timeout: float) -> Outcome: ...
 
 
 class VmRecovery:
-    def __init__(self, guest: Guest, fs: FsType, mount_opts: str, state: RunState, *, timeout: float,
-                 inspect: PointInspect | None = None) -> None:
+    def __init__(self, guest: RecoveryGuest, fs: FsType, mount_opts: str, state: RunState, *, timeout: float,
+                 inspect: PointInspect | None = None, fault: str | None = None,
+                 max_images: int = MAX_IMAGES_PER_BOOT, tag: str = "") -> None:
         self.guest, self.fs, self.state, self.timeout, self.inspect = guest, fs, state, timeout, inspect
-        self.mnt = state.subdir("inspect-mnt") if inspect else ""
+        self.fault, self.max_images = fault, max_images
+        self.mnt = state.subdir(f"inspect-mnt{tag}") if inspect else ""
         self.mount_opts = join_opts(mount_opts, fs.recovery_opts)
-        self.batch_path = os.path.join(state.scratch, "recovery-batch.img")
-        self.batch_fd = ownership.create_file(self.batch_path)
-        self.check_path = os.path.join(state.scratch, "recovered.img")
-        self.check_fd = ownership.create_file(self.check_path)
+        self.batch_path = guest.batch_file(state, tag)
+        self.batch_fd = os.open(self.batch_path, os.O_RDWR)
+        self._clear_batch()
+        # Host checks of a batch run in parallel (fsck is a process); the inspector one at a time.
+        self.check_paths = [os.path.join(state.scratch, f"recovered{tag}-{i}.img") for i in range(CHECK_THREADS)]
+        self.check_fds = [ownership.create_file(p) for p in self.check_paths]
+        self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for i in range(CHECK_THREADS):
+            self._free.put(i)
+        self._inspect_lock = threading.Lock()
         self.image_bytes = 0
         self.pending: list[int] = []  # crash point of each staged image, by slot
 
@@ -52,33 +84,49 @@ class VmRecovery:
             self.image_bytes = size
             copy_range(src.fileno(), self.batch_fd, 0, size, len(self.pending) * size)
         self.pending.append(point)
-        full = len(self.pending) >= MAX_IMAGES_PER_BOOT or os.fstat(self.batch_fd).st_blocks * 512 >= MAX_BATCH_BYTES
+        full = len(self.pending) >= self.max_images or os.fstat(self.batch_fd).st_blocks * 512 >= MAX_BATCH_BYTES
         return self._run_batch() if full else []
 
     def finish(self) -> list[tuple[int, Verdict]]:
         return self._run_batch() if self.pending else []
 
     def close(self) -> None:
+        self._clear_batch()
         os.close(self.batch_fd)
-        os.close(self.check_fd)
+        for fd in self.check_fds:
+            os.close(fd)
 
     def _run_batch(self) -> list[tuple[int, Verdict]]:
         n = len(self.pending)
-        os.ftruncate(self.batch_fd, n * self.image_bytes)  # the guest sees exactly n images
+        os.ftruncate(self.batch_fd, self.guest.batch_bytes(n * self.image_bytes))
         mounted: dict[int, Verdict | None] = {}  # slot -> None (recovered) or the failure
+        kernel: dict[int, dict[str, str]] = {}   # slot -> the kernel's bug report while recovering it
         first = 0
         while first < n:
-            first = self._boot(first, n, mounted)
-        verdicts = [(point, mounted[slot] or self._check(slot, point)) for slot, point in enumerate(self.pending)]
+            first = self._boot(first, n, mounted, kernel)
+        todo = [(slot, point) for slot, point in enumerate(self.pending) if mounted[slot] is None]
+        with ThreadPoolExecutor(CHECK_THREADS) as pool:
+            checked = dict(zip((slot for slot, _ in todo), pool.map(lambda sp: self._check(*sp), todo)))
+        verdicts = []
+        for slot, point in enumerate(self.pending):
+            v = mounted[slot] or checked[slot]
+            v.kernel = kernel.get(slot)
+            verdicts.append((point, v))
         self.pending.clear()
-        os.ftruncate(self.batch_fd, 0)
+        self._clear_batch()
         return verdicts
 
-    def _boot(self, first: int, n: int, mounted: dict[int, Verdict | None]) -> int:
-        """One guest boot over slots FIRST..N-1; returns the first slot it did not finish."""
+    def _clear_batch(self) -> None:
+        """Zero the batch disk (a staged image only writes its data extents)."""
+        os.ftruncate(self.batch_fd, 0)
+        os.ftruncate(self.batch_fd, self.guest.batch_bytes(0))
+
+    def _boot(self, first: int, n: int, mounted: dict[int, Verdict | None], kernel: dict[int, dict[str, str]]) -> int:
+        """One guest job over slots FIRST..N-1; returns the first slot it did not finish."""
         env = {"PC_FS": self.fs.name, "PC_MOUNT_OPTS": self.mount_opts, "PC_FIRST": str(first),
-               "PC_IMAGES": str(n), "PC_IMAGE_SECTORS": str(self.image_bytes // 512)}
-        outcome = self.guest.boot("recover", env, [Disk(self.batch_path)], timeout=self.timeout)
+               "PC_IMAGES": str(n), "PC_IMAGE_SECTORS": str(self.image_bytes // 512),
+               "PC_BATCH_DISK": self.guest.batch_device, **({"PC_FAULT": self.fault} if self.fault else {})}
+        outcome = self.guest.run_job("recover", env, [Disk(self.batch_path)], timeout=self.timeout)
         begun = first - 1
         for line in outcome.lines:
             word, slot, msg = (line.split(" ", 2) + ["", ""])[:3]
@@ -92,19 +140,43 @@ class VmRecovery:
             missing = [s for s in range(first, n) if s not in mounted]
             if missing:
                 raise EnvError(f"the recovery guest reported no result for image {missing[0]}")
+            kernel.update(_warnings_by_slot(outcome.console))
             return n
         if begun < first or begun in mounted:
             raise EnvError(f"the recovery guest stopped outside any mount: last console line: {outcome.console_tail}")
-        mounted[begun] = Verdict(mount_ok=False, mount_error=f"the guest kernel died mounting this image: {outcome.console_tail}")
+        kernel.update(_warnings_by_slot(outcome.console.rsplit(f"pc: mount {begun}", 1)[0]))
+        event = outcome.kernel_event("recovery mount")
+        assert event is not None
+        kernel[begun] = event
+        mounted[begun] = Verdict(mount_ok=False, mount_error=f"the guest kernel {event['event']} mounting this image: "
+                                                            f"{event['line']}")
         return begun + 1
 
-    def _check(self, slot: int, point: int) -> Verdict:
-        os.ftruncate(self.check_fd, 0)
-        os.ftruncate(self.check_fd, self.image_bytes)
-        copy_range(self.batch_fd, self.check_fd, slot * self.image_bytes, self.image_bytes, 0)
-        verdict = fsck_verdict(self.check_path, self.fs)
-        if self.inspect is not None:
-            inspect = self.inspect
-            verdict.content = inspect_read_only(self.check_path, self.fs, self.mnt, self.state,
-                                                lambda mnt: inspect(mnt, point))
-        return verdict
+    def _check(self, slot: int, point: Any) -> Verdict:
+        i = self._free.get()
+        try:
+            path, fd = self.check_paths[i], self.check_fds[i]
+            os.ftruncate(fd, 0)
+            os.ftruncate(fd, self.image_bytes)
+            copy_range(self.batch_fd, fd, slot * self.image_bytes, self.image_bytes, 0)
+            verdict = fsck_verdict(path, self.fs)
+            if self.inspect is not None:
+                inspect = self.inspect
+                with self._inspect_lock:
+                    verdict.content = inspect_read_only(path, self.fs, self.mnt, self.state,
+                                                        lambda mnt: inspect(mnt, point))
+            return verdict
+        finally:
+            self._free.put(i)
+
+
+def _warnings_by_slot(text: str) -> dict[int, dict[str, Any]]:
+    """Kernel bug reports (WARNING, BUG, ...) in a recovery job's console, by the image being mounted."""
+    out: dict[int, dict[str, Any]] = {}
+    parts = _MOUNT_LINE.split(text)   # [before, slot, text, slot, text, ...]
+    for slot, segment in zip(parts[1::2], parts[2::2]):
+        event = vmconsole.first_event(segment)
+        if event is not None:
+            out[int(slot)] = {"event": event.event, "line": event.line, "console": event.excerpt,
+                              "phase": "recovery mount", "rule": f"recovery mount:{event.rule()}"}
+    return out

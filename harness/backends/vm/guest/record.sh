@@ -2,6 +2,8 @@
 # /dev/vda is the data disk, /dev/vdb the log disk. From job.env: PC_FS,
 # PC_MKFS (mkfs command words), PC_MOUNT_OPTS, PC_WORKLOAD (command line),
 # PC_MARK_MKFS, PC_MARK_MOUNTED, PC_MARK_END (the host's mark texts).
+# An empty PC_MKFS means the host put a fresh file system on /dev/vda
+# already and its log starts with that mkfs (harness/backends/vm/live.py).
 # Optional: PC_SYSCTLS (vm.* names reported as "sysctl vm.NAME VALUE"
 # before the workload), PC_RECORDS (a file the workload writes, copied to
 # /dev/vdc after it and reported as "records BYTES").
@@ -14,9 +16,11 @@ mark() { /usr/bin/pc-dmlog mark "$dev" "$1" || fail "pc-dmlog mark $1 failed"; }
 
 map=$(/usr/bin/pc-dmlog create "$dev" "powercut-vm-$dev" "$(blockdev --getsz /dev/vda)" /dev/vda /dev/vdb) \
     || fail "pc-dmlog create log-writes failed"
-say "mkfs"
-eval "$PC_MKFS $map" > /dev/console 2>&1 || fail "mkfs failed: $PC_MKFS"
-mark "$PC_MARK_MKFS"
+if [ -n "$PC_MKFS" ]; then
+    say "mkfs"
+    eval "$PC_MKFS $map" > /dev/console 2>&1 || fail "mkfs failed: $PC_MKFS"
+    mark "$PC_MARK_MKFS"
+fi
 err=$(mount -t "$PC_FS" ${PC_MOUNT_OPTS:+-o "$PC_MOUNT_OPTS"} "$map" /mnt 2>&1) || fail "mount failed: $err"
 mark "$PC_MARK_MOUNTED"
 
@@ -31,6 +35,7 @@ cd /mnt
 export POWERCUT_MARK_FILE=$marks/mark POWERCUT_DIR=/mnt
 eval "$PC_WORKLOAD" > /dev/ttyS1 2>&1 < /dev/null
 code=$?
+echo "pc: workload-exit $code" > /dev/console
 cd /
 if [ -n "$PC_RECORDS" ] && [ -f "$PC_RECORDS" ]; then
     n=$(wc -c < "$PC_RECORDS")

@@ -1,0 +1,286 @@
+"""A guest that lives for many workloads: booted once, fed jobs over a control channel.
+
+A one-job boot (harness/backends/vm/qemu.py `Guest`) costs seconds under TCG; a fuzz
+campaign runs thousands of workloads. A LiveGuest boots the `serve` job
+(harness/backends/vm/guest/serve.sh) once and then runs `record` and `recover` jobs
+on request. Its disks are fixed at boot and reused by every job:
+
+    vda  data disk     the host writes a fresh file system onto it before each recording
+    vdb  log disk      dm-log-writes' log, zeroed by the host before each recording
+    vdc  records disk  the executor's records (JSON workloads)
+    vdd  input disk    files the host hands the guest (job.env, the plan, a program)
+    vde  batch disk    crash images to recover, back to back (sparse, MAX slots)
+
+Serial ports: ttyS0 console (a file), ttyS1 the workload's output (a file),
+ttyS2 the control channel (a Unix socket QEMU serves; the host connects).
+Every command gets its answer on ttyS2; if none comes within the hang limit
+the guest is declared hung and killed. A guest that panics ends QEMU
+(panic=-1, -no-reboot): the host sees the socket close. Either way the next
+job boots a new guest. QEMU dies with its worker (PR_SET_PDEATHSIG) and is
+in the guest's own run-state journal, so `powercut cleanup` finds it too.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from harness.foundation import ownership
+from harness.foundation.errors import EnvError, UsageError
+from harness.foundation.runstate import RunState, record_process
+from harness.backends.vm import initramfs
+from harness.backends.vm.kernel import Kernel
+from harness.backends.vm.qemu import Disk, Outcome, kvm_usable, last_line, qemu_command
+
+# A command with no answer for this long means a hung guest (seconds; POWERCUT_VM_HANG_S).
+HANG_S = float(os.environ.get("POWERCUT_VM_HANG_S", "300"))
+BOOT_S = float(os.environ.get("POWERCUT_VM_TIMEOUT", "900"))
+IN_DISK_BYTES = 64 << 20
+RECORDS_DISK_BYTES = 1 << 30
+PR_SET_PDEATHSIG = 1
+DATA, LOG, RECORDS, INPUT, BATCH = "/dev/vda", "/dev/vdb", "/dev/vdc", "/dev/vdd", "/dev/vde"
+
+
+def _die_with_parent() -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclass
+class LiveDisks:
+    data: str
+    log: str
+    records: str
+    input: str
+    batch: str
+
+
+@dataclass
+class LiveGuest:
+    """KERNEL with its initramfs, serving jobs on disks sized for DEVICE_BYTES images."""
+
+    kernel: Kernel
+    base_initrd: str
+    device_bytes: int
+    log_bytes: int
+    batch_slots: int
+    accel: str = field(default_factory=lambda: "kvm" if kvm_usable() else "tcg")
+    boots: list[float] = field(default_factory=list)      # seconds from spawn to "ready"
+    jobs: dict[str, float] = field(default_factory=dict)  # job name -> seconds spent, summed
+    release: str = ""                                     # the guest's `uname -r`
+    state: RunState | None = None
+    disks: LiveDisks | None = None
+    _proc: subprocess.Popen[bytes] | None = None
+    _sock: socket.socket | None = None
+    _buf: bytes = b""
+    _console: str = ""
+
+    batch_device = BATCH
+
+    # -- lifetime ---------------------------------------------------------------
+    def _ensure_state(self) -> RunState:
+        if self.state is None:
+            self.state = RunState.create(f"vm guest {self.kernel.label}")
+            s = self.state.scratch
+            self.disks = LiveDisks(*(os.path.join(s, n) for n in ("data.img", "log.img", "records.img", "input.img",
+                                                                  "batch.img")))
+            for path, size in ((self.disks.data, self.device_bytes), (self.disks.log, self.log_bytes),
+                               (self.disks.records, RECORDS_DISK_BYTES), (self.disks.input, IN_DISK_BYTES),
+                               (self.disks.batch, self.batch_slots * self.device_bytes)):
+                os.close(ownership.create_file(path, size))
+        return self.state
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None and self._sock is not None
+
+    def output_path(self) -> str:
+        return os.path.join(self._ensure_state().scratch, "output.log")
+
+    def boot(self) -> None:
+        state = self._ensure_state()
+        assert self.disks is not None
+        self.stop()
+        work = state.scratch
+        initrd = initramfs.boot_initrd(self.base_initrd, {"pc/job.env": f"export PC_JOB=serve PC_IN_DISK={INPUT}\n".encode()},
+                                       os.path.join(work, "initrd.gz"))
+        sock_path = os.path.join(work, "control.sock")
+        if os.path.exists(sock_path):
+            os.unlink(sock_path)
+        self._console = os.path.join(work, f"console-{len(self.boots)}.log")
+        serials = [f"file:{self._console}", f"file:{self.output_path()}", "chardev:ctl"]
+        d = self.disks
+        disks = [Disk(d.data, discard=True), Disk(d.log), Disk(d.records), Disk(d.input), Disk(d.batch)]
+        cmd = qemu_command(self.kernel, self.accel, initrd, serials, disks)
+        cmd[1:1] = ["-chardev", f"socket,id=ctl,path={sock_path},server=on,wait=on"]
+        t0 = time.monotonic()
+        self._err = open(os.path.join(work, "qemu.err"), "w+")
+        self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._err, stderr=self._err,
+                                      start_new_session=True, preexec_fn=_die_with_parent)
+        self._res = record_process(state, self._proc.pid, "qemu (live guest)")
+        self._sock = self._connect(sock_path, t0 + 60)
+        self._buf = b""
+        lines = self._until(("ready",), BOOT_S)
+        if lines is None or lines[-1] != "ready":
+            tail = last_line(self._console)
+            self.stop()
+            raise EnvError(f"the live guest did not come up: last console line: {tail}")
+        for line in lines:
+            if line.startswith("kernel "):
+                self.release = line.split(" ", 1)[1]
+        self.boots.append(round(time.monotonic() - t0, 2))
+
+    def _connect(self, path: str, deadline: float) -> socket.socket:
+        while True:
+            if self._proc is not None and self._proc.poll() is not None:
+                self._err.seek(0)
+                raise EnvError(f"qemu-system-x86_64 exited with {self._proc.returncode}: "
+                               f"{(self._err.read().strip().splitlines() or [''])[0]}")
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(path)
+                return s
+            except (FileNotFoundError, ConnectionRefusedError):
+                s.close()
+                if time.monotonic() > deadline:
+                    raise EnvError("qemu-system-x86_64 never opened its control socket") from None
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Power the guest off (kill QEMU: its disks are host files, nothing to flush)."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+            assert self.state is not None
+            self.state.release(self._res)
+            self._err.close()
+
+    def close(self) -> None:
+        self.stop()
+        if self.state is not None:
+            self.state.teardown_or_warn()
+            self.state = None
+
+    def __enter__(self) -> "LiveGuest":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the control channel -----------------------------------------------------
+    def _send(self, line: str) -> None:
+        assert self._sock is not None
+        self._sock.sendall(line.encode() + b"\n")
+
+    def _until(self, ends: tuple[str, ...], limit: float) -> list[str] | None:
+        """Lines up to and including one whose first word is in ENDS; None if the guest
+        went silent for LIMIT seconds; the lines so far (without an end) if it died."""
+        assert self._sock is not None
+        lines: list[str] = []
+        while True:
+            while b"\n" in self._buf:
+                raw, self._buf = self._buf.split(b"\n", 1)
+                line = raw.decode(errors="replace").rstrip("\r")
+                if not line.strip():
+                    continue
+                lines.append(line)
+                if line.split(" ", 1)[0] in ends:
+                    return lines
+            self._sock.settimeout(limit)
+            try:
+                chunk = self._sock.recv(65536)
+            except socket.timeout:
+                return None
+            except OSError:
+                chunk = b""
+            if not chunk:
+                return lines
+            self._buf += chunk
+
+    # -- jobs -------------------------------------------------------------------------
+    def put_files(self, files: dict[str, bytes]) -> None:
+        """Hand FILES (path under / -> content) to the guest through the input disk."""
+        assert self.disks is not None
+        sector = 0
+        with open(self.disks.input, "r+b") as f:
+            for path, data in files.items():
+                f.seek(sector * 512)
+                f.write(data)
+                f.flush()
+                self._send(f"file {path} {sector} {len(data)}")
+                sector += (len(data) + 511) // 512
+        if sector * 512 > IN_DISK_BYTES:
+            raise EnvError(f"files for the guest take {sector * 512} bytes, more than the input disk's {IN_DISK_BYTES}")
+        for _ in files:
+            lines = self._until(("ok", "error"), HANG_S)
+            if not lines or lines[-1] != "ok":
+                raise EnvError(f"the live guest could not read its input files: {lines[-1] if lines else 'no answer'}")
+
+    def run_job(self, job: str, env: dict[str, str], disks: list[Disk] | None = None, *,
+                timeout: float = 0, files: dict[str, bytes] | None = None, output: str | None = None) -> Outcome:
+        """Run guest script JOB with ENV and FILES (under /pc); DISKS are ignored (the guest
+        has its own). OUTPUT receives what the workload wrote to ttyS1. A guest that dies or
+        hangs gives an Outcome with completed=False (and is gone); an `error` line raises EnvError."""
+        if not self.alive:
+            self.boot()
+        env_text = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in {"PC_JOB": job, **env}.items())
+        console_start = _size(self._console)
+        output_start = _size(self.output_path())
+        t0 = time.monotonic()
+        self.put_files({"pc/job.env": env_text.encode(), **{f"pc/{k}": v for k, v in (files or {}).items()}})
+        self._send(f"job {job}")
+        lines = self._until(("done", "error"), HANG_S)
+        self.jobs[job] = round(self.jobs.get(job, 0.0) + time.monotonic() - t0, 3)
+        hung = lines is None
+        completed = bool(lines) and lines[-1] == "done"
+        if not completed:
+            self.stop()
+        text = _read_from(self._console, console_start)
+        if output is not None:
+            with open(output, "wb") as f:
+                f.write(_read_from(self.output_path(), output_start).encode())
+        if lines and lines[-1].startswith("error "):
+            raise EnvError(f"guest: {lines[-1][6:]} (last console line: {last_line(self._console)})")
+        body = [s for s in (lines or []) if s != "done"]
+        return Outcome(self.release, body, completed, last_line(self._console), console=text, hung=hung)
+
+    # -- the recovery engine's view (harness/backends/vm/recovery.py) ----------------------------
+    def batch_file(self, state: RunState, tag: str = "") -> str:
+        if tag:  # one batch disk: the engines of --recovery both would interleave their images on it
+            raise UsageError("--recovery both needs two recovery engines; a live vm guest has one batch disk: "
+                             "fuzz --backend vm with --recovery rw or ro")
+        self._ensure_state()
+        assert self.disks is not None
+        return self.disks.batch
+
+    def batch_bytes(self, needed: int) -> int:
+        size = self.batch_slots * self.device_bytes
+        if needed > size:
+            raise EnvError(f"a recovery batch of {needed} bytes does not fit the live guest's {size}-byte batch disk")
+        return size
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except FileNotFoundError:
+        return 0
+
+
+def _read_from(path: str, offset: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""

@@ -1,0 +1,39 @@
+"""`powercut export FINDING-DIR`: a finding in the forms a kernel developer uses.
+
+fstests (fstests.py): a test in xfstests' tests/generic/ layout with its
+golden output; shell (shell.py): one standalone root script with a bundled C
+program (pc-repro.c). Both come from the saved finding alone (finding.py);
+vmcheck.py runs the shell form on a kernel in the vm backend.
+"""
+
+from __future__ import annotations
+
+import os
+
+from harness.foundation import ownership
+from harness.reports.export import fstests, shell
+from harness.reports.export.finding import ExportInput, add_bisect, load
+
+FORMATS = ("fstests", "shell")
+
+
+def write(x: ExportInput, fmt: str, out_dir: str) -> list[str]:
+    """Write the export of X in FMT into OUT_DIR; returns the files written."""
+    ownership.make_dir(out_dir)
+    if fmt == "fstests":
+        test, golden = fstests.render(x)
+        files = {f"generic-{fstests.NUMBER}": test, f"generic-{fstests.NUMBER}.out": golden}
+    else:
+        files = {f"{x.name}.sh": shell.render(x)}
+    written = []
+    for name, text in files.items():
+        path = os.path.join(out_dir, name)
+        with open(path, "w") as f:
+            f.write(text)
+        if not name.endswith(".out"):
+            os.chmod(path, 0o755)
+        written.append(path)
+    return written
+
+
+__all__ = ["FORMATS", "ExportInput", "add_bisect", "load", "write"]

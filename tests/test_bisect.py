@@ -1,0 +1,70 @@
+"""`powercut bisect` without booting: kernel lists and the binary search over verdicts.
+(The e2e bisection over real Debian kernels is in tests/test_vm_fuzz.py.)"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fuzz.bisect import Bisection, KernelChoice, Tested, debian_range, kernel_list
+from harness.foundation.errors import UsageError
+from harness.pipeline.run import RunConfig
+
+
+class Scripted(Bisection):
+    """Verdicts from a list instead of runs; remembers which kernels were run."""
+
+    def __init__(self, verdicts: list[str]) -> None:
+        super().__init__("w.json", RunConfig(fs="ext4"), [KernelChoice(f"k{i}") for i in range(len(verdicts))], "/nonexistent")
+        self.script, self.runs = verdicts, []
+
+    def verdict(self, i: int) -> str:
+        if i not in self.runs:
+            self.runs.append(i)
+        self.tested[i] = Tested(f"k{i}", self.script[i], 0, 0.0, "")
+        return self.script[i]
+
+
+@pytest.mark.parametrize("change_at", [1, 2, 5, 9])
+def test_binary_search_finds_the_first_changed_kernel_in_log_steps(change_at: int) -> None:
+    b = Scripted(["clean"] * change_at + ["durability"] * (10 - change_at))
+    r = b.run()
+    assert r["first_changed"]["kernel"] == f"k{change_at}" and r["first_changed"]["previous"] == f"k{change_at - 1}"
+    assert r["first_changed"]["verdict"] == "durability" and r["first_changed"]["previous_verdict"] == "clean"
+    assert b.runs[:2] == [0, 9] and len(b.runs) <= 2 + 4      # ends, then ceil(log2(9)) steps
+    assert [t["kernel"] for t in r["tested"]] == [f"k{i}" for i in sorted(b.runs)]
+
+
+def test_same_verdict_at_both_ends_runs_two_kernels() -> None:
+    b = Scripted(["clean"] * 6)
+    r = b.run()
+    assert r["first_changed"] is None and b.runs == [0, 5]
+
+
+def test_kernel_lists(tmp_path: Path) -> None:
+    assert [k.spec for k in kernel_list("debian:a,/x/vmlinux")] == ["debian:a", "/x/vmlinux"]
+    for name in ("k10", "k9"):
+        (tmp_path / name / "lib/modules/6.99.0").mkdir(parents=True)
+        (tmp_path / name / "vmlinux").write_bytes(b"")
+    (tmp_path / "notes").mkdir()
+    ks = kernel_list(str(tmp_path))
+    assert [Path(k.spec).parent.name for k in ks] == ["k9", "k10"]   # natural order
+    assert ks[0].modules == str(tmp_path / "k9/lib/modules/6.99.0")
+    with pytest.raises(UsageError, match="at least two"):
+        kernel_list("debian:a")
+    with pytest.raises(UsageError, match="same series"):
+        debian_range("linux-image-6.1.0-47-amd64", "linux-image-6.12.117+deb12-amd64")
+
+
+def test_debian_range_is_every_package_of_the_series_in_version_order() -> None:
+    p = subprocess.run(["apt-cache", "search", "--names-only", r"^linux-image-6\.12\.[0-9]+\+deb12-amd64$"],
+                       capture_output=True, text=True)
+    names = sorted((line.split()[0] for line in p.stdout.splitlines()),
+                   key=lambda n: int(n.split(".")[2].split("+")[0]))
+    if len(names) < 3:
+        pytest.skip("apt knows fewer than three 6.12 point releases")
+    ks = debian_range(names[0], names[-1])
+    assert [k.spec for k in ks] == ["debian:" + n for n in names]
+    assert [k.spec for k in debian_range(names[1], names[-2])] == ["debian:" + n for n in names[1:-1]]

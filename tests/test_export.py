@@ -1,0 +1,100 @@
+"""`powercut export`: the ext4 fast_commit fsck finding as an fstests test and a shell script.
+
+The finding is made the way a campaign makes it (fuzz.trial.run_doc on the
+real stack, fuzz.store.FindingStore.save), from the shrunk workload kept in
+tests/workloads/ext4_fast_commit_ftruncate_mkdir.json. The shell export is
+then run, unchanged, on a Debian kernel in the vm backend (real
+dm-log-writes, real recovery by that kernel), where it must reproduce. The
+fstests export cannot be run here (no xfstests installation): it is checked
+for its form (bash -n, the helpers it calls, the golden output).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import POWERCUT, WORKLOADS, PcEnv, needs_root_stack
+from fuzz.store import FindingStore
+from fuzz.trial import Signature, run_doc
+from harness.foundation import ownership
+from harness.pipeline.run import RunConfig
+
+pytestmark = [pytest.mark.e2e, needs_root_stack]
+FAST_COMMIT = WORKLOADS / "ext4_fast_commit_ftruncate_mkdir.json"
+KERNEL_612 = "debian:linux-image-6.12-amd64"
+
+
+@pytest.fixture(scope="module")
+def finding(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fast_commit fsck finding, saved by the campaign's own store."""
+    tmp = tmp_path_factory.mktemp("export")
+    cfg = RunConfig(fs="ext4", mkfs_opts="-O fast_commit", quiet=True)
+    doc = json.loads(FAST_COMMIT.read_text())
+    work = ownership.make_dir(str(tmp / "work"))
+    trial = run_doc(doc, cfg, work)
+    sigs = [(s, f) for s, f in trial.signatures() if s.kind == "fsck"]
+    assert sigs, f"the fast_commit workload shows no fsck finding on this kernel: {trial.findings}"
+    store = FindingStore(ownership.make_dir(str(tmp / "findings")))
+    sig, f = sigs[0]
+    d = store.save(trial, sig, f, cfg, original=doc, also=[], shrink={"method": "none (given)", "runs": 0})
+    return Path(d)
+
+
+def export(pc: PcEnv, d: Path, fmt: str, *extra: str, rc: int = 0) -> tuple[Path, str]:
+    out = pc.tmp / f"export-{fmt}"
+    p = pc.run("export", str(d), "--format", fmt, "--out", str(out), *extra)
+    assert p.returncode == rc, p.stdout + p.stderr
+    return out, p.stdout
+
+
+def test_fstests_export_is_a_generic_test_with_golden_output(pc: PcEnv, finding: Path) -> None:
+    out, _ = export(pc, finding, "fstests")
+    test, golden = (out / "generic-999").read_text(), (out / "generic-999.out").read_text()
+    assert subprocess.run(["bash", "-n", str(out / "generic-999")]).returncode == 0
+    assert golden == "QA output created by 999\nSilence is golden\n"
+    for helper in ("_begin_fstest", "_require_scratch", "_require_dm_target flakey",
+                   "_require_scratch_ext4_feature fast_commit", "_scratch_mkfs -O fast_commit",
+                   "_init_flakey", "_mount_flakey", "_flakey_drop_and_remount", "_check_scratch_fs"):
+        assert helper in test, helper
+    # the ops, in order, before the power cut; nothing after it
+    body = test[test.index("_mount_flakey\n"):test.index("_flakey_drop_and_remount")]
+    assert [ln.split()[0] for ln in body.splitlines()[1:] if ln.strip() and not ln.startswith("#")] == \
+        ["$XFS_IO_PROG", "sync", "$XFS_IO_PROG", "mkdir", "$XFS_IO_PROG"], body
+    assert "truncate 3000" in body and "-c fsync $SCRATCH_MNT/bar" in body
+    assert "Seen on kernels:" in test and "e2fsck" in test  # the evidence travels with it
+
+
+def test_shell_export_reproduces_on_a_debian_kernel_in_the_vm(pc: PcEnv, finding: Path) -> None:
+    if shutil.which("qemu-system-x86_64") is None:
+        pytest.skip("qemu not installed (the vm backend installs it on first use: `powercut run --backend vm`)")
+    out, text = export(pc, finding, "shell", "--check-vm", KERNEL_612, rc=1)
+    script = (out / f"{finding.name}.sh").read_text()
+    assert "log-writes" in script and "PC_REPRO_SOURCE" in script and "e2fsck -fn" in script
+    assert "REPRODUCED" in text and "6.12" in text
+    [log] = out.glob("vm-check-6.12*.txt")
+    output = log.read_text()
+    assert "op 4: fsync f = 0" in output and "RESULT: REPRODUCED: fsck exit" in output, output
+
+
+def test_export_of_something_that_is_no_finding_is_one_line_exit_2(pc: PcEnv) -> None:
+    p = pc.run("export", str(pc.tmp), "--format", "shell")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "not a saved finding" in p.stderr, p.stderr
+    assert POWERCUT  # (the command runs through the real CLI)
+
+
+def test_the_kernels_of_a_bisection_go_into_the_header(pc: PcEnv, finding: Path) -> None:
+    from fuzz import bisect
+    report = {"powercut_bisect": 1, "kernels": ["debian:A", "debian:B", "debian:C"], "first_changed": None,
+              "tested": [{"kernel": "debian:A", "verdict": "fsck", "index": 0},
+                         {"kernel": "debian:C", "verdict": "clean", "index": 2},
+                         {"kernel": "debian:B", "verdict": "error: no such package", "index": 1}]}
+    path = bisect.write(str(pc.tmp), report)
+    out, _ = export(pc, finding, "shell", "--bisect", path)
+    script = (out / f"{finding.name}.sh").read_text()
+    assert "debian:A" in script.split("# Seen on kernels:")[1].splitlines()[0]
+    assert "# Not seen on (powercut bisect): debian:C." in script and "debian:B" not in script

@@ -1,0 +1,96 @@
+"""Fuzzing the kernel under test: `powercut fuzz --backend vm` with one live guest per worker.
+
+TCG boots and guest jobs cost seconds each, so there are two campaigns, each
+asserting several things: a planted violation (the kernel's flushes left
+out of its log) is found, shrunk and reproduced by reproduce.sh in a guest
+booting the same kernel; and a guest kernel that crashes (sysrq, the
+recovery-panic test fault) during a recovery mount gives a `kernel` finding
+with the console excerpt while the campaign goes on in a fresh guest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import PcEnv
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (apt-get, kernel cache, scratch dirs)"),
+]
+
+KERNEL = "debian:linux-image-6.12-amd64"
+VM = ["--fs", "ext4", "--backend", "vm", "--kernel", KERNEL, "--engine", "exhaustive", "--seq", "1"]
+
+
+def campaign(pc: PcEnv, *args: str, rc: int) -> tuple[dict, str]:
+    out = pc.tmp / "campaign"
+    p = pc.run("fuzz", "--out", str(out), *VM, *args, timeout=1500)
+    assert p.returncode == rc, f"exit {p.returncode}\n{p.stdout}\n{p.stderr}"
+    return json.loads((out / "report.json").read_text()), str(out)
+
+
+def test_planted_violation_in_the_kernel_log_is_found_shrunk_and_reproduced(pc: PcEnv) -> None:
+    report, out = campaign(pc, "--fault", "drop-flush", "--reorder", "drop-one", "--max-findings", "1",
+                           "--shrink-seconds", "120", "--duration", "20m", rc=1)
+    saved = report["saved_findings"]
+    assert saved and report["harness_errors"] == 0
+    d = os.path.join(out, "findings", saved[0]["dir"])
+    f = json.loads(open(os.path.join(d, "finding.json")).read())
+    assert f["kind"] in ("durability", "fsck", "mount", "atomicity", "stale-data")
+    assert f["shrink"]["method"] == "delta debugging" and f["ops"] <= f["shrink"]["ops_before"]
+    # Recorded by the guest kernel in its live guest: one boot for the whole campaign.
+    run = json.loads(open(os.path.join(d, "run", "report.json")).read())
+    assert run["backend"] == "vm" and run["kernel"].startswith("6.12") and run["vm"]["live_guest"]
+    assert report["vm"]["boots"] == 1 and report["vm"]["job_seconds"]["record"] > 0
+    # reproduce.sh boots the same kernel to recover that crash state and shows the finding again.
+    script = open(os.path.join(d, "reproduce.sh")).read()
+    assert f"--backend vm --kernel {KERNEL}" in script
+    p = subprocess.run([os.path.join(d, "reproduce.sh")], capture_output=True, text=True, env=pc.env(), timeout=900)
+    assert p.returncode == 1 and f"[{f['kind']}]" in p.stdout, p.stdout + p.stderr
+    assert pc.leftovers() == []
+
+
+def test_guest_panic_in_a_recovery_mount_is_a_kernel_finding_and_the_campaign_goes_on(pc: PcEnv) -> None:
+    report, out = campaign(pc, "--fault", "recovery-panic", "--max-workloads", "2", "--shrink-seconds", "1",
+                           "--duration", "20m", rc=1)
+    assert report["workloads"] >= 2 and report["harness_errors"] == 0 and report["failed_workers"] == []
+    assert report["findings_by_kind"].get("kernel", 0) >= 2      # every workload's first recovery mount
+    # Each crash took its guest down; the worker booted a new one and went on.
+    assert report["vm"]["boots"] >= 3
+    saved = [s for s in report["saved_findings"] if s["kind"] == "kernel"]
+    assert saved and saved[0]["signature"].startswith("kernel|")
+    assert saved[0]["signature"].endswith("|recovery mount:sysrq-crash")
+    f = json.loads(open(os.path.join(out, "findings", saved[0]["dir"], "finding.json")).read())
+    assert f["evidence"]["phase"] == "recovery mount"
+    assert "sysrq: Trigger a crash" in f["evidence"]["console"] and "Kernel panic" in f["evidence"]["console"]
+    assert pc.leftovers() == []
+
+
+def test_bisect_over_two_real_kernels_reports_where_the_verdict_changes(pc: PcEnv) -> None:
+    """btrfs' deprecated `inode_cache` mount option is accepted (and ignored) by 6.1 and unknown
+    to 6.12: the same workload is clean on one kernel and cannot be run on the next."""
+    from workloads import exhaustive
+    w = pc.tmp / "w.json"
+    w.write_text(json.dumps(exhaustive.workload(1, 0)))
+    old, new = newest_61(), "debian:linux-image-6.12-amd64"
+    out = pc.tmp / "bisect"
+    p = pc.run("bisect", str(w), "--fs", "btrfs", "--mount-opts", "inode_cache", "--kernels", f"{old},{new}",
+               "--out", str(out), timeout=1500)
+    assert p.returncode == 1, p.stdout + p.stderr
+    r = json.loads((out / "bisect.json").read_text())
+    assert r["first_changed"]["kernel"] == new and r["first_changed"]["previous"] == old
+    verdicts = {t["kernel"]: t["verdict"] for t in r["tested"]}
+    assert verdicts[old] == "clean" and verdicts[new].startswith("error: ") and "mount failed" in verdicts[new]
+    assert f"first kernel with a changed verdict: {new}" in p.stdout
+    assert pc.leftovers() == []
+
+
+def newest_61() -> str:
+    p = subprocess.run(["apt-cache", "search", "--names-only", r"^linux-image-6\.1\.0-[0-9]+-amd64$"],
+                       capture_output=True, text=True, check=True)
+    return "debian:" + max((line.split()[0] for line in p.stdout.splitlines()), key=lambda n: int(n.split("-")[3]))
