@@ -166,13 +166,21 @@ DESIGN_OPS = frozenset({"fsync", "fdatasync", "sync", "syncfs", "sync_file_range
                         "rename", "open", "creat", "close"})
 
 
-def design_points(h: History, points: list[int]) -> set[int]:
+def design_points(h: History, points: list[int], paths: tuple[str, ...] = ()) -> set[int]:
     """The crash points a crash-point budget always keeps: for each op in DESIGN_OPS,
     the point at its completion mark and the last point before it (the ops
-    before it done, it in flight)."""
+    before it done, it in flight). With PATHS (a records invariant's files),
+    only ops on those files count, and sync/syncfs."""
     out: set[int] = set()
+    fd_path: dict[tuple[int, Any], str] = {}
     for ex in h.execs:
-        if ex.kind in DESIGN_OPS and ex.mark is not None:
-            k = bisect.bisect_right(points, ex.mark)
-            out |= {points[j] for j in (k - 1, k - 2) if 0 <= j < len(points)}
+        if ex.kind in ("open", "creat") and ex.ok:
+            fd_path[(ex.rec.thread, ex.f("fd"))] = ex.f("path")
+        if ex.kind not in DESIGN_OPS or ex.mark is None:
+            continue
+        path = ex.f("path") or ex.f("to") or fd_path.get((ex.rec.thread, ex.f("fd")))
+        if paths and ex.kind not in ("sync", "syncfs") and path not in paths:
+            continue
+        k = bisect.bisect_right(points, ex.mark)
+        out |= {points[j] for j in (k - 1, k - 2) if 0 <= j < len(points)}
     return out

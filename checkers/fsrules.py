@@ -150,5 +150,27 @@ RULES: dict[str, Rule] = {r.name: r for r in [
 ]}
 
 
+# Untorn writes (pwritev2 RWF_ATOMIC, Linux 6.11+; ext4 and xfs 6.13+, xfs in
+# software by copy-on-write on reflink file systems 6.16+). Where the file
+# system cannot do them it refuses the write (EOPNOTSUPP/EINVAL), so a write
+# that returned is one it promised; the rows hold wherever such a write succeeds.
+UNTORN_RULES = [
+    Rule("untorn-write",
+         "an RWF_ATOMIC write's range holds all of its data or none of it at every crash state, "
+         "whether it had returned or was in flight; later writers' bytes aside",
+         ALL, "kernel commit c34fc6f26ab8 'fs: Initial atomic write support' (torn-write protection: "
+              "'all or none of the data from the write will be stored, but never a mix of old and new "
+              "data'); Documentation/filesystems/ext4/atomic_writes.rst; Documentation/admin-guide/xfs.rst "
+              "(max_atomic_write); xfstests common/atomicwrites, generic/765-778 (778: shutdown during "
+              "atomic writes, every unit-sized block old or new)"),
+    Rule("rwf-sync-write",
+         "a pwritev2 with RWF_DSYNC (RWF_SYNC) is durable for the range it wrote when it returns, "
+         "as a write on an O_DSYNC (O_SYNC) fd",
+         ALL, "pwritev2(2): RWF_DSYNC/RWF_SYNC 'provide a per-write equivalent of the O_DSYNC/O_SYNC "
+              "open(2) flag ... applies only to the data range written by the system call'"),
+]
+RULES.update({r.name: r for r in UNTORN_RULES})
+
+
 def rule(name: str) -> Rule:
     return RULES[name]

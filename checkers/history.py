@@ -22,11 +22,12 @@ from typing import Any
 from harness.foundation.intervals import IntervalMap, Src
 from workloads.marks import parse_mark
 from workloads.plan import Plan, PlanOp
-from workloads.results import FLAG_SIGBUS, OpRecord, Results
+from workloads.results import FLAG_SIGBUS, OpRecord, Results, StatxResult
 
 PERSIST_INODE = {"fsync": "fsync-data", "fdatasync": "fdatasync-data"}
 ROOT, ROOT_INO = ".", 0
 O_SYNC_FLAGS = {"O_SYNC", "O_DSYNC"}
+RWF_SYNC_FLAGS = {"RWF_SYNC", "RWF_DSYNC"}
 
 
 @dataclass
@@ -63,6 +64,7 @@ class DataEvent:
     end: int = 0
     src: Src | None = None
     size: int = 0        # the file size after the event
+    untorn: bool = False  # an RWF_ATOMIC write: all old or all new at every crash state
 
 
 @dataclass
@@ -163,6 +165,7 @@ class _Builder:
         self.uncertain: set[str] = set()
         self.lost = False  # an op went where the model cannot follow: no content checks
         self.disagreements: list[Disagreement] = []
+        self.statx: dict[int, StatxResult] = {}  # inode -> the untorn-write limits statx last read for it
         self._next_ino = 1
 
     # -- helpers ---------------------------------------------------------
@@ -253,11 +256,11 @@ class _Builder:
                 touched.add(i)
         self.name_changes.append((pos, frozenset(updates), frozenset(touched)))
 
-    def data(self, ex: Exec, ino: Inode, start: int, end: int, src: Src | None) -> None:
+    def data(self, ex: Exec, ino: Inode, start: int, end: int, src: Src | None, untorn: bool = False) -> None:
         ino.content.set(start, end, src)
         if src is not None:
             ino.size = max(ino.size, end)
-        ino.events.append(DataEvent(ex.pos, "data" if src else "zero", start, end, src, ino.size))
+        ino.events.append(DataEvent(ex.pos, "data" if src else "zero", start, end, src, ino.size, untorn))
 
     def resize(self, ex: Exec, ino: Inode, size: int) -> None:
         if size < ino.size:
@@ -347,6 +350,36 @@ class _Builder:
             self.persists.append(Persist(ex, "osync-write", ino.ino, ex.pos + 1, (start, start + ex.rec.ret)))
 
     op_pwrite = op_write
+
+    def op_pwritev2(self, ex: Exec) -> None:
+        """pwritev2(2): the executor records where the data landed (the fd's
+        position for offset -1, the end of file with O_APPEND/RWF_APPEND) and
+        writes the pattern for that offset. RWF_DSYNC/RWF_SYNC make the range
+        durable like an O_DSYNC/O_SYNC fd; RWF_ATOMIC marks it untorn."""
+        ino, osync, append = self.fd_inode(ex)
+        if ino is None or ino.kind != "file":
+            return
+        flags = set(ex.f("flags") or ())
+        if "RWF_ATOMIC" in flags and ino.ino in self.statx and ex.ok:
+            why = untorn_refusal(self.statx[ino.ino], int(ex.f("length")), ex.rec.aux,
+                                 append or "RWF_APPEND" in flags)
+            if why:
+                self.disagreements.append(Disagreement(ex, f"expected the write refused ({why}), "
+                                                           f"the kernel wrote {ex.rec.ret} bytes"))
+        if not ex.ok:
+            self.failed_write(ex, ino, False)
+            return
+        start, end = ex.rec.aux, ex.rec.aux + ex.rec.ret
+        self.data(ex, ino, start, end, Src(ex.f("file"), ex.op.seq, ex.rec.iter), "RWF_ATOMIC" in flags)
+        if end > start and (osync or flags & RWF_SYNC_FLAGS):
+            rule = "osync-write" if osync else "rwf-sync-write"
+            self.persists.append(Persist(ex, rule, ino.ino, ex.pos + 1, (start, end)))
+
+    def op_statx(self, ex: Exec) -> None:
+        path = self.path(ex, "path")
+        ino = self.lookup(path) if path else None
+        if ino is not None and ex.rec.statx is not None and ex.rec.statx.write_atomic_answered:
+            self.statx[ino.ino] = ex.rec.statx
 
     def failed_write(self, ex: Exec, ino: Inode, append: bool) -> None:
         """write(2) promises nothing about the file after an error, and Linux
@@ -560,6 +593,23 @@ class _Builder:
         cur = dict(ino.xattrs_at(ex.pos + 1))
         cur.pop(ex.f("name"), None)
         ino.xattrs.append((ex.pos, cur))
+
+
+def untorn_refusal(st: StatxResult, length: int, offset: int, append: bool) -> str | None:
+    """Why the kernel must refuse an RWF_ATOMIC write of LENGTH at OFFSET to a file
+    with the statx limits ST, or None. Kernel commit c34fc6f26ab8: a file that cannot
+    do untorn writes rejects RWF_ATOMIC rather than ignoring it; the length must be
+    a power of two within the unit min..max, the offset naturally aligned (not
+    judged for appends: the kernel moves the offset to the end of file first)."""
+    if st.inexact:
+        return None
+    if not st.attr_write_atomic:
+        return "statx: the file has no STATX_ATTR_WRITE_ATOMIC"
+    if length & (length - 1) or not st.atomic_unit_min <= length <= st.atomic_unit_max:
+        return f"length {length} is not a power of two in [{st.atomic_unit_min}, {st.atomic_unit_max}]"
+    if not append and offset % length:
+        return f"offset {offset} is not a multiple of the length {length}"
+    return None
 
 
 def build_history(plan: Plan, results: Results, marks: list[tuple[int, str]]) -> History:

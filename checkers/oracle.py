@@ -10,7 +10,8 @@ image and reports only what no allowed state explains:
 - `durability`: something a completed fsync/fdatasync/sync/O_SYNC write
   guaranteed is missing, older, or shorter;
 - `stale-data`: bytes that were never written to that file at that offset;
-- `atomicity`: a rename left neither the old nor the new state.
+- `atomicity`: a rename left neither the old nor the new state, or an
+  RWF_ATOMIC write's range mixes its data with older data (checkers/untorn.py).
 
 Whenever the model cannot be sure (paths it lost track of, ranges shifted by
 collapse/insert after the last guarantee), it checks nothing there.
@@ -33,6 +34,7 @@ from checkers.findings import Finding, is_host_error, read_error
 from checkers.fsrules import RULES, Semantics, rule
 from checkers.history import ROOT, Exec, History, Inode, Persist
 from checkers.linux_names import NameIndex, observed_kind, order_gap
+from checkers.untorn import WriteVerdict, classify_file
 from harness.foundation.intervals import IntervalMap, Piece, Src, merge_ranges, subtract_ranges
 from workloads.pattern import CHUNK, ChunkScan, decode_chunk, generate, scan_chunks
 
@@ -84,6 +86,7 @@ class ContentOracle:
         self._ordered: dict[int, tuple[int, Persist | None]] = {}
         self.records = RecordsInvariant.from_workload(invariants or {})
         self.loss_rows: list[dict[str, Any]] = []  # one per crash point and recording file
+        self.torn_rows: list[dict[str, Any]] = []  # one per crash state: classified writes, torn ones
         self._mark_positions = sorted((ex.mark, ex.pos) for ex in history.execs if ex.mark is not None)
         self._marks = [m for m, _ in self._mark_positions]
         self._content_cache: dict[tuple[int, int], tuple[IntervalMap, int]] = {}
@@ -307,17 +310,20 @@ class ContentOracle:
             return self._finish(out, crash_point, state_id)
         skip_under: list[str] = []  # missing or unreadable: what is below is judged there
         unreadable = False
+        verdicts: list[WriteVerdict] = []
         for path in self.all_paths:
             if self.uncertain(path, v) or any(path.startswith(d + "/") for d in skip_under):
                 continue
             try:
-                f = self.check_path(mnt, path, v)
+                f = self.check_path(mnt, path, v, verdicts)
             except OSError as e:  # one path that does not read back; the others are still checked
                 f, unreadable = _read_error(e, mnt, path), True
             if f is not None:
                 if f.evidence.get("found") == "missing" or f.kind == "corruption":
                     skip_under.append(path)
                 out.append(f)
+        if verdicts:
+            self.torn_rows.append(torn_row(verdicts, crash_point, state_id))
         if unreadable:  # the name-level checks would read the same broken image: nothing more to learn
             return self._finish(out, crash_point, state_id)
         try:
@@ -343,7 +349,7 @@ class ContentOracle:
         prefixes = {"/".join(parts[:k]) for k in range(1, len(parts) + 1)}
         return bool(prefixes & (self.h.uncertain | v.fuzzy))
 
-    def check_path(self, mnt: str, path: str, v: PointView) -> Finding | None:
+    def check_path(self, mnt: str, path: str, v: PointView, verdicts: list[WriteVerdict] | None = None) -> Finding | None:
         cands, floor, why = self.candidates(path, v)
         full = os.path.join(mnt, path)
         try:
@@ -376,7 +382,7 @@ class ContentOracle:
                            evidence={"path": path, "rule": "no-stale-data", "expected": [i.target for i in same],
                                      "found": target})
         if kind == "file":
-            return self.check_file(full, path, same, v) or self.check_metadata(full, path, same, st, v)
+            return self.check_file(full, path, same, v, verdicts) or self.check_metadata(full, path, same, st, v)
         return None
 
     def name_finding(self, path: str, floor: int, why: Cover | None, v: PointView, found: str) -> Finding:
@@ -402,13 +408,17 @@ class ContentOracle:
                                  "expected": expected, "found": found, "reference": rule(r).reference})
 
     # -- file content ------------------------------------------------------------
-    def check_file(self, full: str, path: str, inodes: list[Inode], v: PointView) -> Finding | None:
+    def check_file(self, full: str, path: str, inodes: list[Inode], v: PointView,
+                   verdicts: list[WriteVerdict] | None = None) -> Finding | None:
         with open(full, "rb") as f:
             data = f.read()
         scan = self.scan(path, data) if self.bulk else None
         first: Finding | None = None
         for ino in inodes:
-            problem = FileCheck(self, ino, v).check(data, scan)
+            fc = FileCheck(self, ino, v)
+            problem = fc.check(data, scan)
+            if verdicts is not None and (problem is None or problem.kind == "atomicity"):
+                verdicts += fc.verdicts  # the torn-write count covers what the finding is about too
             if problem is None:
                 return None
             first = first or problem
@@ -467,6 +477,11 @@ class ContentOracle:
             return None
         first = allocs[0].pos
         if any(e.kind in ("zero", "size", "collapse", "insert") and e.pos > first for e in ino.events):
+            return None
+        # Data written into a reserved range may be placed elsewhere (btrfs
+        # compress-force writes copy-on-write): only untouched reservations count.
+        if any(e.kind in ("data", "maybe") and e.pos > first and any(a.start < e.end and e.start < a.end for a in allocs)
+               for e in ino.events):
             return None
         bsize = os.statvfs(full).f_bsize
         whole = [(-(-e.start // bsize) * bsize, e.end // bsize * bsize) for e in allocs]
@@ -559,6 +574,8 @@ class FileCheck:
         self.later = [e for e in ino.events if e.pos >= floor and e.pos in v.allowed]
         self.history = [e for e in ino.events if e.pos in v.allowed]
         self.shifted = any(e.kind in ("collapse", "insert") for e in self.later)
+        self.allowed = v.allowed
+        self.verdicts: list[WriteVerdict] = []  # the classified writes (checkers/untorn.py), once checked
         # failed writes that may have left bytes behind: allowed at any time after they ran
         self.maybe = [e for e in self.history if e.kind == "maybe"]
         self.by_writer: dict[tuple[int, int, int], list[Any]] = {}
@@ -597,7 +614,25 @@ class FileCheck:
         if size > hi and any(data[hi:]):
             return self.finding("stale-data", f"size {size} is larger than the file ever was ({hi}) and holds data there",
                                 expected=f"size <= {hi}", found=f"size {size}")
-        return None
+        self.verdicts = classify_file(self.o.h, self.o.wid, self.ino, self.allowed, data)
+        torn = next((w for w in self.verdicts if w.torn and w.untorn_promised), None)
+        if not self.o.semantics.holds("untorn-write"):
+            return None
+        return self.untorn_finding(torn) if torn else None
+
+    def untorn_finding(self, w: WriteVerdict) -> Finding:
+        e = w.event
+        span = lambda rs: ", ".join(f"{s}..{t}" for s, t in rs)  # noqa: E731
+        r = rule("untorn-write")
+        return Finding("atomicity", f"bytes {e.start}..{e.end} of {w.ex.describe()} are torn: "
+                       f"{span(w.new)} hold its data, {span(w.old)} older data ({r.promise})",
+                       evidence={"rule": r.name, "op": w.ex.describe(), "op_mark": w.ex.mark,
+                                 "range": [e.start, e.end], "new_ranges": w.new, "old_ranges": w.old,
+                                 "writers": {"new": f"op {e.src.seq} iter {e.src.iter}" if e.src else "zeros",
+                                             "old": w.old_writers},
+                                 "expected": f"all of {e.start}..{e.end} from op {e.src.seq if e.src else '?'}, or none of it",
+                                 "found": f"new {span(w.new)}; old {span(w.old)}",
+                                 "offset": w.old[0][0], "reference": r.reference})
 
     # -- all whole chunks at once ----------------------------------------------------
     def bulk_ok(self, scan: ChunkScan) -> np.ndarray:
@@ -733,6 +768,15 @@ class FileCheck:
             ev["op"] = self.g.persist.ex.describe()
             ev["op_mark"] = self.g.persist.ex.mark
         return Finding(kind, detail, evidence=ev)
+
+
+def torn_row(verdicts: list[WriteVerdict], crash_point: int, state_id: str | None) -> dict[str, Any]:
+    """One crash state's torn-write count (report.json `torn_writes`)."""
+    torn = [w for w in verdicts if w.torn]
+    return {"state_id": state_id or f"p{crash_point}", "crash_point": crash_point, "writes": len(verdicts),
+            "torn": len(torn), "torn_untorn": sum(w.untorn_promised for w in torn),
+            "writes_untorn": sum(w.untorn_promised for w in verdicts),
+            "torn_ops": [w.ex.describe() for w in torn][:8]}
 
 
 def covered(start: int, end: int, ranges: Iterable[tuple[int, int]]) -> bool:

@@ -14,10 +14,11 @@ from checkers.fsrules import Semantics
 from checkers.history import build_history
 from checkers.logloss import loss_from_log, summarize_from_log
 from checkers.oracle import ContentOracle
+from checkers.untorn import summarize_torn
 from replay.logformat import LogReader
 from workloads.format import Workload
 from workloads.plan import Plan
-from workloads.results import read_records
+from workloads.results import Results, read_records
 
 
 @dataclass
@@ -42,10 +43,26 @@ def prepare(workload: Workload, plan: Plan, records_path: str, reader: LogReader
     for d in history.disagreements:
         checks.findings.append(Finding("semantics", f"{d.ex.describe()}: {d.expected}",
                                        evidence={"op": d.ex.describe(), "op_mark": d.ex.mark, "expected": d.expected}))
+    statx = statx_limits(plan, results)
+    if statx:
+        checks.report["statx"] = statx
     checks.oracle = ContentOracle(history, plan.wid, semantics.fs, dict(workload.invariants or {}), semantics)
     checks.report["oracle"] = {"semantics": semantics.tier, "ops_modelled": len(history.execs), "lost_track": history.lost,
                                "uncertain_paths": sorted(history.uncertain)}
     return checks
+
+
+def statx_limits(plan: Plan, results: Results) -> list[dict[str, Any]]:
+    """report.json `statx`: what each statx op read (the untorn-write and direct I/O limits in force)."""
+    ops = plan.by_seq()
+    out = []
+    for r in results.records:
+        if r.kind == "statx":
+            row: dict[str, Any] = {"op": r.seq, "iter": r.iter, "path": ops[r.seq][1].fields["path"], "errno": r.errno}
+            if r.statx is not None:
+                row.update(r.statx.to_json(), atomic_supported=r.statx.atomic_supported)
+            out.append(row)
+    return out
 
 
 def finish(checks: WorkloadChecks, reader: LogReader | None = None, points: list[int] | None = None) -> None:
@@ -64,6 +81,8 @@ def finish(checks: WorkloadChecks, reader: LogReader | None = None, points: list
             log_rows = loss_from_log(o.records, o.h, o.wid, reader, points, marks)
             checks.report["design"]["records"]["from_log"] = {
                 **summarize_from_log(log_rows, rows, o.records.period_us), "rows": log_rows}
+    if checks.oracle is not None and checks.oracle.torn_rows:
+        checks.report["torn_writes"] = summarize_torn(checks.oracle.torn_rows)
 
 
 def records_path(out_dir: str, info: dict[str, Any]) -> str:

@@ -23,18 +23,17 @@ meaningful on a busy box even when absolute times do not:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import statistics
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from checkers.crash_check import check_crash_states, default_jobs
 from fuzz.bench_vm import bench_vm
 from checkers.recovery import fsck
 from harness.foundation import kmount, ownership, paths, sysres
-from harness.backends.fuse.recorded_device import FuseRecordedDevice
+from harness.bench_oracle import BUDGET, SCALES, bulk_vs_sector, oracle_scale_curve
+from harness.backends.fuse.calibrate import mount_point, owned_file, recorder_vs_loop
 from harness.foundation.errors import EnvError
 from harness.foundation.filesystems import FsType, get_fs
 from harness.foundation.loopdev import recorded_loop
@@ -52,27 +51,6 @@ SEQ1 = {
     "write-fsync": "printf hello > foo\nsync foo\n",
     "rename-fsync": "touch foo\nmv foo bar\nsync .\n",
 }
-
-
-@contextlib.contextmanager
-def owned_file(path: str, size: int) -> Iterator[int]:
-    fd = ownership.create_file(path, size)
-    try:
-        yield fd
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def _mount_point(state: RunState, name: str) -> Iterator[str]:
-    """A mount point, recorded once for every mount made on it."""
-    mnt = state.subdir(name)
-    res = state.record("mount", path=mnt)
-    try:
-        yield mnt
-    finally:
-        kmount.umount(mnt)
-        state.released(res)
 
 
 def _run(workload: str, out: str, **cfg: Any) -> dict[str, Any]:
@@ -114,7 +92,7 @@ def _floor(log: str, fs: FsType, device_bytes: int, state: RunState, reps: int) 
     src, image = os.path.join(state.scratch, "floor-src.img"), os.path.join(state.scratch, "floor.img")
     mount_ms, fsck_ms = [], []
     with (owned_file(image, device_bytes) as fd, recorded_loop(state, image) as loop,
-          _mount_point(state, "floor-mnt") as mnt):
+          mount_point(state, "floor-mnt") as mnt):
         for k in range(1, FLOOR_IMAGES + 1):
             build_crash_image(reader, f"p{points[k * len(points) // (FLOOR_IMAGES + 1)]}", device_bytes, src)
             mount_s, fsck_s = [], []
@@ -137,40 +115,6 @@ def _floor(log: str, fs: FsType, device_bytes: int, state: RunState, reps: int) 
     return {"mount_umount_ms": round(m, 2), "fsck_ms": round(f, 2), "ms": round(m + f, 2), "images": FLOOR_IMAGES}
 
 
-def _fsync_p50_us(directory: str, n: int) -> float:
-    """p50 of a 4 KiB append + fsync in DIRECTORY."""
-    block, times = os.urandom(4096), []
-    fd = os.open(os.path.join(directory, "fsync-bench"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        for i in range(n):
-            t0 = time.perf_counter_ns()
-            os.pwrite(fd, block, i * 4096)
-            os.fsync(fd)
-            times.append(time.perf_counter_ns() - t0)
-    finally:
-        os.close(fd)
-    return statistics.median(times) / 1000
-
-
-def _fsync_on_ext4(state: RunState, dev: str, name: str, n: int) -> float:
-    fs = get_fs("ext4")
-    sysres.run(fs.mkfs_cmd(dev, ""))
-    with _mount_point(state, name) as mnt:
-        kmount.mount(dev, mnt, fs.name)
-        return _fsync_p50_us(mnt, n)
-
-
-def _recorder_vs_loop(state: RunState, n: int) -> dict[str, float]:
-    size = 256 << 20
-    with FuseRecordedDevice(state, size, os.path.join(state.scratch, "fsync.log")) as device:
-        recorder = _fsync_on_ext4(state, device.block_device, "fsync-fuse", n)
-        device.stop()
-    image = os.path.join(state.scratch, "plain.img")
-    with owned_file(image, size), recorded_loop(state, image) as loop:
-        plain = _fsync_on_ext4(state, loop.path, "fsync-loop", n)
-    return {"recorder_p50_us": round(recorder, 1), "loop_p50_us": round(plain, 1), "ratio": round(recorder / plain, 2)}
-
-
 def _seq1(scratch: str, reps: int) -> dict[str, float]:
     runs, t0 = 0, time.perf_counter()
     for rep in range(reps):
@@ -184,7 +128,26 @@ def _seq1(scratch: str, reps: int) -> dict[str, float]:
     return {"workloads": runs, "seconds": round(seconds, 2), "per_min": round(60 * runs / seconds, 1)}
 
 
-def bench(quick: bool, kernel: str | None = None) -> dict[str, Any]:
+def bench_oracle(quick: bool) -> dict[str, Any]:
+    """The content oracle's cost per crash state across recorder scales, and bulk vs sector by sector."""
+    load_before = os.getloadavg()[0]
+    state = RunState.create("bench-oracle")
+    try:
+        curve = oracle_scale_curve(state.scratch, SCALES[:2] if quick else SCALES)
+        ref = bulk_vs_sector(state.scratch, budget=20 if quick else BUDGET)
+    finally:
+        state.teardown_or_warn()
+    ms = [c["oracle_ms_per_state"] for c in curve.values()]
+    return {"oracle_ms_per_state_by_scale": {k: c["oracle_ms_per_state"] for k, c in curve.items()},
+            "oracle_growth_ratio": round(ms[-1] / ms[0], 2) if ms[0] else None,
+            "oracle_bulk_speedup": ref["speedup"],
+            "details": {"scale_curve": curve, "bulk_vs_sector": ref,
+                        "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)]}}
+
+
+def bench(quick: bool, kernel: str | None = None, only: str = "all") -> dict[str, Any]:
+    if only == "oracle":
+        return bench_oracle(quick)
     reps = 1 if quick else 3
     load_before = os.getloadavg()[0]
     state = RunState.create("bench")
@@ -197,8 +160,9 @@ def bench(quick: bool, kernel: str | None = None) -> dict[str, Any]:
         floor = _floor(log, ext4, size, state, 1 if quick else 5)
         xlog, xsize = _record(xfs, state.scratch, "xfs")
         xfs_walk = _walk(xlog, xfs, xsize, state, default_jobs())
-        fsync = _recorder_vs_loop(state, 200 if quick else 1000)
+        fsync = recorder_vs_loop(state, 200 if quick else 1000)
         seq1 = _seq1(state.scratch, reps)
+        oracle = bench_oracle(quick)
         vm = bench_vm(kernel, state.scratch, VM_WORKLOADS_QUICK if quick else VM_WORKLOADS) if kernel else None
     finally:
         state.teardown_or_warn()
@@ -215,8 +179,15 @@ def bench(quick: bool, kernel: str | None = None) -> dict[str, Any]:
         "overhead_ratio": round(one_job["ms_per_state"] / floor["ms"], 2),
         "recorder_fsync_p50_ratio": fsync["ratio"],
         "seq1_workloads_per_min": seq1["per_min"],
+        # the floor as a rate on all workers: the best a walk can do on this machine now
+        "crash_states_per_s_over_floor": round(ext4_walk["states_per_s"] / (default_jobs() * 1000 / floor["ms"]), 2),
+        "crash_states_per_s_target_ratio": {"ext4": round(ext4_walk["states_per_s"] / 180, 2),
+                                            "xfs": round(xfs_walk["states_per_s"] / 70, 2)},
+        "oracle_ms_per_state_by_scale": oracle["oracle_ms_per_state_by_scale"],
+        "oracle_growth_ratio": oracle["oracle_growth_ratio"],
+        "oracle_bulk_speedup": oracle["oracle_bulk_speedup"],
         "details": {"jobs": default_jobs(), "quick": quick, "kernel": os.uname().release,
                     "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
                     "ext4_walk": ext4_walk, "ext4_walk_one_job": one_job, "xfs_walk": xfs_walk,
-                    "floor": floor, "fsync": fsync, "seq1": seq1, **({"vm": vm} if vm else {})},
+                    "floor": floor, "fsync": fsync, "seq1": seq1, "oracle": oracle["details"], **({"vm": vm} if vm else {})},
     }

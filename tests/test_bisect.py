@@ -68,3 +68,17 @@ def test_debian_range_is_every_package_of_the_series_in_version_order() -> None:
     ks = debian_range(names[0], names[-1])
     assert [k.spec for k in ks] == ["debian:" + n for n in names]
     assert [k.spec for k in debian_range(names[1], names[-2])] == ["debian:" + n for n in names[1:-1]]
+
+
+def test_changed_corpus_cases_map_to_their_run_directories(tmp_path: Path) -> None:
+    """make ci-kernel bisects the corpus cases whose verdict differs between host and kernel."""
+    import json
+    from fuzz.bisect import changed_runs
+    host = {"cases": {"a@ext4": {"verdict": []}, "b@ext4": {"verdict": []}}}
+    kernel = {"cases": {"a@ext4": {"verdict": [], "report": "ext4/a/report.json"},
+                        "b@ext4": {"verdict": ["durability"], "report": "ext4/b/report.json"}}}
+    (tmp_path / "host.json").write_text(json.dumps(host))
+    (tmp_path / "k").mkdir()
+    (tmp_path / "k/results.json").write_text(json.dumps(kernel))
+    assert changed_runs(str(tmp_path / "k/results.json"), str(tmp_path / "host.json")) == [
+        ("b@ext4", str(tmp_path / "k/ext4/b"))]

@@ -47,8 +47,11 @@ def one_line_error(p: subprocess.CompletedProcess[str]) -> str:
 
 
 @no_dm
-def test_dm_without_device_mapper_is_one_line_exit_2(pc: PcEnv) -> None:
-    p = pc.run("run", str(WORKLOADS / "mixed.sh"), "--fs", "ext4", "--backend", "dm", "--out", str(pc.tmp / "out"))
+@pytest.mark.parametrize("command", [["run", str(WORKLOADS / "mixed.sh")], ["fuzz", "--duration", "5s"],
+                                     ["corpus", "run", "--rows", "ext4-ordered"]])
+def test_dm_without_device_mapper_is_one_line_exit_2(pc: PcEnv, command: list[str]) -> None:
+    fs = [] if command[0] == "corpus" else ["--fs", "ext4"]
+    p = pc.run(*command, *fs, "--backend", "dm", "--out", str(pc.tmp / "out"))
     assert "device-mapper is missing" in one_line_error(p)
     assert not (pc.tmp / "out").exists()
 
@@ -93,3 +96,11 @@ def test_device_options_need_the_dm_backend(pc: PcEnv, two_loops: tuple[str, str
     data, log = two_loops
     p = pc.run("run", str(WORKLOADS / "mixed.sh"), "--fs", "ext4", "--data-dev", data, "--log-dev", log)
     assert "need --backend dm" in one_line_error(p)
+
+
+@no_dm
+def test_corpus_run_auto_records_with_fuse_here(pc: PcEnv) -> None:
+    out = pc.tmp / "corpus"
+    pc.run("corpus", "run", "--entries", "create-pwrite-fsync", "--rows", "ext4-ordered", "--backend", "auto",
+           "--out", str(out), check_rc=0)
+    assert json.loads((out / "results.json").read_text())["backend"] == "fuse"

@@ -114,6 +114,8 @@ MAIN_OPS = [  # (op, expected ret or FD, expected errno)
     (op("ftruncate", "ftrunc", fd="f", length=32768), 0, 0),
     (op("fsync", "fsync", fd="f"), 0, 0),
     (op("fiemap", "fiemap-f", fd="f", sync=True), 1, 0),  # one fallocated extent, written or not
+    (op("pwritev2", "pwritev2-f", fd="f", iov=[512, 512], offset=24576, flags=["RWF_DSYNC"]), 1024, 0),
+    (op("statx", "statx-f", path="d/f"), 0, 0),
     (op("fdatasync", "fdatasync", fd="f"), 0, 0),
     (op("syncfs", "syncfs", fd="f"), 0, 0),
     (op("sync_file_range", "sfr", fd="f", offset=0, length=0, flags=["WRITE"]), 0, 0),
@@ -181,6 +183,7 @@ def test_files_hold_the_pattern_where_written(every_op: Run) -> None:
         off = 20480 + 1024 * k
         assert f[off:off + 512] == r.data("pwrite-rep", "d/f", off, 512, it=k)
     assert f[4096:8192] == bytes(4096)  # fallocated, never written
+    assert f[24576:25600] == r.data("pwritev2-f", "d/f", 24576, 1024)  # two iovecs, one range
     assert pattern.decode_chunk(f[512:1024]) == pattern.ChunkInfo(r.workload.wid, 1, r.one_seq("write-f"), 0, 512)
     assert r.one("read-f").offset == 4096
     o = (d / "d/o").read_bytes()

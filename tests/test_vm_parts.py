@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import pytest
@@ -100,10 +101,14 @@ class FakeGuest:
 
     batch_device = "/dev/vda"
 
-    def run_job(self, job: str, env: dict[str, str], disks: list[Disk], *, timeout: float) -> Outcome:
+    def run_job(self, job: str, env: dict[str, str], disks: list[Disk], *, timeout: float,
+                on_line: Callable[[str], None] | None = None) -> Outcome:
         assert job == "recover" and len(disks) == 1
         self.envs.append(env)
-        return self.outcomes.pop(0)
+        outcome = self.outcomes.pop(0)
+        for line in outcome.lines if on_line else []:  # as a live guest streams them
+            on_line(line)
+        return outcome
 
     def batch_file(self, state: SimpleNamespace, tag: str = "") -> str:
         path = os.path.join(state.scratch, f"batch{tag}.img")
@@ -219,3 +224,21 @@ def test_log_splice_puts_a_fresh_image_before_the_kernel_log(tmp_path: Path) -> 
         entries = list(r.entries())
     assert n == 4 and not any(e.is_flush or e.is_fua for e in entries)
     assert [e.sector for e in entries if e.is_write] == [4096, 8192]
+
+
+def test_live_guest_control_channel_tells_answers_death_and_silence_apart() -> None:
+    """The host reads the guest's answers line by line; a closed channel (QEMU exited: the
+    guest died) ends the lines without an end word; silence past the limit is a hang (None)."""
+    import socket
+    from harness.backends.vm.live import LiveGuest
+    g = LiveGuest(Kernel("k", "/vmlinux", None), "/initrd", 1 << 20, 1 << 20, 1)
+    host, guest = socket.socketpair()
+    g._sock = host
+    guest.sendall(b"begin 0\r\nok 0\n\nbegin 1\ndone\nready\n")
+    assert g._until(("done",), 5) == ["begin 0", "ok 0", "begin 1", "done"]
+    assert g._until(("ready",), 5) == ["ready"]          # what came after stays buffered
+    assert g._until(("done",), 0.2) is None                # silence: a hang
+    guest.sendall(b"begin 2\n")
+    guest.close()
+    assert g._until(("done",), 5) == ["begin 2"]           # closed: the guest died mid-job
+    host.close()

@@ -69,6 +69,8 @@ FULL: dict[str, Any] = {
                 {"op": "sync_file_range", "fd": "rec", "offset": 0, "length": 2097152, "stride": 2097152,
                  "flags": ["WAIT_BEFORE", "WRITE", "WAIT_AFTER"]}]},
             {"op": "fiemap", "fd": "rec", "sync": True},
+            {"op": "statx", "path": "rec/0.dat"},
+            {"op": "pwritev2", "fd": "rec", "iov": [4096, 4096], "offset": -1, "flags": ["RWF_DSYNC"]},
             {"op": "close", "fd": "rec"},
         ]},
     ],

@@ -60,6 +60,12 @@ CORE: list[Core] = [
     Core("unaligned", (_fd("pwrite", offset=1000, length=5000),), "foo"),
     Core("large-new", (_fd("pwrite", offset=0, length=1 << 20),), "A/bar", ("O_CREAT", "O_RDWR"), "A/bar"),
     Core("direct", (_fd("pwrite", offset=4096, length=4096),), "A/foo", ("O_RDWR", "O_DIRECT"), "A/foo"),
+    # Untorn writes over foo's 16 KiB, the range the overwrite, punch, zero-range and
+    # shrink cores touch too (statx first: the limits go into the report).
+    Core("atomic", ({"op": "statx", "path": "foo"}, _fd("pwritev2", iov=[4096], offset=0, flags=["RWF_ATOMIC"])),
+         "foo", ("O_RDWR", "O_DIRECT")),
+    Core("atomic-dsync", (_fd("pwritev2", iov=[16384], offset=0, flags=["RWF_ATOMIC", "RWF_DSYNC"]),),
+         "foo", ("O_RDWR", "O_DIRECT")),
     Core("mmap", (_fd("mmap_write", offset=0, length=4096, msync=False),), "foo"),
     Core("falloc-keep", (_fd("fallocate", mode=["KEEP_SIZE"], offset=16384, length=65536),), "foo"),
     Core("punch", (_fd("fallocate", mode=["PUNCH_HOLE", "KEEP_SIZE"], offset=4096, length=4096),), "foo"),

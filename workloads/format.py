@@ -190,7 +190,7 @@ class _Checker:
                 raise _fail([*at, f], "must not contain a '..' component or NUL")
         if kind == "open" and sum(f in op["flags"] for f in ACCESS_MODES) > 1:
             raise _fail([*at, "flags"], "at most one of O_RDONLY, O_WRONLY, O_RDWR")
-        if "offset" in op and op["offset"] + (iters - 1) * op.get("stride", 0) + op["length"] > MAX_OFFSET:
+        if "offset" in op and op["offset"] + (iters - 1) * op.get("stride", 0) + op_length(op) > MAX_OFFSET:
             raise _fail([*at, "offset"], f"offset + length (+ stride * iterations) passes 2^62 ({iters} iterations)")
         if kind in ("open", "creat"):
             if op["fd"] in open_fds:
@@ -235,6 +235,11 @@ class _Checker:
                                 f"{counts[first]} times by thread {first}: the threads would deadlock")
 
 
+def op_length(op: Mapping[str, Any]) -> int:
+    """Bytes an op moves: its length, or a pwritev2's iovec lengths together."""
+    return int(op["length"]) if "length" in op else sum(op.get("iov", ()))
+
+
 def _mode(v: int | str) -> int:
     return int(v, 8) if isinstance(v, str) else v
 
@@ -244,6 +249,8 @@ def _op(doc: Mapping[str, Any]) -> Op:
     args = {**_DEFAULTS[kind], **{k: v for k, v in doc.items() if k not in ("op", "id", "ops")}}
     if "mode" in args and kind != "fallocate":  # fallocate's mode is its flag list
         args["mode"] = _mode(args["mode"])
+    if kind == "pwritev2":
+        args["length"] = op_length(args)
     return Op(kind, args, doc.get("id"), tuple(_op(o) for o in doc.get("ops", ())))
 
 

@@ -23,7 +23,9 @@ no spaces. Flag lists are names joined by '|', or '-' when empty.
 
 fd is a slot of the thread's fd table, file the pattern file id of the data
 the op writes, barrier an index, period_us 0 for none; execution i of an op
-works at offset + i*stride. Modes are octal, all other numbers decimal.
+works at offset + i*stride (a pwritev2 offset of -1: the fd's position). A
+pwritev2's iov is its iovec lengths joined by ',', its length their sum;
+a statx's flags are its mask. Modes are octal, all other numbers decimal.
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ PLAN_FIELDS: dict[str, tuple[str, ...]] = {
     "removexattr": ("path", "name"),
     "mmap_write": ("fd", "file", "offset", "stride", "length", "msync"),
     "fiemap": ("fd", "sync"),
+    "pwritev2": ("fd", "file", "offset", "stride", "length", "iov", "flags"),
+    "statx": ("path", "flags"),
     "sleep": ("us",),
     "repeat": ("count", "period_us"),
     "barrier": ("barrier",),
@@ -174,7 +178,9 @@ class _Builder:
             case "file":
                 return self.files[a["path"]] if op.kind in FILE_OPENERS else current[a["fd"]]
             case "flags":
-                return tuple(a["mode"] if op.kind == "fallocate" else a["flags"])
+                return tuple(a["mode"] if op.kind == "fallocate" else a["mask"] if op.kind == "statx" else a["flags"])
+            case "iov":
+                return ",".join(map(str, a["iov"]))
             case "barrier":
                 return self.barriers[a["name"]]
             case "msync" | "sync":
@@ -200,6 +206,8 @@ def _enc(v: Value, key: str) -> str:
         return "|".join(v) or "-"
     if key == "mode":
         return f"{v:04o}"
+    if key == "iov":
+        return str(v)
     return quote(v, safe="/") if isinstance(v, str) else str(v)
 
 
@@ -208,6 +216,8 @@ def _dec(s: str, key: str) -> Value:
         return () if s == "-" else tuple(s.split("|"))
     if key == "mode":
         return int(s, 8)
+    if key == "iov":
+        return s
     return unquote(s, errors="strict") if key in _STRINGS else int(s)
 
 

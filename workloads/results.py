@@ -19,7 +19,39 @@ FLAG_DEADLINE_MISS = 1  # repeat iteration: started > 1 period late or ran past 
 FLAG_SKIPPED = 2        # fd's open had failed: EBADF recorded without a syscall
 FLAG_SIGBUS = 4         # mmap_write's copy faulted: EFAULT recorded
 # Kinds whose record carries the file offset the op used (in `aux`).
-OFFSET_KINDS = frozenset(("write", "pwrite", "read", "pread", "fallocate", "sync_file_range", "mmap_write"))
+OFFSET_KINDS = frozenset(("write", "pwrite", "read", "pread", "fallocate", "sync_file_range", "mmap_write",
+                          "pwritev2"))
+
+
+@dataclass(frozen=True)
+class StatxResult:
+    """The untorn-write and direct I/O limits a statx op read (0: none reported).
+    Packed into the record's aux by workloads/executor/untorn.c."""
+
+    atomic_unit_min: int
+    atomic_unit_max: int
+    atomic_unit_max_opt: int
+    atomic_segments_max: int
+    dio_mem_align: int
+    dio_offset_align: int
+    write_atomic_answered: bool     # STATX_WRITE_ATOMIC in the returned mask
+    dioalign_answered: bool
+    attr_write_atomic: bool         # STATX_ATTR_WRITE_ATOMIC: the file can do untorn writes
+    inexact: bool                   # a value was not a power of two (rounded down)
+
+    @classmethod
+    def unpack(cls, aux: int) -> StatxResult:
+        b = [(aux >> (8 * i)) & 0xFF for i in range(7)]
+        size = [0 if c == 0 else 1 << (c - 1) for c in b]
+        return cls(size[0], size[1], size[2], b[3], size[4], size[5],
+                   bool(b[6] & 1), bool(b[6] & 2), bool(b[6] & 4), bool(b[6] & 8))
+
+    @property
+    def atomic_supported(self) -> bool:
+        return self.attr_write_atomic and self.atomic_unit_min > 0 and self.atomic_unit_max >= self.atomic_unit_min
+
+    def to_json(self) -> dict[str, int | bool]:
+        return dict(vars(self))
 
 
 @dataclass(frozen=True)
@@ -54,6 +86,11 @@ class OpRecord:
     def late_ns(self) -> int | None:
         """How late a repeat iteration started after its due time."""
         return self.aux if self.kind == "repeat" else None
+
+    @property
+    def statx(self) -> StatxResult | None:
+        """What a successful statx op read."""
+        return StatxResult.unpack(self.aux) if self.kind == "statx" and self.ret >= 0 else None
 
     @property
     def offset(self) -> int | None:

@@ -32,12 +32,13 @@ Tiers = Sequence[Sequence[Any]]
 # frees blocks (truncate, close, unlink) weigh most, that is where crash bugs
 # are. The persistence ops (PERSIST_KINDS) come after ops on their own.
 KIND_TIERS: Tiers = [["pwrite", "write", "ftruncate"],
-                     ["close", "unlink", "open", "truncate", "rename", "fallocate", "mmap_write", "link"],
+                     ["close", "unlink", "open", "truncate", "rename", "fallocate", "mmap_write", "link",
+                      "pwritev2"],
                      ["mkdir", "rmdir", "symlink", "setxattr", "removexattr", "syncfs", "sync_file_range",
-                      "read", "pread"]]
+                      "read", "pread", "statx"]]
 PERSIST_KINDS = ["fsync", "fdatasync", "sync", "fsync_dir"]
 FD_KINDS = {"pwrite", "fsync", "close", "write", "fdatasync", "ftruncate", "fallocate", "syncfs",
-            "sync_file_range", "mmap_write", "read", "pread"}
+            "sync_file_range", "mmap_write", "read", "pread", "pwritev2"}
 FALLOC_MODES = [["KEEP_SIZE"], [], ["PUNCH_HOLE", "KEEP_SIZE"], ["ZERO_RANGE"], ["ZERO_RANGE", "KEEP_SIZE"],
                 ["COLLAPSE_RANGE"], ["INSERT_RANGE"]]
 OPEN_FLAGS = [["O_CREAT", "O_RDWR"], ["O_RDWR"], ["O_CREAT", "O_RDWR", "O_TRUNC"], ["O_CREAT", "O_RDWR", "O_APPEND"],
@@ -45,6 +46,18 @@ OPEN_FLAGS = [["O_CREAT", "O_RDWR"], ["O_RDWR"], ["O_CREAT", "O_RDWR", "O_TRUNC"
               ["O_CREAT", "O_EXCL", "O_RDWR"], ["O_RDONLY"]]
 SYNC_FILE_RANGE_FLAGS = [["WAIT_BEFORE", "WRITE", "WAIT_AFTER"], ["WRITE"]]
 SYMLINK_TARGETS = ["foo", "A/foo", "C/foo", "missing"]
+# pwritev2: untorn (RWF_ATOMIC) writes first. Their sizes are powers of two
+# inside the unit range statx reports where they work (xfs -m reflink=1 here:
+# 4 KiB to 1 MiB), naturally aligned, on an O_DIRECT fd (one is opened, and
+# its limits read with statx, when the fd picked is not); where the file
+# system has none they fail (EOPNOTSUPP) and are recorded as such.
+PWRITEV2_FLAGS: Tiers = [[["RWF_ATOMIC"], ["RWF_ATOMIC", "RWF_DSYNC"]],
+                         [[], ["RWF_DSYNC"], ["RWF_SYNC"], ["RWF_APPEND"], ["RWF_NOWAIT"], ["RWF_HIPRI"]]]
+ATOMIC_SIZES = [4096, 16384, 65536]
+ATOMIC_SLOTS = [0, 1, 2, 3]       # offset = slot * size
+IOVS: Tiers = [[[4096], [4096, 4096], [16384]], [[512, 1000], [1, 4095, 4096]]]
+PWRITEV2_OFFSETS: Tiers = [[0, 4096, 16384, -1], range(0, 70001)]
+DIRECT = ["O_CREAT", "O_RDWR", "O_DIRECT"]
 
 # Aligned small / unaligned / large (a large write followed by a delete is
 # what exposes freed blocks as stale data).
@@ -74,6 +87,7 @@ class OpListBuilder:
         self.fds: list[str] = []
         self.last_fd: str | None = None   # the fd the last fd op used: persist / reuse it first
         self.opened: list[str] = []       # paths opened so far: unlink / truncate / rename those first
+        self.direct: dict[str, str] = {}  # O_DIRECT fds -> their paths
         self._next_fd = 0
 
     def _fd_tiers(self) -> Tiers:
@@ -93,12 +107,7 @@ class OpListBuilder:
             kind = "open"
         if kind == "open":
             if len(self.fds) < MAX_FDS:
-                name = self.last_fd = f"f{self._next_fd}"
-                self._next_fd += 1
-                path = pick(self._path_tiers(FILES))
-                self.ops.append({"op": "open", "path": path, "flags": pick(one(OPEN_FLAGS)), "fd": name})
-                self.fds.append(name)
-                self.opened.append(path)
+                self.open(pick(self._path_tiers(FILES)), pick(one(OPEN_FLAGS)))
             return
         op: dict[str, Any] = {"op": kind}
         if kind in FD_KINDS:
@@ -131,7 +140,33 @@ class OpListBuilder:
             op.update(path=pick(one(PATHS)), name=pick(one(XATTRS)), length=pick(XATTR_LENGTHS))
         elif kind == "removexattr":
             op.update(path=pick(one(PATHS)), name=pick(one(XATTRS)))
+        elif kind == "statx":
+            op["path"] = pick(self._path_tiers(FILES))
+        elif kind == "pwritev2":
+            self.pwritev2(op, pick)
         self.ops.append(op)
+
+    def open(self, path: str, flags: list[str]) -> str:
+        name = self.last_fd = f"f{self._next_fd}"
+        self._next_fd += 1
+        self.ops.append({"op": "open", "path": path, "flags": flags, "fd": name})
+        self.fds.append(name)
+        self.opened.append(path)
+        if "O_DIRECT" in flags:
+            self.direct[name] = path
+        return name
+
+    def pwritev2(self, op: dict[str, Any], pick: Picker) -> None:
+        flags = pick(PWRITEV2_FLAGS)
+        if "RWF_ATOMIC" not in flags:
+            op.update(iov=pick(IOVS), offset=pick(PWRITEV2_OFFSETS), flags=flags)
+            return
+        if op["fd"] not in self.direct and len(self.fds) < MAX_FDS:
+            path = self.opened[-1] if self.opened else FILES[0]
+            op["fd"] = self.open(path, DIRECT)
+            self.ops.append({"op": "statx", "path": path})
+        size = pick(one(ATOMIC_SIZES))
+        op.update(iov=[size], offset=size * pick(one(ATOMIC_SLOTS)), flags=flags)
 
     def finish(self) -> list[dict[str, Any]]:
         return self.ops + [{"op": "close", "fd": fd} for fd in self.fds]

@@ -63,6 +63,14 @@ def resolve(name: str) -> str:
     return "fuse" if support.missing() else "dm"
 
 
+def require(name: str) -> None:
+    """Stop with one line if backend NAME (resolved) cannot record on this host: campaigns check
+    once, before their directory or any worker exists."""
+    if name == "dm":
+        from harness.backends.dm import support
+        support.require()
+
+
 def backend_class(name: str) -> type[RecordedDevice]:
     if name == "fuse":
         from harness.backends.fuse.recorded_device import FuseRecordedDevice
@@ -75,10 +83,12 @@ def backend_class(name: str) -> type[RecordedDevice]:
 
 def open_backend(name: str, fs: FsType, workload: WorkloadRunner, *, fault: str | None = None,
                  kernel: str | None = None, kernel_modules: str | None = None,
-                 devices: DeviceArgs | None = None) -> Backend:
+                 devices: DeviceArgs | None = None, profile: dict[str, Any] | None = None) -> Backend:
     """The backend NAME (resolved: not `auto`), checked and prepared before anything is created
     (a vm kernel is fetched, the user's devices of the dm backend are checked here)."""
     devices = devices or DeviceArgs()
+    if profile and name != "fuse":
+        raise UsageError("--device-profile is played by the fuse recorder: it needs --backend fuse")
     if name != "dm" and devices.given():
         raise UsageError("--data-dev, --log-dev and --i-know-this-erases need --backend dm")
     if name == "vm":
@@ -95,4 +105,4 @@ def open_backend(name: str, fs: FsType, workload: WorkloadRunner, *, fault: str 
         return DeviceBackend(backend_class(name), None, {"user": user})
     if fault and fault not in FAULTS:
         raise UsageError(f"--fault {fault} needs --backend vm")
-    return DeviceBackend(backend_class(name), fault)
+    return DeviceBackend(backend_class(name), fault, {"profile": profile} if profile else {})

@@ -118,4 +118,5 @@ class DeviceBackend:
         return None  # the host kernel recovers crash images (checkers/recovery.py)
 
     def report_extra(self) -> dict[str, Any]:
-        return {}
+        profile = self.device_opts.get("profile")
+        return {"device_profile": profile} if profile else {}

@@ -15,7 +15,7 @@ from harness.foundation import internal_error, ownership
 from harness.corpus.entries import CORPUS_DIR, VERDICT_KINDS, Row, entry_doc, load_corpus, load_matrix
 from harness.corpus.diff import diff, markdown as corpus_markdown_diff
 from harness.corpus.report import junit, markdown
-from harness.backends import BACKENDS
+from harness.backends import BACKENDS, require as require_backend, resolve as resolve_backend
 from harness.commands.run import add_recovery_args, recovery_kwargs
 from harness.corpus.run import Backend, compare_baseline, host_cannot_run, load_results, results_doc, run_cases
 from harness.foundation.errors import UsageError
@@ -48,10 +48,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     rows = _rows(args)
     if (args.kernel or args.kernel_modules) and args.backend != "vm":
         raise UsageError("--kernel and --kernel-modules need --backend vm")
+    if args.backend not in BACKENDS:
+        raise UsageError(f"unknown --backend {args.backend!r}: available: {', '.join(BACKENDS)}")
     if args.semantics not in TIERS:
         raise UsageError(f"--semantics {args.semantics}: choose {' or '.join(TIERS)}")
-    backend = Backend(args.backend, args.kernel or None, args.kernel_modules or None, recovery_kwargs(args),
-                      args.semantics)
+    # auto is resolved once: every case, and results.json, name the backend that recorded.
+    backend = Backend(resolve_backend(args.backend), args.kernel or None, args.kernel_modules or None,
+                      recovery_kwargs(args), args.semantics)
+    require_backend(backend.name)
     baseline = load_results(args.baseline) if args.baseline else None
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: must be at least 1")

@@ -13,6 +13,7 @@ from checkers.findings import KINDS
 from harness.commands.options import add_semantics_option
 from harness.foundation import internal_error, ownership
 from harness.foundation.errors import UsageError
+from harness.backends import require as require_backend, resolve as resolve_backend
 from harness.backends.session import FAULTS
 from harness.backends.vm.backend import FAULTS as VM_FAULTS
 from harness.commands.run import add_recovery_args, recovery_kwargs
@@ -49,11 +50,13 @@ def parse_shard(text: str) -> tuple[int, int]:
 def _run_config(args: argparse.Namespace) -> RunConfig:
     if not args.fs:
         raise UsageError("--fs is required (ext4, xfs or btrfs), unless --resume DIR")
+    args.backend = resolve_backend(args.backend)  # auto: the campaign records (and says) dm or fuse
     cfg = RunConfig(fs=args.fs, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts, size_mib=args.size, quiet=True,
                     crash_points=args.crash_points, reorder=args.reorder, states_per_point=args.states_per_point,
                     fault=args.fault, backend=args.backend, kernel=args.kernel, kernel_modules=args.kernel_modules,
                     semantics=args.semantics, **recovery_kwargs(args))
     cfg.check()
+    require_backend(args.backend)
     if args.backend == "vm":
         if not args.kernel:
             raise UsageError("--backend vm needs --kernel debian:PACKAGE (e.g. debian:linux-image-6.12-amd64) or --kernel PATH")
@@ -166,9 +169,10 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                         "--backend vm, left out of the kernel's log); recovery-drop-flush: the same, only while a "
                         "recovery is recorded for --recovery-crash; recovery-panic (vm): the guest kernel crashes "
                         "at the first recovery mount of every batch")
-    p.add_argument("--backend", choices=["fuse", "vm"], default="fuse",
-                   help="fuse: the host kernel through the userspace recorder (default); vm: the kernel under "
-                        "test (--kernel) in a QEMU guest with its own dm-log-writes, one guest per worker")
+    p.add_argument("--backend", choices=["fuse", "dm", "vm", "auto"], default="fuse",
+                   help="fuse: the host kernel through the userspace recorder (default); dm: the host kernel's "
+                        "own dm-log-writes on loop devices; vm: the kernel under test (--kernel) in a QEMU guest "
+                        "with its own dm-log-writes, one guest per worker; auto: dm where the host has it, else fuse")
     p.add_argument("--kernel", metavar="debian:PACKAGE|PATH", help="--backend vm: the kernel under test")
     p.add_argument("--kernel-modules", metavar="DIR", help="--backend vm with --kernel PATH: its lib/modules/VERSION")
 

@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
                     jobs=args.jobs, first_failure=args.first_failure, fault=args.fault, keep_image=args.keep_image,
                     kernel=args.kernel, kernel_modules=args.kernel_modules, data_dev=args.data_dev,
                     log_dev=args.log_dev, erase_ok=tuple(args.erase_ok), markdown=True, max_states=args.max_states,
+                    device_profile=args.device_profile, calibrate=True,
                     semantics=args.semantics, **recovery_kwargs(args))
     if args.mount_opts_matrix or args.param_matrix:
         return run_matrix(args.workload, cfg, args.scale, args.param, args.out,
@@ -95,6 +96,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--crash-points", default=None, metavar="KINDS",
                    help="where to crash: comma-separated flush, fua, mark, write, or N for every Nth entry "
                         f"(default: {DEFAULT_POINTS}, or the scenario's; the end of the log always)")
+    p.add_argument("--device-profile", default=None, metavar="NAME|FILE.json",
+                   help="fuse backend: the recorder plays this device's timing: emmc, sata-hdd, ufs, nvme, none, "
+                        "or a JSON file of read_us, write_us, flush_us, discard_us, mbps, qd (docs/device-profiles.md)")
     p.add_argument("--max-states", type=int, default=0, metavar="N",
                    help="crash-point budget: check at most N crash points spread evenly over the log, plus the "
                         "points at and just before every fsync, sync_file_range, ftruncate, open and close "

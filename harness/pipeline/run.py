@@ -37,6 +37,8 @@ from harness.reports.report import build_report, write_report
 from harness.reports.markdown import write_markdown
 from harness.foundation.runstate import RunState
 from harness.backends.session import Recording
+from harness.backends.fuse.calibrate import recorder_vs_loop
+from harness.backends.fuse.profiles import resolve as resolve_profile
 from harness.foundation.sparse import sparse_copy
 from workloads.runner import ExecutorWorkload, WorkloadRunner, load_runner, read_document
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS, budget_points, mark_range, parse_spec, select_crash_points
@@ -44,6 +46,9 @@ from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER, RECOVERY_LOG_
 from replay.logformat import LogReader
 from workloads import scenarios
 from workloads.results import read_records
+
+
+CALIBRATION_FSYNCS = 100  # ~0.1-1 s: enough for a stable p50, short next to any run
 
 
 @dataclass
@@ -66,6 +71,8 @@ class RunConfig:
     recovery_crash_states: int = 8  # at most this many recovery crash states per crash state and mode
     recovery_crash_rate: float = 1.0  # fraction of crash states whose recovery is recorded
     keep_image: bool = False
+    calibrate: bool = False         # fuse: measure the recorder's own fsync overhead first (powercut run)
+    device_profile: str | None = None  # fuse: the device timing the recorder plays (NAME or FILE.json)
     max_states: int = 0             # crash-point budget (0: every point): spread evenly + design points
     kernel: str | None = None       # --backend vm: debian:PACKAGE or a kernel image path
     kernel_modules: str | None = None
@@ -187,7 +194,7 @@ def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
     check_tools(fs)
     backend = opener(fs, workload) if opener else open_backend(
         cfg.backend, fs, workload, fault=cfg.fault, kernel=cfg.kernel, kernel_modules=cfg.kernel_modules,
-        devices=DeviceArgs(cfg.data_dev, cfg.log_dev, tuple(cfg.erase_ok)))
+        devices=DeviceArgs(cfg.data_dev, cfg.log_dev, tuple(cfg.erase_ok)), profile=resolve_profile(cfg.device_profile))
     out_dir = ownership.make_dir(out_dir)
     internal_error.note_output_dir(out_dir)
     log_path = os.path.join(out_dir, "recording.log")
@@ -195,6 +202,9 @@ def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
     state = RunState.create(f"run {workload.name}")
     try:
         with terminate_as_exception():
+            calibration = None
+            if cfg.calibrate and cfg.backend == "fuse" and isinstance(workload, ExecutorWorkload):
+                calibration = recorder_vs_loop(state, CALIBRATION_FSYNCS)
             try:
                 rec = backend.record(fs, cfg.mkfs_opts, mount_opts, workload, state, out_dir, size_mib << 20, log_path)
             except KernelFailure as e:
@@ -205,6 +215,12 @@ def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
                 result = _check(rec, workload, fs, cfg, mount_opts, kinds, backend, state, inspect_extra)
     finally:
         state.teardown_or_warn()
+    lat = result.report.get("latency")
+    if isinstance(lat, dict):  # next to the numbers they affect (report.md shows them there)
+        if calibration:
+            lat["recorder_overhead"] = calibration
+        if result.report.get("device_profile"):
+            lat["device_profile"] = result.report["device_profile"]
     result.report["report_path"] = write_report(out_dir, result.report)
     if cfg.markdown:
         result.report["markdown_path"] = write_markdown(out_dir, result.report)
@@ -239,7 +255,8 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
             inspect = _state_inspector(checks.oracle)
     all_points = points
     if cfg.max_states and not state_ids:
-        must = design_points(checks.oracle.h, points) if checks.oracle is not None else set()
+        o = checks.oracle
+        must = design_points(o.h, points, o.records.paths if o.records else ()) if o is not None else set()
         points = budget_points(points, must, cfg.max_states)
         checks.report["budget"] = {"max_states": cfg.max_states, "crash_points_all": len(all_points),
                                    "crash_points_checked": len(points), "design_points": len(must),
@@ -271,7 +288,8 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
     if isinstance(workload, ExecutorWorkload):
         results = read_records(records_path(out_dir, rec.workload), workload.plan)
         section = scenarios.section(workload.workload, results,
-                                    {"sysctls": rec.workload.get("sysctls", {}), "device_tuning": rec.device_tuning})
+                                    {"sysctls": rec.workload.get("sysctls", {}), "device_tuning": rec.device_tuning,
+                                     "torn_writes": checks.report.get("torn_writes")})
         if section:
             extra["scenario"] = section
         if cfg.markdown:

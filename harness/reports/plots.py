@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import LogFormatter
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 from workloads.results import Results
 
@@ -29,7 +29,10 @@ MARGINS = {"left": 0.1, "right": 0.97, "bottom": 0.12, "top": 0.92}
 Series = Mapping[str, Sequence[float]]  # curve label -> latencies in microseconds
 
 
+# matplotlib is imported where a figure is drawn: importing it costs a second
+# (far more under TCG, see tests/test_dm_guest.py) in runs that draw nothing.
 def _figure() -> tuple[Figure, Any]:
+    from matplotlib.figure import Figure
     fig = Figure(figsize=SIZE_IN, dpi=DPI)
     fig.subplots_adjust(**MARGINS)
     return fig, fig.add_subplot()
@@ -37,11 +40,13 @@ def _figure() -> tuple[Figure, Any]:
 
 def _plain_log_labels(axis: Any) -> None:
     """Label a log axis with plain numbers (300, not 3x10^2); a narrow range gets minor labels too."""
+    from matplotlib.ticker import LogFormatter
     axis.set_major_formatter(LogFormatter())
     axis.set_minor_formatter(LogFormatter(minor_thresholds=(1, 0.5)))
 
 
 def _save(fig: Figure, path: str) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     FigureCanvasAgg(fig).print_png(path)
 
 

@@ -12,6 +12,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -50,6 +51,7 @@ void pc_ops_init(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGBUS, &sa, NULL);
     page_size = sysconf(_SC_PAGESIZE);
+    pc_fault_strip_atomic(); /* an unknown fault ends the run before any op */
 }
 
 /* memcpy that returns EFAULT instead of dying of SIGBUS. */
@@ -150,6 +152,16 @@ static int64_t position(const struct pc_fd *f)
     return pos < 0 ? 0 : pos;
 }
 
+/* Where a pwritev2 will land: the end of file with O_APPEND or RWF_APPEND,
+ * the fd's position for offset -1, else its offset. */
+static int64_t pwritev2_offset(const struct pc_fd *f, const struct pc_op *op, uint64_t off)
+{
+    struct stat st;
+    if (f->append || (op->flags & RWF_APPEND))
+        return fstat(f->fd, &st) ? 0 : st.st_size;
+    return op->at_position ? position(f) : (int64_t)off;
+}
+
 static void set_slot(struct pc_fd *f, int64_t fd, int append)
 {
     f->fd = fd < 0 ? -1 : (int)fd;
@@ -184,6 +196,10 @@ void pc_exec_op(const struct pc_plan *plan, struct pc_thread *t, const struct pc
     case K_MMAP_WRITE:
     case K_SETXATTR:
         pc_pattern_fill(t->buf, plan->wid, op->file_id, op->seq, iter, op->kind == K_SETXATTR ? 0 : off, len);
+        break;
+    case K_PWRITEV2:
+        off = (uint64_t)pwritev2_offset(slot, op, off);
+        pc_pattern_fill(t->buf, plan->wid, op->file_id, op->seq, iter, off, len);
         break;
     case K_READ:
         off = (uint64_t)position(slot);
@@ -232,6 +248,20 @@ void pc_exec_op(const struct pc_plan *plan, struct pc_thread *t, const struct pc
     case K_REMOVEXATTR: TIMED(r, removexattr(op->path, op->name)); break;
     case K_MMAP_WRITE: TIMED(r, mmap_write(fd, t->buf, off, len, op->msync, &r->flags)); break;
     case K_FIEMAP: TIMED(r, count_extents(fd, (uint32_t)op->flags)); break;
+    case K_PWRITEV2: {
+        struct iovec iov[PC_MAX_IOV];
+        int n = pc_iov_fill(op, t->buf, iov), flags = pc_rwf_flags(op);
+        TIMED(r, pwritev2(fd, iov, n, op->at_position ? -1 : (off_t)(op->offset + (uint64_t)iter * op->stride),
+                          flags));
+        break;
+    }
+    case K_STATX: {
+        _Alignas(8) uint8_t sx[PC_STATX_SIZE];
+        memset(sx, 0, sizeof sx);
+        TIMED(r, pc_statx_raw(op->path, (unsigned)op->flags, (struct pc_statx *)sx));
+        r->aux = r->ret < 0 ? 0 : pc_statx_pack((const struct pc_statx *)sx);
+        break;
+    }
     case K_SLEEP: TIMED(r, sleep_us(op->us)); break;
     case K_BARRIER: TIMED(r, barrier_wait(&plan->barriers[op->barrier].b)); break;
     case K_REPEAT: /* run.c drives repeats */

@@ -11,12 +11,15 @@
 #include <sys/types.h>
 #include <time.h>
 
+#define PC_MAX_IOV 16
+
 /* Op kinds; the order is that of kind_names in plan.c. */
 enum pc_kind {
     K_OPEN, K_CREAT, K_CLOSE, K_WRITE, K_PWRITE, K_READ, K_PREAD,
     K_FALLOCATE, K_FTRUNCATE, K_TRUNCATE, K_FSYNC, K_FDATASYNC, K_SYNC,
     K_SYNCFS, K_SYNC_FILE_RANGE, K_RENAME, K_LINK, K_SYMLINK, K_UNLINK,
-    K_MKDIR, K_RMDIR, K_SETXATTR, K_REMOVEXATTR, K_MMAP_WRITE, K_FIEMAP, K_SLEEP,
+    K_MKDIR, K_RMDIR, K_SETXATTR, K_REMOVEXATTR, K_MMAP_WRITE, K_FIEMAP, K_PWRITEV2,
+    K_STATX, K_SLEEP,
     K_REPEAT, K_BARRIER, K__COUNT
 };
 
@@ -25,7 +28,10 @@ struct pc_op {
     uint32_t seq;
     int fd;            /* slot in the thread's fd table, -1: none */
     uint32_t file_id;  /* pattern file id of the data this op writes */
-    int flags;         /* open flags, fallocate mode, sync_file_range, rename or fiemap flags */
+    int flags;         /* open flags, fallocate mode, sync_file_range, rename, fiemap or RWF_ flags, statx mask */
+    int at_position;   /* pwritev2 with offset -1: at the fd's position */
+    uint32_t niov;     /* pwritev2: iovec count and lengths (summing to length) */
+    uint64_t iov[PC_MAX_IOV];
     int msync;         /* mmap_write: msync(MS_SYNC) before munmap */
     unsigned mode;     /* open, creat, mkdir */
     uint64_t offset, stride, length;
@@ -46,7 +52,8 @@ struct pc_record {
     int32_t err;       /* errno, 0 on success */
     int64_t ret;       /* syscall return value */
     uint64_t start_ns, end_ns; /* CLOCK_MONOTONIC */
-    int64_t aux;       /* repeat: lateness ns; offset-taking ops: the file offset used */
+    int64_t aux;       /* repeat: lateness ns; offset-taking ops: the file offset used;
+                          statx: the limits, packed (untorn.c) */
 };
 _Static_assert(sizeof(struct pc_record) == 48, "record layout is part of the file format");
 
@@ -112,6 +119,20 @@ static inline uint64_t pc_now_ns(void)
 
 /* plan.c */
 void pc_plan_parse(FILE *f, const char *what, struct pc_plan *plan);
+
+/* untorn.c: pwritev2 and statx (headers may predate RWF_ATOMIC and STATX_WRITE_ATOMIC) */
+#define PC_RWF_ATOMIC 0x00000040
+#define PC_STATX_WRITE_ATOMIC 0x00010000U
+#define PC_STATX_DIOALIGN 0x00002000U
+#define PC_STATX_BASIC_STATS 0x000007ffU
+struct iovec;
+struct pc_statx;
+int pc_fault_strip_atomic(void);
+int pc_iov_fill(const struct pc_op *op, uint8_t *buf, struct iovec *iov); /* returns the count */
+int pc_rwf_flags(const struct pc_op *op); /* the flags to issue (a planted fault may strip some) */
+int pc_statx_raw(const char *path, unsigned mask, struct pc_statx *sx);
+int64_t pc_statx_pack(const struct pc_statx *sx);
+#define PC_STATX_SIZE 256
 
 /* pattern.c */
 void pc_pattern_fill(uint8_t *dst, uint32_t wid, uint32_t file_id, uint32_t seq,

@@ -26,6 +26,8 @@
  *   unlink, rmdir: path     mkdir: path mode
  *   setxattr: path file name length    removexattr: path name
  *   mmap_write: fd file offset stride length msync(0|1)    fiemap: fd sync(0|1)
+ *   pwritev2: fd file offset(-1: the fd's position) stride length iov(lengths joined by ',') flags
+ *   statx: path flags(the mask)
  *   sleep: us    repeat: count period_us(0: no period)    barrier: barrier
  * Modes are octal; everything else decimal.
  */
@@ -34,6 +36,7 @@
 #include <stdarg.h>
 #include <fcntl.h>
 #include <linux/fiemap.h>
+#include <sys/uio.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,8 +50,8 @@ static const char *const kind_names[K__COUNT] = {
     "open", "creat", "close", "write", "pwrite", "read", "pread",
     "fallocate", "ftruncate", "truncate", "fsync", "fdatasync", "sync",
     "syncfs", "sync_file_range", "rename", "link", "symlink", "unlink",
-    "mkdir", "rmdir", "setxattr", "removexattr", "mmap_write", "fiemap", "sleep",
-    "repeat", "barrier",
+    "mkdir", "rmdir", "setxattr", "removexattr", "mmap_write", "fiemap", "pwritev2",
+    "statx", "sleep", "repeat", "barrier",
 };
 
 /* The fields each kind's line must carry, and no others (besides seq, kind, id). */
@@ -62,7 +65,8 @@ static const char *const kind_fields[K__COUNT] = {
     [K_RENAME] = "from to flags", [K_LINK] = "from to", [K_SYMLINK] = "target path",
     [K_UNLINK] = "path", [K_MKDIR] = "path mode", [K_RMDIR] = "path",
     [K_SETXATTR] = "path file name length", [K_REMOVEXATTR] = "path name",
-    [K_MMAP_WRITE] = "fd file offset stride length msync", [K_FIEMAP] = "fd sync", [K_SLEEP] = "us",
+    [K_MMAP_WRITE] = "fd file offset stride length msync", [K_FIEMAP] = "fd sync",
+    [K_PWRITEV2] = "fd file offset stride length iov flags", [K_STATX] = "path flags", [K_SLEEP] = "us",
     [K_REPEAT] = "count period_us", [K_BARRIER] = "barrier",
 };
 
@@ -86,6 +90,14 @@ static const struct flag_name sfr_flags[] = {
 };
 static const struct flag_name rename_flags[] = {
     FLAG(RENAME_, NOREPLACE), FLAG(RENAME_, EXCHANGE), { 0, 0 },
+};
+static const struct flag_name rwf_flags[] = {
+    { "RWF_ATOMIC", PC_RWF_ATOMIC }, FLAG(, RWF_DSYNC), FLAG(, RWF_SYNC), FLAG(, RWF_APPEND),
+    FLAG(, RWF_NOWAIT), FLAG(, RWF_HIPRI), { 0, 0 },
+};
+static const struct flag_name statx_masks[] = {
+    { "STATX_WRITE_ATOMIC", (int)PC_STATX_WRITE_ATOMIC }, { "STATX_DIOALIGN", (int)PC_STATX_DIOALIGN },
+    { "STATX_BASIC_STATS", (int)PC_STATX_BASIC_STATS }, { 0, 0 },
 };
 static const struct flag_name policies[] = {
     { "other", SCHED_OTHER }, { "batch", SCHED_BATCH }, { "idle", SCHED_IDLE },
@@ -247,6 +259,26 @@ static void check_fields(const struct parser *p, const char *allowed)
 
 static void parse_ops(struct parser *p, struct pc_op **ops, size_t *n, const char *end, int depth);
 
+/* iov=L1,L2,...: the iovec lengths, which must add up to the op's length. */
+static void parse_iov(const struct parser *p, struct pc_op *op)
+{
+    const char *s = need(p, "iov");
+    uint64_t sum = 0;
+    op->niov = 0;
+    while (*s) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(s, &end, 10);
+        if (errno || end == s || (*end && *end != ',') || op->niov == PC_MAX_IOV || v > INT32_MAX)
+            perr(p, "iov: at most %d lengths below 2^31, joined by ','", PC_MAX_IOV);
+        op->iov[op->niov++] = v;
+        sum += v;
+        s = *end ? end + 1 : end;
+    }
+    if (!op->niov || sum != op->length)
+        perr(p, "iov: lengths must add up to length=%llu", (unsigned long long)op->length);
+}
+
 static void parse_op(struct parser *p, struct pc_op *op, int depth)
 {
     const char *kind = need(p, "kind");
@@ -276,7 +308,9 @@ static void parse_op(struct parser *p, struct pc_op *op, int depth)
         op->name = str(p, "name");
     if (HAS("mode"))
         op->mode = (unsigned)num_base(p, "mode", 0, 07777, 8);
-    if (HAS("offset"))
+    if (HAS("offset") && k == K_PWRITEV2 && !strcmp(need(p, "offset"), "-1"))
+        op->at_position = 1;
+    else if (HAS("offset"))
         op->offset = (uint64_t)num(p, "offset", 0, INT64_MAX);
     if (HAS("stride"))
         op->stride = (uint64_t)num(p, "stride", 0, INT64_MAX);
@@ -303,6 +337,12 @@ static void parse_op(struct parser *p, struct pc_op *op, int depth)
         op->flags = flags(p, "flags", rename_flags);
     else if (k == K_FIEMAP)
         op->flags = num(p, "sync", 0, 1) ? FIEMAP_FLAG_SYNC : 0;
+    else if (k == K_PWRITEV2)
+        op->flags = flags(p, "flags", rwf_flags);
+    else if (k == K_STATX)
+        op->flags = flags(p, "flags", statx_masks);
+    if (k == K_PWRITEV2)
+        parse_iov(p, op);
     if (k == K_REPEAT) {
         if (depth == MAX_DEPTH)
             perr(p, "repeats nested deeper than %d", MAX_DEPTH);

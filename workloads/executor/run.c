@@ -51,6 +51,7 @@ static uint64_t max_length(const struct pc_op *ops, size_t n)
         uint64_t l = 0;
         switch (ops[i].kind) {
         case K_WRITE: case K_PWRITE: case K_READ: case K_PREAD: case K_SETXATTR: case K_MMAP_WRITE:
+        case K_PWRITEV2:
             l = ops[i].length;
             break;
         case K_REPEAT:

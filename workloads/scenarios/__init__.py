@@ -9,7 +9,8 @@ Each scenario is one module here with:
     params(scale)        the parameters at SCALE; 1.0 reproduces the paper's counts
     generate(p)          the powercut-workload/1 document (a dict)
     analyze(results, p, facts)  its report.json section: what the paper measured
-                         (facts: the run's "sysctls" and "device_tuning" in force)
+                         (facts: the run's "sysctls" and "device_tuning" in force,
+                         and the content oracle's "torn_writes" counts)
     render(section)      that section as Markdown lines
     headline(section)    a few named numbers to compare runs side by side
 
@@ -35,6 +36,7 @@ MODULES = {
     "recording-streams": "workloads.scenarios.recording_streams",
     "fsync-loop": "workloads.scenarios.fsync_loop",
     "lprobe": "workloads.scenarios.lprobe",
+    "torn-pages": "workloads.scenarios.torn_pages",
 }
 
 

@@ -10,8 +10,8 @@
  *   pc-dmlog create NAME UUID SECTORS DATA LOG     a log-writes target over DATA logging to LOG;
  *                                                  prints its device node (/dev/dm-N)
  *   pc-dmlog mark NAME TEXT                        one mark in the log
- *   pc-dmlog remove NAME                           remove the target (the kernel appends
- *                                                  the mark dm-log-writes-end)
+ *   pc-dmlog remove NAME                           flush, then remove the target (the kernel
+ *                                                  appends the mark dm-log-writes-end)
  *   pc-dmlog markfs NAME MOUNTPOINT                serve MOUNTPOINT/mark (below)
  *
  * markfs serves a FUSE file system with one write-only file, "mark". Each
@@ -252,6 +252,34 @@ static int create(const char *uuid, unsigned long long sectors, const char *data
 	return 0;
 }
 
+/* Flush the device, then remove it. The flush matters: on removal the
+ * kernel (log_writes_dtr) puts the writes completed since the last flush at
+ * the head of the queue of entries still to be logged, i.e. before entries
+ * that completed earlier (list_splice_init, not _tail), so the log's tail
+ * could replay to something else than the device holds. A flush first
+ * attaches those writes to the flush entry, in completion order, and
+ * leaves none behind. */
+static int remove_target(void)
+{
+	struct dm_ioctl *io = dm_buffer(dm_name, 0);
+	char node[64];
+	int fd;
+
+	if (!io || dm_call(DM_DEV_STATUS, io) < 0)
+		die("DM_DEV_STATUS");
+	snprintf(node, sizeof node, "/dev/dm-%u", minor(io->dev));
+	fd = open(node, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fsync(fd) < 0)
+		die(node);
+	close(fd);
+	free(io);
+	io = dm_buffer(dm_name, 0);
+	if (!io || dm_call(DM_DEV_REMOVE, io) < 0)
+		die("DM_DEV_REMOVE");
+	free(io);
+	return 0;
+}
+
 static int usage(void)
 {
 	fprintf(stderr, "usage: pc-dmlog targets | create NAME UUID SECTORS DATA LOG | mark NAME TEXT |"
@@ -262,7 +290,6 @@ static int usage(void)
 int main(int argc, char **argv)
 {
 	const char *cmd = argc > 1 ? argv[1] : "";
-	struct dm_ioctl *io;
 
 	if (!(strcmp(cmd, "targets") == 0 && argc == 2) && !(strcmp(cmd, "create") == 0 && argc == 7) &&
 	    !(strcmp(cmd, "mark") == 0 && argc == 4) && !(strcmp(cmd, "remove") == 0 && argc == 3) &&
@@ -285,12 +312,7 @@ int main(int argc, char **argv)
 			die("DM_TARGET_MSG mark");
 		return 0;
 	}
-	if (strcmp(cmd, "remove") == 0) {
-		io = dm_buffer(dm_name, 0);
-		if (!io || dm_call(DM_DEV_REMOVE, io) < 0)
-			die("DM_DEV_REMOVE");
-		free(io);
-		return 0;
-	}
+	if (strcmp(cmd, "remove") == 0)
+		return remove_target();
 	return markfs(argv[0], argv[3]);
 }

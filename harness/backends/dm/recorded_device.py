@@ -1,7 +1,7 @@
 """The `dm` backend's recorded device: the kernel's log-writes target over a data and a log device.
 
 By default both are loop devices on files powercut creates in the run's
-scratch directory (the log file is then the log itself); with --data-dev
+scratch directory (the log's entries are copied to OUT at the end); with --data-dev
 and --log-dev they are the user's block devices (checked in devices.py,
 the data device zeroed first). Every step goes through pc-dmlog, the
 program the vm guest runs too. The run journal records the target (name,
@@ -18,7 +18,7 @@ import os
 from harness.backends.device import RecordedDevice
 from harness.backends.dm import devices, support
 from harness.backends.dm.devices import UserDevices
-from harness.backends.dm.logdisk import copy_log, finish_log, log_disk_bytes
+from harness.backends.dm.logdisk import copy_log, log_disk_bytes
 from harness.foundation import ownership, paths, sysres
 from harness.foundation.errors import EnvError
 from harness.foundation.runstate import Resource
@@ -35,6 +35,7 @@ class DmRecordedDevice(RecordedDevice):
         self._dev = ""
         self._marks = ""
         self._image = ""
+        self._log_disk = ""
         self._res: list[Resource] = []
 
     @property
@@ -57,7 +58,11 @@ class DmRecordedDevice(RecordedDevice):
         if self.user is None:
             self._image = os.path.join(self.state.scratch, "device.img")
             data = self._loop_on_new_file(self._image, self.size_bytes)
-            return data, self._loop_on_new_file(self.log_path, log_disk_bytes(self.size_bytes))
+            # The log disk lives in scratch too, beside the data image, not in
+            # OUT: OUT may be on any file system (NFS, 9p) and loop devices are
+            # only as good as the file system under them.
+            self._log_disk = os.path.join(self.state.scratch, "log-disk.img")
+            return data, self._loop_on_new_file(self._log_disk, log_disk_bytes(self.size_bytes))
         data, log = self.user.data, self.user.log
         if devices.size_bytes(data) < self.size_bytes:
             raise EnvError(f"--data-dev {data} has {devices.size_bytes(data)} bytes, the run needs {self.size_bytes} "
@@ -84,8 +89,5 @@ class DmRecordedDevice(RecordedDevice):
         for res in reversed(self._res):
             self.state.release(res)
         self._res.clear()
-        if self.user is not None:
-            copy_log(self.user.log, self.log_path)
-        else:
-            finish_log(self.log_path)
+        copy_log(self.user.log if self.user is not None else self._log_disk, self.log_path)
         return self.log_path

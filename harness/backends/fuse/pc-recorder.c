@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "devmodel.h"
 #include "logwrites.h"
 
 #define DISK_NAME "disk.img"
@@ -216,6 +217,7 @@ static int rec_read(const char *path, char *buf, size_t size, off_t off,
 	(void)fi;
 	if (node_of(path) != N_DISK)
 		return -EBADF;
+	devmodel_serve(DM_READ, size);
 	while (done < size) {
 		ssize_t n = pread(R.img_fd, buf + done, size - done, off + (off_t)done);
 		if (n < 0 && errno == EINTR)
@@ -276,6 +278,7 @@ static int rec_write(const char *path, const char *buf, size_t size, off_t off,
 		return rc;
 	if (size == 0)
 		return 0;
+	devmodel_serve(DM_WRITE, size);
 	pthread_mutex_lock(&R.lock);
 	if (R.failed)
 		rc = -EIO;
@@ -295,7 +298,10 @@ static int rec_fsync(const char *path, int datasync, struct fuse_file_info *fi)
 
 	(void)datasync;
 	(void)fi;
-	if (node_of(path) != N_DISK || R.drop_flush)
+	if (node_of(path) != N_DISK)
+		return 0;
+	devmodel_serve(DM_FLUSH, 0);
+	if (R.drop_flush)
 		return 0;
 	pthread_mutex_lock(&R.lock);
 	if (R.failed)
@@ -357,6 +363,7 @@ static int rec_fallocate(const char *path, int mode, off_t off, off_t len,
 		return -EOPNOTSUPP;
 	if ((rc = check_range(off, (uint64_t)len)) != 0)
 		return rc;
+	devmodel_serve(punch ? DM_DISCARD : DM_WRITE, punch ? 0 : (size_t)len);
 
 	pthread_mutex_lock(&R.lock);
 	if (R.failed) {
@@ -428,7 +435,7 @@ struct opts {
 static _Noreturn void usage_error(const char *why)
 {
 	die("%s (usage: pc-recorder --image IMG --log LOG [--sector-size 512|4096] "
-	    "[--ready-fd N] [--fault drop-flush] MOUNTPOINT)", why);
+	    "[--ready-fd N] [--fault drop-flush] [--device read_us=N,write_us=N,flush_us=N,mbps=N,qd=N] MOUNTPOINT)", why);
 }
 
 static long parse_num(const char *s, const char *opt)
@@ -451,6 +458,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		{ "sector-size", required_argument, NULL, 's' },
 		{ "ready-fd", required_argument, NULL, 'r' },
 		{ "fault", required_argument, NULL, 'f' },
+		{ "device", required_argument, NULL, 'd' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c;
@@ -480,6 +488,13 @@ static void parse_args(int argc, char **argv, struct opts *o)
 				die("unknown --fault '%s' (known: drop-flush)", optarg);
 			R.drop_flush = true;
 			break;
+		case 'd': {
+			const char *why = NULL;
+
+			if (devmodel_parse(optarg, &why) != 0)
+				die("--device '%s': %s", optarg, why);
+			break;
+		}
 		case ':':
 			die("option %s needs a value", argv[optind - 1]);
 		default:

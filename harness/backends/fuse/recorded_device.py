@@ -13,6 +13,7 @@ import subprocess
 
 from harness.foundation import ownership, paths, sysres
 from harness.backends.device import RecordedDevice
+from harness.backends.fuse.profiles import recorder_arg
 from harness.foundation.errors import EnvError
 from harness.foundation.runstate import Resource, record_process
 from harness.foundation.sparse import sparse_copy
@@ -23,8 +24,9 @@ READY_TIMEOUT_S = 30
 class FuseRecordedDevice(RecordedDevice):
     name = "fuse"
 
-    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, *args, profile: dict | None = None, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
+        self.profile = profile  # the device timing pc-recorder plays (profiles.py), None: none
         self._proc: subprocess.Popen[bytes] | None = None
         self._fuse_dir = ""
         self._loop = ""
@@ -58,6 +60,7 @@ class FuseRecordedDevice(RecordedDevice):
                "--sector-size", str(self.sector_size), "--ready-fd", str(wfd)]
         if self.fault:
             cmd += ["--fault", self.fault]
+        cmd += recorder_arg(self.profile)
         cmd.append(self._fuse_dir)
         # Own session: a Ctrl-C on the terminal must not kill the recorder
         # while the loop device still depends on it; teardown stops it.

@@ -15,10 +15,12 @@ while read -r word a b c <&7; do
     file)
         # The host rewrote the disk behind the guest's back: drop its cache first.
         blockdev --flushbufs "$PC_IN_DISK" || fail "blockdev --flushbufs $PC_IN_DISK failed"
-        mkdir -p "$(dirname "/$a")"
+        d=${a%/*}
+        [ "$d" = "$a" ] || [ -d "/$d" ] || mkdir -p "/$d"
         dd if="$PC_IN_DISK" of="/$a" bs=512 skip="$b" count=$(( (c + 511) / 512 )) 2> /dev/null \
             || fail "reading $a from $PC_IN_DISK failed"
-        truncate -s "$c" "/$a" && chmod +x "/$a"
+        truncate -s "$c" "/$a"
+        case "$a" in *.env) ;; *) chmod +x "/$a" ;; esac
         result "ok" ;;
     job)
         echo "pc: job $a" > /dev/console

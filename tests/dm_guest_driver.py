@@ -1,0 +1,70 @@
+"""Runs inside the guest of tests/test_dm_guest.py (the host's root over 9p, a Debian kernel with
+device-mapper): `powercut run` of one workload on ext4, xfs and btrfs with --backend auto (dm
+there) and --backend fuse, and once on user-named devices; one Python process, so the
+interpreter starts once under TCG. Writes OUT/driver.json: exit codes and what is left over.
+
+Usage: python dm_guest_driver.py OUT [FS...]   (default: ext4 xfs btrfs, and the user-device run)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from harness.commands.cli import main  # noqa: E402
+
+WORKLOAD = os.path.join(ROOT, "tests", "workloads", "small.sh")
+COMMON = ["--crash-points", "mark", "--reorder", "none", "--jobs", "1", "--keep-image"]
+FILE_SYSTEMS = ("ext4", "xfs", "btrfs")
+
+
+def run(out: str, name: str, *args: str) -> tuple[int, float]:
+    t0 = time.monotonic()
+    code = main(["run", WORKLOAD, *COMMON, "--out", os.path.join(out, name), *args])
+    return code, round(time.monotonic() - t0, 1)
+
+
+def user_devices(out: str) -> tuple[int, float]:
+    """--data-dev/--log-dev on two loop devices this driver made (the user's devices, to powercut)."""
+    devs = []
+    for name in ("user-data.img", "user-log.img"):
+        path = os.path.join("/tmp", name)
+        with open(path, "wb") as f:
+            f.truncate(1 << 30)
+        devs.append(subprocess.run(["losetup", "--find", "--show", path], capture_output=True, text=True,
+                                   check=True).stdout.strip())
+    try:
+        return run(out, "ext4-user", "--fs", "ext4", "--backend", "dm", "--data-dev", devs[0], "--log-dev", devs[1],
+                   "--i-know-this-erases", devs[0], "--i-know-this-erases", devs[1])
+    finally:
+        for dev in devs:
+            subprocess.run(["losetup", "-d", dev], capture_output=True)
+
+
+def leftovers() -> dict[str, list[str]]:
+    dm = sorted(d for d in os.listdir("/sys/block") if d.startswith("dm-"))
+    loops = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout.split("\n")
+    return {"dm": dm, "loop": [line for line in loops if line.strip()]}
+
+
+def drive(out: str, file_systems: list[str]) -> None:
+    results = {}
+    for fs in file_systems:
+        for backend in ("auto", "fuse"):
+            results[f"{fs}-{backend}"] = run(out, f"{fs}-{backend}", "--fs", fs, "--backend", backend)
+    if file_systems == list(FILE_SYSTEMS):
+        results["ext4-user"] = user_devices(out)
+    doc = {"codes": {k: v[0] for k, v in results.items()}, "seconds": {k: v[1] for k, v in results.items()},
+           "left": leftovers()}
+    with open(os.path.join(out, "driver.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+
+
+if __name__ == "__main__":
+    drive(sys.argv[1], sys.argv[2:] or list(FILE_SYSTEMS))

@@ -1,0 +1,51 @@
+"""Device profiles (--device-profile) and the recorder-overhead calibration in
+reports. Timing is never asserted (the machine is shared): only that the
+profile reaches the recorder and the report, and what the calibration says."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import WORKLOADS, PcEnv, needs_root_stack
+from harness.backends.fuse.profiles import PROFILES, recorder_arg, resolve
+from harness.foundation.errors import UsageError
+
+
+def test_named_profiles_and_json_files(tmp_path: Path) -> None:
+    emmc = resolve("emmc")
+    assert emmc["name"] == "emmc" and emmc["qd"] == 1 and emmc["flush_us"] > emmc["write_us"]
+    assert set(PROFILES) == {"emmc", "sata-hdd", "ufs", "nvme", "none"}
+    assert resolve(None) is None and recorder_arg(resolve("none")) == []
+    assert recorder_arg(emmc)[0] == "--device" and "flush_us=3000" in recorder_arg(emmc)[1]
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps({"name": "board-x", "write_us": 700, "flush_us": 9000, "qd": 2}))
+    assert resolve(str(mine)) == {"name": "board-x", "write_us": 700, "flush_us": 9000, "qd": 2}
+    for bad in ({"write_us": -1}, {"warp": 1}, {"qd": "deep"}, [1]):
+        mine.write_text(json.dumps(bad))
+        with pytest.raises(UsageError):
+            resolve(str(mine))
+    with pytest.raises(UsageError):
+        resolve("floppy")
+    with pytest.raises(UsageError):
+        resolve(str(tmp_path / "missing.json"))
+
+
+@pytest.mark.e2e
+@needs_root_stack
+def test_profile_and_recorder_overhead_in_the_reports(pc: PcEnv) -> None:
+    out = pc.tmp / "out"
+    p = pc.run("run", str(WORKLOADS / "fsync_then_more.json"), "--fs", "ext4", "--device-profile", "emmc",
+               "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    r = json.loads((out / "report.json").read_text())
+    assert r["device_profile"] == r["latency"]["device_profile"] == resolve("emmc")
+    cal = r["latency"]["recorder_overhead"]
+    assert cal["fsyncs"] == 100 and cal["ratio"] == round(cal["recorder_p50_us"] / cal["loop_p50_us"], 2)
+    md = (out / "report.md").read_text()
+    assert "Recorder overhead, measured in this invocation" in md and "Device profile `emmc`" in md
+    bad = pc.run("run", str(WORKLOADS / "fsync_then_more.json"), "--fs", "ext4", "--device-profile", "floppy",
+                 "--out", str(pc.tmp / "bad"))
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
