@@ -32,6 +32,7 @@ from checkers.crash_check import check_crash_states, default_jobs
 from fuzz.bench_vm import bench_vm
 from checkers.recovery import fsck
 from harness.foundation import kmount, ownership, paths, sysres
+from harness.bench_oracle import BUDGET, SCALES, bulk_vs_sector, oracle_scale_curve
 from harness.backends.fuse.calibrate import mount_point, owned_file, recorder_vs_loop
 from harness.foundation.errors import EnvError
 from harness.foundation.filesystems import FsType, get_fs
@@ -127,7 +128,26 @@ def _seq1(scratch: str, reps: int) -> dict[str, float]:
     return {"workloads": runs, "seconds": round(seconds, 2), "per_min": round(60 * runs / seconds, 1)}
 
 
-def bench(quick: bool, kernel: str | None = None) -> dict[str, Any]:
+def bench_oracle(quick: bool) -> dict[str, Any]:
+    """The content oracle's cost per crash state across recorder scales, and bulk vs sector by sector."""
+    load_before = os.getloadavg()[0]
+    state = RunState.create("bench-oracle")
+    try:
+        curve = oracle_scale_curve(state.scratch, SCALES[:2] if quick else SCALES)
+        ref = bulk_vs_sector(state.scratch, budget=20 if quick else BUDGET)
+    finally:
+        state.teardown_or_warn()
+    ms = [c["oracle_ms_per_state"] for c in curve.values()]
+    return {"oracle_ms_per_state_by_scale": {k: c["oracle_ms_per_state"] for k, c in curve.items()},
+            "oracle_growth_ratio": round(ms[-1] / ms[0], 2) if ms[0] else None,
+            "oracle_bulk_speedup": ref["speedup"],
+            "details": {"scale_curve": curve, "bulk_vs_sector": ref,
+                        "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)]}}
+
+
+def bench(quick: bool, kernel: str | None = None, only: str = "all") -> dict[str, Any]:
+    if only == "oracle":
+        return bench_oracle(quick)
     reps = 1 if quick else 3
     load_before = os.getloadavg()[0]
     state = RunState.create("bench")
@@ -142,6 +162,7 @@ def bench(quick: bool, kernel: str | None = None) -> dict[str, Any]:
         xfs_walk = _walk(xlog, xfs, xsize, state, default_jobs())
         fsync = recorder_vs_loop(state, 200 if quick else 1000)
         seq1 = _seq1(state.scratch, reps)
+        oracle = bench_oracle(quick)
         vm = bench_vm(kernel, state.scratch, VM_WORKLOADS_QUICK if quick else VM_WORKLOADS) if kernel else None
     finally:
         state.teardown_or_warn()
@@ -158,8 +179,15 @@ def bench(quick: bool, kernel: str | None = None) -> dict[str, Any]:
         "overhead_ratio": round(one_job["ms_per_state"] / floor["ms"], 2),
         "recorder_fsync_p50_ratio": fsync["ratio"],
         "seq1_workloads_per_min": seq1["per_min"],
+        # the floor as a rate on all workers: the best a walk can do on this machine now
+        "crash_states_per_s_over_floor": round(ext4_walk["states_per_s"] / (default_jobs() * 1000 / floor["ms"]), 2),
+        "crash_states_per_s_target_ratio": {"ext4": round(ext4_walk["states_per_s"] / 180, 2),
+                                            "xfs": round(xfs_walk["states_per_s"] / 70, 2)},
+        "oracle_ms_per_state_by_scale": oracle["oracle_ms_per_state_by_scale"],
+        "oracle_growth_ratio": oracle["oracle_growth_ratio"],
+        "oracle_bulk_speedup": oracle["oracle_bulk_speedup"],
         "details": {"jobs": default_jobs(), "quick": quick, "kernel": os.uname().release,
                     "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
                     "ext4_walk": ext4_walk, "ext4_walk_one_job": one_job, "xfs_walk": xfs_walk,
-                    "floor": floor, "fsync": fsync, "seq1": seq1, **({"vm": vm} if vm else {})},
+                    "floor": floor, "fsync": fsync, "seq1": seq1, "oracle": oracle["details"], **({"vm": vm} if vm else {})},
     }

@@ -5,8 +5,9 @@ real stack, fuzz.store.FindingStore.save), from the shrunk workload kept in
 tests/workloads/ext4_fast_commit_ftruncate_mkdir.json. The shell export is
 then run, unchanged, on a Debian kernel in the vm backend (real
 dm-log-writes, real recovery by that kernel), where it must reproduce. The
-fstests export cannot be run here (no xfstests installation): it is checked
-for its form (bash -n, the helpers it calls, the golden output).
+fstests export is checked for its form (bash -n, the helpers it calls, the
+golden output) and run in the guest under a stand-in for xfstests' helpers
+(no xfstests installation here).
 """
 
 from __future__ import annotations
@@ -79,6 +80,19 @@ def test_shell_export_reproduces_on_a_debian_kernel_in_the_vm(pc: PcEnv, finding
     [log] = out.glob("vm-check-6.12*.txt")
     output = log.read_text()
     assert "op 4: fsync f = 0" in output and "RESULT: REPRODUCED: fsck exit" in output, output
+
+
+def test_fstests_export_fails_on_a_debian_kernel_with_the_bug(pc: PcEnv, finding: Path) -> None:
+    """No xfstests here: the generated test runs under a stand-in for the helpers it calls
+    (real dm-flakey, xfs_io, e2fsck in the guest); on a kernel with the bug its output
+    differs from the golden .out exactly where fstests would report it."""
+    if shutil.which("qemu-system-x86_64") is None:
+        pytest.skip("qemu not installed (the vm backend installs it on first use: `powercut run --backend vm`)")
+    out, text = export(pc, finding, "fstests", "--check-vm", KERNEL_612, rc=1)
+    [log] = out.glob("vm-check-6.12*.txt")
+    output = log.read_text()
+    assert "FSTESTS: FAILED" in output and "+_check_generic_filesystem: filesystem on" in output, output
+    assert "Inode 2 ref count is 3, should be 4" in output  # the root one link short
 
 
 def test_export_of_something_that_is_no_finding_is_one_line_exit_2(pc: PcEnv) -> None:

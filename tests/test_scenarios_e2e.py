@@ -41,9 +41,10 @@ def assert_figures(out: Path, r: dict[str, Any]) -> None:
 
 def test_recorder_on_ext4_checks_every_crash_point_and_prints_table_1(pc: PcEnv) -> None:
     out = pc.tmp / "out"
-    pc.run("run", "scenario:recorder", "--fs", "ext4", "--backend", "fuse", "--scale", "0.01", "--out", str(out),
-           check_rc=0)
+    p = pc.run("run", "scenario:recorder", "--fs", "ext4", "--backend", "fuse", "--scale", "0.01", "--out", str(out))
     r = report(out)
+    # Exit 1 only for the design findings below (a loaded machine makes them likelier).
+    assert p.returncode == (1 if r["findings"] else 0) and {f["kind"] for f in r["findings"]} <= {"design"}, p.stderr
     # Zero fsck and mount findings. (A `design` finding — a record torn inside the
     # surviving prefix — is what the recorder design may legitimately show: it
     # never fsyncs records, and writeback order is not file order.)

@@ -211,6 +211,7 @@ def test_ext4_refuses_atomic_writes_and_nothing_is_found(pc: PcEnv) -> None:
     assert rc == 0 and r["findings"] == []
     assert r["statx"][0]["atomic_supported"] is False
     out = Path(r["out"])
+    assert "atomic write unit 0..0 B" in (out / "report.md").read_text()  # the limits in force, in report.md
     recs = read_records(out / r["workload"]["records"], parse_workload(json.loads((out / "workload.json").read_text())))
     assert {x.errno for x in recs.records if x.kind == "pwritev2"} == {95}  # EOPNOTSUPP: ext4 without a device that does atomic writes
 
@@ -233,3 +234,25 @@ def test_torn_pages_scenario_counts_torn_pages_without_atomic_writes_only(pc: Pc
     compare = json.loads((out / "report.json").read_text())
     assert [v["findings"] for v in compare["variants"]] == [0, 0]
     assert compare["variants"][0]["headline"]["states with torn pages"] == plain["states_with_torn_pages"]
+
+
+@pytest.mark.parametrize("length, offset, why", [
+    (4096, 8192, None), (1 << 20, 0, None), (12288, 0, "power of two"), (2048, 0, "power of two"),
+    (2 << 20, 0, "power of two"), (16384, 4096, "multiple of the length")])
+def test_untorn_limits_say_which_writes_the_kernel_must_refuse(length: int, offset: int, why: str | None) -> None:
+    from checkers.history import untorn_refusal
+    xfs = StatxResult(4096, 1 << 20, 0, 1, 512, 512, True, True, True, False)
+    got = untorn_refusal(xfs, length, offset, append=False)
+    assert (got is None) if why is None else (why in got)
+    ext4 = StatxResult(0, 0, 0, 0, 512, 512, True, True, False, False)
+    assert "STATX_ATTR_WRITE_ATOMIC" in untorn_refusal(ext4, 4096, 0, append=False)
+
+
+@needs_exec
+def test_an_atomic_write_the_limits_forbid_that_succeeds_is_a_semantics_disagreement(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tmpfs reports no untorn writes; the stripped flag lets the write succeed anyway."""
+    ops = [TORN[0], {"op": "statx", "path": "db"}, *TORN[3:]]
+    run = fixture(tmp_path, monkeypatch, ops)
+    assert [d.ex.kind for d in run.history.disagreements] == ["pwritev2"]
+    assert "STATX_ATTR_WRITE_ATOMIC" in run.history.disagreements[0].expected

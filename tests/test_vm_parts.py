@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import pytest
@@ -100,10 +101,14 @@ class FakeGuest:
 
     batch_device = "/dev/vda"
 
-    def run_job(self, job: str, env: dict[str, str], disks: list[Disk], *, timeout: float) -> Outcome:
+    def run_job(self, job: str, env: dict[str, str], disks: list[Disk], *, timeout: float,
+                on_line: Callable[[str], None] | None = None) -> Outcome:
         assert job == "recover" and len(disks) == 1
         self.envs.append(env)
-        return self.outcomes.pop(0)
+        outcome = self.outcomes.pop(0)
+        for line in outcome.lines if on_line else []:  # as a live guest streams them
+            on_line(line)
+        return outcome
 
     def batch_file(self, state: SimpleNamespace, tag: str = "") -> str:
         path = os.path.join(state.scratch, f"batch{tag}.img")

@@ -12,7 +12,7 @@ from harness.pipeline.run import terminate_as_exception
 
 def _cmd(args: argparse.Namespace) -> int:
     with terminate_as_exception():
-        result = bench(args.quick, args.kernel or None)
+        result = bench(args.quick, args.kernel or None, args.only)
     text = json.dumps(result, indent=2) + "\n"
     if args.json:
         with owned_file(args.json, 0) as fd:
@@ -26,5 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--json", metavar="FILE", help="also write the results to FILE")
     p.add_argument("--kernel", metavar="debian:PACKAGE|PATH",
                    help="also measure fuzzing through the vm backend on this kernel, next to fuse")
+    p.add_argument("--only", choices=["all", "oracle"], default="all",
+                   help="oracle: only the content oracle's cost per state across recorder scales")
     p.add_argument("--quick", action="store_true", help="one repetition of each measurement (for tests)")
     p.set_defaults(func=_cmd)

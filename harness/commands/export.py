@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 
-from harness.foundation.errors import UsageError
 from harness.reports import export
 from harness.reports.export import shell
 
@@ -21,16 +20,20 @@ def _cmd(args: argparse.Namespace) -> int:
     for path in export.write(x, args.format, out):
         print(f"powercut export: wrote {path}")
     if args.check_vm:
-        if args.format != "shell":
-            raise UsageError("--check-vm runs the shell export: use it with --format shell")
-        from harness.reports.export.vmcheck import check_in_vm
-        check = check_in_vm(x, shell.render(x), args.check_vm)
+        from harness.reports.export import fstests
+        from harness.reports.export.vmcheck import check_fstests_in_vm, check_in_vm
+        if args.format == "shell":
+            check = check_in_vm(x, shell.render(x), args.check_vm)
+            says = {1: "REPRODUCED", 0: "not reproduced", 2: "could not run"}
+        else:
+            test, golden = fstests.render(x)
+            check = check_fstests_in_vm(x, test, golden, args.check_vm)
+            says = {1: "FAILED (the bug shows: output differs from the golden .out)", 0: "passed"}
         log = os.path.join(out, f"vm-check-{check.kernel or 'unknown'}.txt")
         with open(log, "w") as f:
             f.write(check.output)
-        verdict = {1: "REPRODUCED", 0: "not reproduced", 2: "could not run"}.get(check.exit_code, "?")
-        print(f"powercut export: on kernel {check.kernel} ({args.check_vm}) the shell export says: {verdict} "
-              f"(exit {check.exit_code}; output in {log})")
+        print(f"powercut export: on kernel {check.kernel} ({args.check_vm}) the {args.format} export: "
+              f"{says.get(check.exit_code, '?')} (exit {check.exit_code}; output in {log})")
         return 1 if check.exit_code == 1 else (2 if check.exit_code == 2 else 0)
     return 0
 
@@ -44,5 +47,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--bisect", metavar="BISECT_JSON",
                    help="a `powercut bisect` report of this finding: its kernels go into the header (seen / not seen on)")
     p.add_argument("--check-vm", metavar="KERNEL",
-                   help="run the shell export in the vm backend on KERNEL (debian:PACKAGE or a vmlinux); exit 1 if it reproduces")
+                   help="run the export in the vm backend on KERNEL (debian:PACKAGE or a vmlinux; fstests: under a "
+                        "stand-in for xfstests' helpers); exit 1 if the bug shows")
     p.set_defaults(func=_cmd)

@@ -141,6 +141,22 @@ def _records_section(records: dict[str, Any]) -> list[str]:
     return out
 
 
+def _untorn_section(report: dict[str, Any]) -> list[str]:
+    """The statx limits in force and the pwritev2 writes torn per crash state
+    (report.json `statx`, `torn_writes`; checkers/untorn.py)."""
+    out = ["## Untorn writes", ""]
+    for s in report.get("statx", []):
+        out.append(f"- statx of `{s['path']}` (op {s['op']}): " + (
+            f"atomic write unit {s['atomic_unit_min']}..{s['atomic_unit_max']} B, segments {s['atomic_segments_max']}, "
+            f"direct I/O alignment {s['dio_offset_align']} B" if "atomic_unit_min" in s else f"errno {s['errno']}"))
+    t = report.get("torn_writes")
+    if t:
+        out += ["", *table(["crash states with pwritev2 writes", "with a torn write", "torn writes max per state",
+                            "torn RWF_ATOMIC writes"],
+                           [[t["states"], t["states_torn"], t["torn_max"], t["torn_untorn_total"]]])]
+    return out
+
+
 def _figures_section(plots: dict[str, dict[str, str]]) -> list[str]:
     out = ["## Figures"]
     for kind, files in plots.items():
@@ -159,6 +175,8 @@ def render(report: dict[str, Any], out_dir: str) -> str:
         lines += ["", f"## Scenario `{sec['name']}`", "", *scenarios.get(sec["name"]).render(sec)]
     if report.get("design", {}).get("records"):
         lines += ["", *_records_section(report["design"]["records"])]
+    if report.get("statx") or report.get("torn_writes"):
+        lines += ["", *_untorn_section(report)]
     if report.get("latency", {}).get("plots"):
         lines += ["", *_figures_section(report["latency"]["plots"])]
     return "\n".join(lines) + "\n"

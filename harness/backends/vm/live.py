@@ -29,6 +29,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.foundation import ownership
@@ -182,7 +183,8 @@ class LiveGuest:
         assert self._sock is not None
         self._sock.sendall(line.encode() + b"\n")
 
-    def _until(self, ends: tuple[str, ...], limit: float) -> list[str] | None:
+    def _until(self, ends: tuple[str, ...], limit: float,
+               on_line: Callable[[str], None] | None = None) -> list[str] | None:
         """Lines up to and including one whose first word is in ENDS; None if the guest
         went silent for LIMIT seconds; the lines so far (without an end) if it died."""
         assert self._sock is not None
@@ -194,6 +196,8 @@ class LiveGuest:
                 if not line.strip():
                     continue
                 lines.append(line)
+                if on_line is not None:
+                    on_line(line)
                 if line.split(" ", 1)[0] in ends:
                     return lines
             self._sock.settimeout(limit)
@@ -227,7 +231,8 @@ class LiveGuest:
                 raise EnvError(f"the live guest could not read its input files: {lines[-1] if lines else 'no answer'}")
 
     def run_job(self, job: str, env: dict[str, str], disks: list[Disk] | None = None, *,
-                timeout: float = 0, files: dict[str, bytes] | None = None, output: str | None = None) -> Outcome:
+                timeout: float = 0, files: dict[str, bytes] | None = None, output: str | None = None,
+                on_line: Callable[[str], None] | None = None) -> Outcome:
         """Run guest script JOB with ENV and FILES (under /pc); DISKS are ignored (the guest
         has its own). OUTPUT receives what the workload wrote to ttyS1. A guest that dies or
         hangs gives an Outcome with completed=False (and is gone); an `error` line raises EnvError."""
@@ -239,7 +244,7 @@ class LiveGuest:
         t0 = time.monotonic()
         self.put_files({"pc/job.env": env_text.encode(), **{f"pc/{k}": v for k, v in (files or {}).items()}})
         self._send(f"job {job}")
-        lines = self._until(("done", "error"), HANG_S)
+        lines = self._until(("done", "error"), HANG_S, on_line)
         self.jobs[job] = round(self.jobs.get(job, 0.0) + time.monotonic() - t0, 3)
         hung = lines is None
         completed = bool(lines) and lines[-1] == "done"

@@ -9,6 +9,7 @@ has a deadline; missing it is an error that quotes the console's last line.
 from __future__ import annotations
 
 import fcntl
+from collections.abc import Callable
 import os
 import shlex
 import subprocess
@@ -155,7 +156,9 @@ class Guest:
     # the batch disk is a scratch file sized to the batch.
     batch_device = "/dev/vda"
 
-    def run_job(self, job: str, env: dict[str, str], disks: list[Disk], *, timeout: float) -> Outcome:
+    def run_job(self, job: str, env: dict[str, str], disks: list[Disk], *, timeout: float,
+                on_line: Callable[[str], None] | None = None) -> Outcome:
+        # Results are read after the boot: ON_LINE is not called (the caller checks afterwards).
         return self.boot(job, env, disks, timeout=timeout)
 
     def batch_file(self, state: RunState, tag: str = "") -> str:

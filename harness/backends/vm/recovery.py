@@ -25,7 +25,8 @@ import os
 import queue
 import re
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 from checkers.recovery import PointInspect, Verdict, fsck_verdict, inspect_read_only
@@ -52,7 +53,8 @@ class RecoveryGuest(Protocol):
 
     def batch_bytes(self, needed: int) -> int: ...
 
-    def run_job(self, job: str, env: dict[str, str], disks: list[Disk], *, timeout: float) -> Outcome: ...
+    def run_job(self, job: str, env: dict[str, str], disks: list[Disk], *, timeout: float,
+                on_line: Callable[[str], None] | None = None) -> Outcome: ...
 
 
 class VmRecovery:
@@ -101,12 +103,23 @@ class VmRecovery:
         os.ftruncate(self.batch_fd, self.guest.batch_bytes(n * self.image_bytes))
         mounted: dict[int, Verdict | None] = {}  # slot -> None (recovered) or the failure
         kernel: dict[int, dict[str, str]] = {}   # slot -> the kernel's bug report while recovering it
-        first = 0
-        while first < n:
-            first = self._boot(first, n, mounted, kernel)
-        todo = [(slot, point) for slot, point in enumerate(self.pending) if mounted[slot] is None]
         with ThreadPoolExecutor(CHECK_THREADS) as pool:
-            checked = dict(zip((slot for slot, _ in todo), pool.map(lambda sp: self._check(*sp), todo)))
+            # A live guest answers image by image: the host checks image I while the
+            # guest recovers the next ones (the guest has unmounted I: its bytes are final).
+            futures: dict[int, Future[Verdict]] = {}
+
+            def recovered(line: str) -> None:
+                word, _, rest = line.partition(" ")
+                if word == "ok" and rest.isdigit() and int(rest) < n and int(rest) not in futures:
+                    futures[int(rest)] = pool.submit(self._check, int(rest), self.pending[int(rest)])
+
+            first = 0
+            while first < n:
+                first = self._boot(first, n, mounted, kernel, recovered)
+            for slot, point in enumerate(self.pending):
+                if mounted[slot] is None and slot not in futures:
+                    futures[slot] = pool.submit(self._check, slot, point)
+            checked = {slot: f.result() for slot, f in futures.items()}
         verdicts = []
         for slot, point in enumerate(self.pending):
             v = mounted[slot] or checked[slot]
@@ -121,12 +134,13 @@ class VmRecovery:
         os.ftruncate(self.batch_fd, 0)
         os.ftruncate(self.batch_fd, self.guest.batch_bytes(0))
 
-    def _boot(self, first: int, n: int, mounted: dict[int, Verdict | None], kernel: dict[int, dict[str, str]]) -> int:
+    def _boot(self, first: int, n: int, mounted: dict[int, Verdict | None], kernel: dict[int, dict[str, str]],
+              on_line: Callable[[str], None]) -> int:
         """One guest job over slots FIRST..N-1; returns the first slot it did not finish."""
         env = {"PC_FS": self.fs.name, "PC_MOUNT_OPTS": self.mount_opts, "PC_FIRST": str(first),
                "PC_IMAGES": str(n), "PC_IMAGE_SECTORS": str(self.image_bytes // 512),
                "PC_BATCH_DISK": self.guest.batch_device, **({"PC_FAULT": self.fault} if self.fault else {})}
-        outcome = self.guest.run_job("recover", env, [Disk(self.batch_path)], timeout=self.timeout)
+        outcome = self.guest.run_job("recover", env, [Disk(self.batch_path)], timeout=self.timeout, on_line=on_line)
         begun = first - 1
         for line in outcome.lines:
             word, slot, msg = (line.split(" ", 2) + ["", ""])[:3]

@@ -1,0 +1,93 @@
+"""Bench: what a crash state costs as the workload grows (the recorder scenario).
+
+- oracle_scale_curve: the recorder scenario at several scales, each a whole
+  run with a crash-point budget (--max-states): wall time per checked state
+  of the crash walk and the content oracle's own time per state
+  (report.json oracle.ms_per_state). Flat means the oracle's cost does not
+  grow with the log.
+- bulk_vs_sector: at one scale, the sector-by-sector reference oracle reads
+  the same recovered images right after the bulk one: the ratio of their
+  times per state, and whether their verdicts agreed on every state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from checkers.history import build_history
+from checkers.oracle import ContentOracle
+from checkers.workload_checks import log_marks
+from harness.pipeline.run import RunConfig, run_checked
+from replay.crashstates import CrashState
+from replay.logformat import LogReader
+from workloads.results import read_records
+from workloads.runner import ExecutorWorkload, load_runner
+
+SCALES = (0.01, 0.04, 0.16)
+BUDGET = 60
+
+
+def _recorder(scale: float) -> ExecutorWorkload:
+    runner = load_runner("scenario:recorder", scale)
+    assert isinstance(runner, ExecutorWorkload)
+    return runner
+
+
+def oracle_scale_curve(scratch: str, scales: tuple[float, ...] = SCALES, budget: int = BUDGET) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for scale in scales:
+        t0 = time.perf_counter()
+        res = run_checked(_recorder(scale), RunConfig(fs="ext4", quiet=True, max_states=budget),
+                          os.path.join(scratch, f"recorder-{scale}"))
+        r = res.report
+        out[str(scale)] = {"states_checked": r["crash_states_checked"], "log_entries": r["log_entries"],
+                           "run_seconds": round(time.perf_counter() - t0, 2),
+                           "oracle_ms_per_state": r["oracle"].get("ms_per_state"),
+                           "fraction_checked": r.get("budget", {}).get("fraction_checked", 1.0)}
+    return out
+
+
+class _Reference:
+    """inspect_extra: the sector-by-sector oracle on the image the bulk one just read."""
+
+    def __init__(self, runner: ExecutorWorkload, out: str) -> None:
+        self.runner, self.out = runner, out
+        self.oracle: ContentOracle | None = None
+        self.seconds = 0.0
+        self.states = 0
+        self.found: list[tuple[str, str, str]] = []
+
+    def __call__(self, mnt: str, cs: CrashState) -> list:
+        if self.oracle is None:
+            with LogReader(os.path.join(self.out, "recording.log")) as reader:
+                marks = log_marks(reader)
+            plan = self.runner.plan
+            history = build_history(plan, read_records(os.path.join(self.out, "records.bin"), plan), marks)
+            self.oracle = ContentOracle(history, plan.wid, "ext4", dict(self.runner.workload.invariants or {}))
+            self.oracle.bulk = False
+        t0 = time.perf_counter()
+        found = self.oracle.inspect(mnt, cs.point, cs.id)
+        self.seconds += time.perf_counter() - t0
+        self.states += 1
+        self.found += [(cs.id, f.kind, f.detail) for f in found]
+        return []
+
+
+def bulk_vs_sector(scratch: str, scale: float = 0.02, budget: int = BUDGET) -> dict[str, Any]:
+    runner = _recorder(scale)
+    out = os.path.join(scratch, f"recorder-ref-{scale}")
+    ref = _Reference(runner, out)
+    res = run_checked(runner, RunConfig(fs="ext4", quiet=True, max_states=budget), out, ref)
+    bulk_ms = res.report["oracle"]["ms_per_state"]
+    ref_ms = 1000 * ref.seconds / max(1, ref.states)
+    def rows(rs: list[dict[str, Any]]) -> list[str]:
+        return sorted(json.dumps(r, sort_keys=True) for r in rs)
+    same = rows(res.report["design"]["records"]["rows"]) == rows(ref.oracle.loss_rows if ref.oracle else [])
+    content = sorted((f.evidence.get("state_id", ""), f.kind, f.detail) for f in res.findings
+                     if f.kind in ("durability", "stale-data", "atomicity", "design"))
+    return {"scale": scale, "states": ref.states, "bulk_ms_per_state": bulk_ms, "sector_ms_per_state": round(ref_ms, 2),
+            "speedup": round(ref_ms / bulk_ms, 1) if bulk_ms else None, "same_loss_rows": same,
+            "same_findings": content == sorted(ref.found), "findings": len(res.findings)}
