@@ -200,7 +200,8 @@ def test_boot_deadline_is_a_clear_error(pc: PcEnv) -> None:
     p = pc.run("run", str(script), "--fs", "ext4", "--backend", "vm", "--kernel", KERNEL_612,
                "--out", str(pc.tmp / "out"), env=pc.env(POWERCUT_VM_TIMEOUT="20"), check_rc=2)
     last = p.stderr.strip().splitlines()[-1]
-    assert re.fullmatch(r"powercut: guest did not finish within 20s: last console line: pc: \[[\d.]+\] workload", last), p.stderr
+    # where the guest was when time ran out depends on the machine's load: any stage will do
+    assert re.fullmatch(r"powercut: guest did not finish within 20s: last console line: .+", last), p.stderr
     assert pc.leftovers() == []
 
 
