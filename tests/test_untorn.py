@@ -6,7 +6,6 @@ xfs with reflink (software atomic writes) and ext4 (no atomic writes here)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
