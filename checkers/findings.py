@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 # What each kind means is documented in README.md ("Finding kinds").
-KINDS = ("kernel", "mount", "fsck", "durability", "stale-data", "atomicity", "design", "latency", "semantics")
+KINDS = ("kernel", "mount", "fsck", "corruption", "durability", "stale-data", "atomicity", "design", "latency",
+         "semantics")
+
+# The host ran out of something while reading an image: its own problem, not the image's.
+HOST_ERRNOS = frozenset({errno.ENOMEM, errno.EMFILE, errno.ENFILE})
 
 
 @dataclass
@@ -34,3 +40,18 @@ def kernel_finding(event: dict[str, Any], **where: Any) -> Finding:
     return Finding("kernel", detail, **where,
                    evidence={"event": event["event"], "phase": event["phase"], "rule": event.get("rule", event["event"]),
                              "console": event.get("console", "")})
+
+
+def read_error(e: OSError, mnt: str, path: str | None = None) -> Finding:
+    """A `corruption` finding: reading the recovered image mounted at MNT failed
+    (EIO, EUCLEAN, EBADMSG, an ENOENT or ELOOP where a name was just seen, ...).
+    PATH is what was being checked when E.filename does not say."""
+    where = os.path.relpath(str(e.filename), mnt) if e.filename else (path or "?")
+    code = errno.errorcode.get(e.errno or 0, str(e.errno))
+    return Finding("corruption", f"after recovery, reading {where} fails: {code} ({e.strerror or e})",
+                   evidence={"path": where, "errno": code, "strerror": e.strerror or str(e),
+                             "expected": f"{where} reads back", "found": f"{code} ({e.strerror or e})"})
+
+
+def is_host_error(e: OSError) -> bool:
+    return e.errno in HOST_ERRNOS

@@ -22,7 +22,7 @@ from typing import Any
 from harness.foundation.intervals import IntervalMap, Src
 from workloads.marks import parse_mark
 from workloads.plan import Plan, PlanOp
-from workloads.results import FLAG_SIGBUS, OpRecord, Results
+from workloads.results import FLAG_SIGBUS, OpRecord, Results, StatxResult
 
 PERSIST_INODE = {"fsync": "fsync-data", "fdatasync": "fdatasync-data"}
 ROOT, ROOT_INO = ".", 0
@@ -165,6 +165,7 @@ class _Builder:
         self.uncertain: set[str] = set()
         self.lost = False  # an op went where the model cannot follow: no content checks
         self.disagreements: list[Disagreement] = []
+        self.statx: dict[int, StatxResult] = {}  # inode -> the untorn-write limits statx last read for it
         self._next_ino = 1
 
     # -- helpers ---------------------------------------------------------
@@ -355,10 +356,16 @@ class _Builder:
         position for offset -1, the end of file with O_APPEND/RWF_APPEND) and
         writes the pattern for that offset. RWF_DSYNC/RWF_SYNC make the range
         durable like an O_DSYNC/O_SYNC fd; RWF_ATOMIC marks it untorn."""
-        ino, osync, _ = self.fd_inode(ex)
+        ino, osync, append = self.fd_inode(ex)
         if ino is None or ino.kind != "file":
             return
         flags = set(ex.f("flags") or ())
+        if "RWF_ATOMIC" in flags and ino.ino in self.statx and ex.ok:
+            why = untorn_refusal(self.statx[ino.ino], int(ex.f("length")), ex.rec.aux,
+                                 append or "RWF_APPEND" in flags)
+            if why:
+                self.disagreements.append(Disagreement(ex, f"expected the write refused ({why}), "
+                                                           f"the kernel wrote {ex.rec.ret} bytes"))
         if not ex.ok:
             self.failed_write(ex, ino, False)
             return
@@ -367,6 +374,12 @@ class _Builder:
         if end > start and (osync or flags & RWF_SYNC_FLAGS):
             rule = "osync-write" if osync else "rwf-sync-write"
             self.persists.append(Persist(ex, rule, ino.ino, ex.pos + 1, (start, end)))
+
+    def op_statx(self, ex: Exec) -> None:
+        path = self.path(ex, "path")
+        ino = self.lookup(path) if path else None
+        if ino is not None and ex.rec.statx is not None and ex.rec.statx.write_atomic_answered:
+            self.statx[ino.ino] = ex.rec.statx
 
     def failed_write(self, ex: Exec, ino: Inode, append: bool) -> None:
         """write(2) promises nothing about the file after an error, and Linux
@@ -580,6 +593,23 @@ class _Builder:
         cur = dict(ino.xattrs_at(ex.pos + 1))
         cur.pop(ex.f("name"), None)
         ino.xattrs.append((ex.pos, cur))
+
+
+def untorn_refusal(st: StatxResult, length: int, offset: int, append: bool) -> str | None:
+    """Why the kernel must refuse an RWF_ATOMIC write of LENGTH at OFFSET to a file
+    with the statx limits ST, or None. Kernel commit c34fc6f26ab8: a file that cannot
+    do untorn writes rejects RWF_ATOMIC rather than ignoring it; the length must be
+    a power of two within the unit min..max, the offset naturally aligned (not
+    judged for appends: the kernel moves the offset to the end of file first)."""
+    if st.inexact:
+        return None
+    if not st.attr_write_atomic:
+        return "statx: the file has no STATX_ATTR_WRITE_ATOMIC"
+    if length & (length - 1) or not st.atomic_unit_min <= length <= st.atomic_unit_max:
+        return f"length {length} is not a power of two in [{st.atomic_unit_min}, {st.atomic_unit_max}]"
+    if not append and offset % length:
+        return f"offset {offset} is not a multiple of the length {length}"
+    return None
 
 
 def build_history(plan: Plan, results: Results, marks: list[tuple[int, str]]) -> History:

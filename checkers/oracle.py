@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from checkers.design import RecordsInvariant, check_records
-from checkers.findings import Finding
+from checkers.findings import Finding, is_host_error, read_error
 from checkers.fsrules import RULES, Semantics, rule
 from checkers.history import ROOT, Exec, History, Inode, Persist
 from checkers.linux_names import NameIndex, observed_kind, order_gap
@@ -299,27 +299,42 @@ class ContentOracle:
         v = self.view(crash_point)
         out: list[Finding] = []
         if self.records:
-            rows, design = check_records(self.records, self.h, self.wid, mnt, v.n_done, v.allowed, crash_point,
-                                         scan=self.scan if self.bulk else None)
+            try:
+                rows, design = check_records(self.records, self.h, self.wid, mnt, v.n_done, v.allowed, crash_point,
+                                             scan=self.scan if self.bulk else None)
+            except OSError as e:  # the recording file does not read back: no loss row for this state
+                rows, design = [], [_read_error(e, mnt, "records")]
             self.loss_rows += [dict(r, state_id=state_id) if state_id else r for r in rows]
             out += design
         if self.h.lost:
-            return out
-        missing_dirs: list[str] = []
+            return self._finish(out, crash_point, state_id)
+        skip_under: list[str] = []  # missing or unreadable: what is below is judged there
+        unreadable = False
         verdicts: list[WriteVerdict] = []
         for path in self.all_paths:
-            if self.uncertain(path, v) or any(path.startswith(d + "/") for d in missing_dirs):
+            if self.uncertain(path, v) or any(path.startswith(d + "/") for d in skip_under):
                 continue
-            f = self.check_path(mnt, path, v, verdicts)
+            try:
+                f = self.check_path(mnt, path, v, verdicts)
+            except OSError as e:  # one path that does not read back; the others are still checked
+                f, unreadable = _read_error(e, mnt, path), True
             if f is not None:
-                if f.evidence.get("found") == "missing":
-                    missing_dirs.append(path)
+                if f.evidence.get("found") == "missing" or f.kind == "corruption":
+                    skip_under.append(path)
                 out.append(f)
-        out += self.check_renames(mnt, v)
-        if not out:
-            out += self.check_order(mnt, v)
         if verdicts:
             self.torn_rows.append(torn_row(verdicts, crash_point, state_id))
+        if unreadable:  # the name-level checks would read the same broken image: nothing more to learn
+            return self._finish(out, crash_point, state_id)
+        try:
+            out += self.check_renames(mnt, v)
+            if not out:
+                out += self.check_order(mnt, v)
+        except OSError as e:
+            out.append(_read_error(e, mnt, "the names"))
+        return self._finish(out, crash_point, state_id)
+
+    def _finish(self, out: list[Finding], crash_point: int, state_id: str | None) -> list[Finding]:
         for f in out:
             f.crash_point = crash_point
             r = f.evidence.get("rule")
@@ -787,3 +802,10 @@ def describe_bytes(b: bytes) -> str:
 
 def hexdump(b: bytes, n: int = 64) -> str:
     return " ".join(f"{x:02x}" for x in b[:n])
+
+
+def _read_error(e: OSError, mnt: str, what: str) -> Finding:
+    """A `corruption` finding for a read of the recovered image that failed while checking WHAT."""
+    if is_host_error(e):
+        raise e
+    return read_error(e, mnt, what)

@@ -4,22 +4,22 @@ fsck runs only after the kernel has replayed the journal/log: fsck on an
 unrecovered journaled image reports errors on healthy images (false
 positives, see block-recording.md). While the recovered image is mounted,
 an optional inspector looks at its content (the content oracle's hook); if
-the kernel reports corruption while it reads, that is an `fsck` finding
-(the file system's in-kernel checks failed). A RecoveryEngine does the
+reading fails (the kernel reports corruption: EIO, EUCLEAN, EBADMSG; or a
+name just seen is gone, a loop, ...), that is a `corruption` finding with the
+path and errno, never a crash of the run, on every backend. A RecoveryEngine does the
 recovery somewhere else (the vm backend: the kernel under test in a guest).
 """
 
 from __future__ import annotations
 
 import errno
-import os
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from checkers.findings import Finding
+from checkers.findings import Finding, is_host_error, read_error
 from harness.foundation import kmount, sysres
 from harness.foundation.errors import EnvError
 from harness.foundation.filesystems import FsType, join_opts
@@ -65,11 +65,7 @@ def inspect_read_only(image: str, fs: FsType, mnt: str, state: RunState, inspect
             return [Finding("mount", f"read-only host mount of the recovered image (for the content checks) failed: {err}",
                             evidence={"mount_error": err})]
         try:
-            return inspect(mnt)
-        except OSError as e:  # as in recover_and_check: the file system says what it read is corrupt
-            if e.errno not in CORRUPTION_ERRNOS:
-                raise
-            return [corruption_finding(e, mnt)]
+            return guarded_inspect(inspect, mnt)
         finally:
             state.release(mount_res)
     finally:
@@ -101,16 +97,17 @@ def fsck_verdict(image: str, fs: FsType, content: list[Finding] | None = None) -
                    fsck_output=out, content=content or [])
 
 
-# How a mounted file system says that what it read back is corrupt (EBADMSG
-# is the kernel's EFSBADCRC, EUCLEAN its EFSCORRUPTED). Reordered crash
-# states reach these; an inspector reading the image then stops there.
-CORRUPTION_ERRNOS = {errno.EIO, errno.EBADMSG, errno.EUCLEAN}
-
-
-def corruption_finding(e: OSError, mnt: str) -> Finding:
-    path = os.path.relpath(str(e.filename), mnt) if e.filename else "?"
-    return Finding("fsck", f"after recovery, the kernel reports corruption reading {path}: {e.strerror}",
-                   evidence={"path": path, "read_error": errno.errorcode.get(e.errno or 0, str(e.errno))})
+def guarded_inspect(inspect: MountInspect, mnt: str) -> list[Finding]:
+    """INSPECT's findings on the image mounted at MNT; a read that fails (EBADMSG is
+    the kernel's EFSBADCRC, EUCLEAN its EFSCORRUPTED, ...) is a `corruption` finding.
+    The content oracle catches these per path itself; this catches what any
+    other inspector lets through, so no inspector can crash the run on a bad image."""
+    try:
+        return inspect(mnt)
+    except OSError as e:
+        if is_host_error(e):
+            raise
+        return [read_error(e, mnt)]
 
 
 # A mount that fails with one of these never got to the file system: the
@@ -175,11 +172,7 @@ def recover_and_check(loop: LoopDevice, fs: FsType, mount_opts: str, mnt: str,
         return refused
     waits = refused.device_waits if refused is not None else []
     try:
-        content = inspect(mnt) if inspect else []
-    except OSError as e:
-        if e.errno not in CORRUPTION_ERRNOS:
-            raise
-        content = [corruption_finding(e, mnt)]
+        content = guarded_inspect(inspect, mnt) if inspect else []
     finally:
         kmount.umount(mnt)
         loop.wait_unclaimed()

@@ -5,7 +5,9 @@
 #   KERNEL   the kernel to test, e.g. debian:linux-image-6.12-amd64 (required)
 #   ENTRIES  corpus entries, comma-separated globs (default: make's sample)
 #   ROWS     matrix rows (default ext4-ordered)
-#   OUT      output directory (default out/ci-kernel): host/, kernel/, diff.md
+#   OUT      output directory (default out/ci-kernel): host/, kernel/, diff.md, fuzz-*/
+#   PREV_KERNEL  the kernel before the upgrade (debian:PACKAGE of the same series): if a
+#            verdict changed, `powercut bisect` finds the first kernel between them (bisect.txt)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${KERNEL:-}" ]; then
@@ -16,6 +18,7 @@ OUT=${OUT:-out/ci-kernel}
 args=(KERNEL="$KERNEL" OUT="$OUT")
 [ -n "${ENTRIES:-}" ] && args+=(ENTRIES="$ENTRIES")
 [ -n "${ROWS:-}" ] && args+=(ROWS="$ROWS")
+[ -n "${PREV_KERNEL:-}" ] && args+=(PREV_KERNEL="$PREV_KERNEL")
 make ci-kernel "${args[@]}"
 rc=$?
 # make exits 2 on any failure; the diff's own status says whether a verdict changed.

@@ -24,6 +24,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from harness.foundation import internal_error
 from harness.foundation.errors import PowercutError, Terminated
 from harness.pipeline.run import RunConfig, terminate_as_exception
 from fuzz.layout import CampaignDir, Totals
@@ -72,6 +73,9 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
     except PowercutError as e:
         print(f"powercut: worker w{n}: {e}", file=sys.stderr)
         sys.exit(2)
+    except Exception as e:  # a bug: the campaign exits 3 (the traceback goes to the campaign's error.txt)
+        print(f"worker w{n}: " + internal_error.one_line(e, internal_error.save_traceback(e)), file=sys.stderr)
+        sys.exit(internal_error.EXIT_CODE)
 
 
 def _run_in_live_guest(w: Worker) -> None:
@@ -125,6 +129,10 @@ class Campaign:
         print(summary(report, path))
         if interrupted:
             return 130
+        # A worker that died of a bug (or of anything but a one-line error) makes the campaign
+        # untrustworthy: exit 3 even with findings (they are saved and in the report).
+        if any(p.exitcode not in (0, None, -signal.SIGTERM, 2) for p in procs):
+            return internal_error.EXIT_CODE
         if failed and not report["saved_findings"]:
             return 2
         return 1 if report["saved_findings"] else 0

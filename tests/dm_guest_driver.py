@@ -3,7 +3,7 @@ device-mapper): `powercut run` of one workload on ext4, xfs and btrfs with --bac
 there) and --backend fuse, and once on user-named devices; one Python process, so the
 interpreter starts once under TCG. Writes OUT/driver.json: exit codes and what is left over.
 
-Usage: python dm_guest_driver.py OUT [FS...]   (default: ext4 xfs btrfs, and the user-device run)
+Usage: python dm_guest_driver.py OUT [PART...]   (parts: ext4 xfs btrfs user killed; default: all)
 """
 
 from __future__ import annotations
@@ -47,24 +47,47 @@ def user_devices(out: str) -> tuple[int, float]:
             subprocess.run(["losetup", "-d", dev], capture_output=True)
 
 
+def killed_run(out: str) -> dict[str, object]:
+    """A dm run killed with SIGKILL while its workload runs, then `powercut cleanup`: what is left."""
+    ready = "/tmp/killed-run-ready"
+    script = "/tmp/killed-run.sh"
+    with open(script, "w") as f:
+        f.write(f'printf started > "$POWERCUT_MARK_FILE"\ntouch {ready}\nexec sleep 600\n')
+    proc = subprocess.Popen([sys.executable, "-m", "harness.commands.cli", "run", script, "--fs", "ext4",
+                             "--backend", "dm", "--out", os.path.join(out, "killed")], cwd="/tmp",
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            env=dict(os.environ, PYTHONPATH=ROOT))
+    deadline = time.monotonic() + 600
+    while not os.path.exists(ready) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)  # waiting for the workload to signal it runs, not instead of it
+    targets = sorted(d for d in os.listdir("/sys/block") if d.startswith("dm-"))
+    proc.kill()
+    proc.wait()
+    code = main(["cleanup"])
+    return {"ready": os.path.exists(ready), "targets_while_running": targets, "cleanup_code": code,
+            "left": leftovers()}
+
+
 def leftovers() -> dict[str, list[str]]:
     dm = sorted(d for d in os.listdir("/sys/block") if d.startswith("dm-"))
     loops = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout.split("\n")
     return {"dm": dm, "loop": [line for line in loops if line.strip()]}
 
 
-def drive(out: str, file_systems: list[str]) -> None:
+def drive(out: str, parts: list[str]) -> None:
     results = {}
-    for fs in file_systems:
-        for backend in ("auto", "fuse"):
-            results[f"{fs}-{backend}"] = run(out, f"{fs}-{backend}", "--fs", fs, "--backend", backend)
-    if file_systems == list(FILE_SYSTEMS):
+    for fs in FILE_SYSTEMS:
+        if fs in parts:
+            for backend in ("auto", "fuse"):
+                results[f"{fs}-{backend}"] = run(out, f"{fs}-{backend}", "--fs", fs, "--backend", backend)
+    if "user" in parts:
         results["ext4-user"] = user_devices(out)
+    killed = killed_run(out) if "killed" in parts else None
     doc = {"codes": {k: v[0] for k, v in results.items()}, "seconds": {k: v[1] for k, v in results.items()},
-           "left": leftovers()}
+           "left": leftovers(), "killed": killed}
     with open(os.path.join(out, "driver.json"), "w") as f:
         json.dump(doc, f, indent=1)
 
 
 if __name__ == "__main__":
-    drive(sys.argv[1], sys.argv[2:] or list(FILE_SYSTEMS))
+    drive(sys.argv[1], sys.argv[2:] or [*FILE_SYSTEMS, "user", "killed"])

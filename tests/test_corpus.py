@@ -156,3 +156,13 @@ def test_promote_a_run_into_the_corpus(pc: PcEnv) -> None:
     assert entry.expect == {"ext4-writeback": ["stale-data"], "default": []} and entry.fs == ["ext4"]
     assert "ext4-writeback" in p.stdout
     assert (ROOT / "corpus" / "matrix.json").exists()
+
+
+def test_runnable_skips_rows_this_host_cannot_run(pc: PcEnv) -> None:
+    matrix = pc.tmp / "m.json"
+    matrix.write_text(json.dumps({"format": "powercut-matrix/1", "rows": [{"name": "odd", "fs": "nilfs9"}]}))
+    p = pc.run("corpus", "run", "--matrix", str(matrix), "--runnable", "--entries", "append-fsync",
+               "--out", str(pc.tmp / "out"), check_rc=2)
+    assert p.stderr.splitlines() == [
+        "powercut corpus: skipping row odd: unknown --fs 'nilfs9': choose one of ext4, xfs, btrfs",
+        "powercut: no matrix row left after --fs/--rows and --runnable"], p.stderr

@@ -4,7 +4,7 @@ This host's kernel has no device-mapper, so one guest boot (harness/backends/vm/
 the host's root shared read-only over 9p, tmpfs for /tmp, /run, /dev/shm) runs
 tests/dm_guest_driver.py: `powercut run` of tests/workloads/small.sh on ext4, xfs and btrfs
 with --backend auto (which must pick dm there) and with --backend fuse, and once with
---data-dev/--log-dev. The host then compares: same verdicts, and every dm log replays to the
+--data-dev/--log-dev, and kills one dm run for `powercut cleanup`. The host then compares: same verdicts, and every dm log replays to the
 dm run's final image byte for byte. One boot, several minutes under TCG (README: backends).
 """
 
@@ -57,6 +57,12 @@ def test_every_run_passed_and_left_nothing(guest_out: Path) -> None:
     doc = json.loads((guest_out / "driver.json").read_text())
     assert doc["codes"] == {name: 0 for name in doc["codes"]} and len(doc["codes"]) == 7, doc
     assert doc["left"] == {"dm": [], "loop": []}
+
+
+def test_cleanup_removes_the_target_of_a_killed_run(guest_out: Path) -> None:
+    killed = json.loads((guest_out / "driver.json").read_text())["killed"]
+    assert killed["ready"] and killed["targets_while_running"], killed  # killed while recording on dm
+    assert killed["cleanup_code"] == 0 and killed["left"] == {"dm": [], "loop": []}, killed
 
 
 @pytest.mark.parametrize("fs", FILE_SYSTEMS)

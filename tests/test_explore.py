@@ -18,7 +18,7 @@ import pytest
 
 from checkers.crash_check import CrashCheckResult, check_crash_states
 from checkers.findings import Finding
-from checkers.recovery import CORRUPTION_ERRNOS, corruption_finding
+from checkers.recovery import guarded_inspect
 from conftest import POWERCUT, WORKLOADS, PcEnv, needs_root_stack
 from harness.foundation import runstate
 from harness.foundation.filesystems import get_fs
@@ -237,16 +237,33 @@ def test_bench_quick_writes_the_keys(pc: PcEnv) -> None:
     pc.run("bench", "--quick", "--json", str(out), check_rc=0)
     result = json.loads(out.read_text())
     for key in ("crash_states_per_s", "crash_states_per_s_xfs", "floor_ms_per_state", "overhead_ratio",
-                "recorder_fsync_p50_ratio", "seq1_workloads_per_min"):
+                "recorder_fsync_p50_ratio", "seq1_workloads_per_min", "crash_states_per_s_over_floor",
+                "oracle_bulk_speedup"):
         assert result[key] > 0, key
+    assert result["oracle_ms_per_state_by_scale"]["0.01"] > 0
+    ref = result["details"]["oracle"]["bulk_vs_sector"]
+    assert ref["same_loss_rows"] and ref["same_findings"] and ref["states"] > 0
 
 
-def test_corruption_the_inspector_hits_is_a_finding() -> None:
-    """EBADMSG/EUCLEAN/EIO while an inspector reads the recovered image: the kernel's own checks failed."""
-    f = corruption_finding(OSError(errno.EBADMSG, "Bad message", "/run/powercut/r/mnt-worker0/d/foo"),
-                           "/run/powercut/r/mnt-worker0")
-    assert (f.kind, f.evidence) == ("fsck", {"path": "d/foo", "read_error": "EBADMSG"})
-    assert errno.ENOENT not in CORRUPTION_ERRNOS
+@pytest.mark.parametrize("code", [errno.EBADMSG, errno.EUCLEAN, errno.EIO, errno.ENOENT, errno.ELOOP])
+def test_a_read_error_any_inspector_hits_is_a_corruption_finding(code: int) -> None:
+    """EBADMSG/EUCLEAN/EIO (the kernel's own checks failed), or a name that vanished or loops:
+    a `corruption` finding with path and errno, never an exception out of the crash walk."""
+    mnt = "/run/powercut/r/mnt-worker0"
+
+    def inspector(m: str) -> list:
+        raise OSError(code, os.strerror(code), f"{m}/d/foo")
+
+    [f] = guarded_inspect(inspector, mnt)
+    name = errno.errorcode[code]
+    assert (f.kind, f.evidence["path"], f.evidence["errno"]) == ("corruption", "d/foo", name)
+    assert f.detail == f"after recovery, reading d/foo fails: {name} ({os.strerror(code)})"
+
+    def out_of_fds(m: str) -> list:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    with pytest.raises(OSError):  # the host's own shortage is no property of the image
+        guarded_inspect(out_of_fds, mnt)
 
 
 def test_a_mount_failure_that_does_not_repeat_is_no_finding(pc: PcEnv, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -90,8 +90,10 @@ def test_read_only_mount_recovers_on_disk(pc: PcEnv, fs: str) -> None:
     mnt.mkdir()
     try:
         subprocess.run(["mount", "-t", fs, "-o", "ro,nouuid" if fs == "xfs" else "ro", loop, str(mnt)], check=True)
-        assert subprocess.run(["touch", str(mnt / "x")], capture_output=True).returncode != 0  # really read-only
-        subprocess.run(["umount", str(mnt)], check=True)
+        try:
+            assert subprocess.run(["touch", str(mnt / "x")], capture_output=True).returncode != 0  # really read-only
+        finally:
+            subprocess.run(["umount", str(mnt)], check=True)
     finally:
         subprocess.run(["losetup", "-d", loop])
     assert not _needs_recovery(fs, img)

@@ -6,7 +6,6 @@ xfs with reflink (software atomic writes) and ext4 (no atomic writes here)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -234,3 +233,25 @@ def test_torn_pages_scenario_counts_torn_pages_without_atomic_writes_only(pc: Pc
     compare = json.loads((out / "report.json").read_text())
     assert [v["findings"] for v in compare["variants"]] == [0, 0]
     assert compare["variants"][0]["headline"]["states with torn pages"] == plain["states_with_torn_pages"]
+
+
+@pytest.mark.parametrize("length, offset, why", [
+    (4096, 8192, None), (1 << 20, 0, None), (12288, 0, "power of two"), (2048, 0, "power of two"),
+    (2 << 20, 0, "power of two"), (16384, 4096, "multiple of the length")])
+def test_untorn_limits_say_which_writes_the_kernel_must_refuse(length: int, offset: int, why: str | None) -> None:
+    from checkers.history import untorn_refusal
+    xfs = StatxResult(4096, 1 << 20, 0, 1, 512, 512, True, True, True, False)
+    got = untorn_refusal(xfs, length, offset, append=False)
+    assert (got is None) if why is None else (why in got)
+    ext4 = StatxResult(0, 0, 0, 0, 512, 512, True, True, False, False)
+    assert "STATX_ATTR_WRITE_ATOMIC" in untorn_refusal(ext4, 4096, 0, append=False)
+
+
+@needs_exec
+def test_an_atomic_write_the_limits_forbid_that_succeeds_is_a_semantics_disagreement(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tmpfs reports no untorn writes; the stripped flag lets the write succeed anyway."""
+    ops = [TORN[0], {"op": "statx", "path": "db"}, *TORN[3:]]
+    run = fixture(tmp_path, monkeypatch, ops)
+    assert [d.ex.kind for d in run.history.disagreements] == ["pwritev2"]
+    assert "STATX_ATTR_WRITE_ATOMIC" in run.history.disagreements[0].expected

@@ -20,6 +20,7 @@ import pytest
 
 from conftest import POWERCUT, WORKLOADS, PcEnv
 from harness.backends.vm.kernel import resolve
+from test_corrupt_images import TORN_UNJOURNALED, assert_corrupt_images_are_findings
 from replay.logformat import END_MARK, LogReader
 from replay.replayer import Replayer
 
@@ -140,17 +141,18 @@ def test_json_workload_runs_in_the_guest(pc: PcEnv) -> None:
     assert pc.leftovers() == []
 
 
-def test_unjournaled_ext4_has_fsck_findings_through_the_guest(pc: PcEnv) -> None:
+def test_unjournaled_ext4_fsck_and_unreadable_images_are_findings_through_the_guest(pc: PcEnv) -> None:
+    """The guest kernel recovers torn unjournaled states (one recovery boot: < 200 images); fsck
+    fails on some, and the host's read-only content checks hit EBADMSG on some: findings, never a crash."""
     out = pc.tmp / "out"
-    p = pc.run("run", str(WORKLOADS / "metadata_heavy.sh"), "--fs", "ext4", "--mkfs-opts", "-O ^has_journal",
-               "--crash-points", "write", "--reorder", "none",  # in-order states: one guest boot, not several
+    p = pc.run("run", str(WORKLOADS / "unjournaled_dirs.json"), *TORN_UNJOURNALED,
                "--backend", "vm", "--kernel", KERNEL_612, "--out", str(out), check_rc=1)
-    r = report(out)
-    assert {f["kind"] for f in r["findings"]} == {"fsck"}, r["findings"][:3]
-    assert r["findings"][0]["evidence"]["fsck_code"] & 4
-    assert "findings: fsck" in p.stdout
-    # The checker discriminates: states at the end of each sync's burst are fine.
-    assert 0 < len(r["findings"]) < r["crash_states_checked"]
+    r = assert_corrupt_images_are_findings(out, p.stdout, p.stderr)
+    assert len(r["vm"]["boot_seconds"]) == 2  # one recording boot, one recovery boot
+    fsck = [f for f in r["findings"] if f["kind"] == "fsck"]
+    assert fsck[0]["evidence"]["fsck_code"] & 4
+    # The checker discriminates: not every state fails.
+    assert 0 < len(fsck) < r["crash_states_checked"]
 
 
 def start_blocked_vm_run(pc: PcEnv, kernel_args: list[str]) -> tuple[subprocess.Popen[str], Path]:
@@ -198,7 +200,8 @@ def test_boot_deadline_is_a_clear_error(pc: PcEnv) -> None:
     p = pc.run("run", str(script), "--fs", "ext4", "--backend", "vm", "--kernel", KERNEL_612,
                "--out", str(pc.tmp / "out"), env=pc.env(POWERCUT_VM_TIMEOUT="20"), check_rc=2)
     last = p.stderr.strip().splitlines()[-1]
-    assert re.fullmatch(r"powercut: guest did not finish within 20s: last console line: pc: \[[\d.]+\] workload", last), p.stderr
+    # where the guest was when time ran out depends on the machine's load: any stage will do
+    assert re.fullmatch(r"powercut: guest did not finish within 20s: last console line: .+", last), p.stderr
     assert pc.leftovers() == []
 
 
@@ -208,7 +211,7 @@ def test_boot_deadline_is_a_clear_error(pc: PcEnv) -> None:
     (["--backend", "vm", "--kernel", "/nonexistent/vmlinux"], "--kernel /nonexistent/vmlinux: no such file"),
     (["--backend", "vm", "--kernel", "debian:Bad Name"], "not a Debian package name"),
     (["--kernel", KERNEL_612], "--kernel and --kernel-modules need --backend vm"),
-    (["--backend", "vm", "--kernel", KERNEL_612, "--fault", "drop-flush"], "--fault is a test mode"),
+    (["--backend", "vm", "--kernel", KERNEL_612, "--fault", "recovery-drop-flush"], "the vm backend knows drop-flush, recovery-panic"),
 ])
 def test_bad_vm_arguments_exit_2_with_one_line(pc: PcEnv, args: list[str], message: str) -> None:
     p = pc.run("run", str(WORKLOADS / "mixed.sh"), "--fs", "ext4", *args, "--out", str(pc.tmp / "out"), check_rc=2)

@@ -64,6 +64,7 @@ CORE: list[Core] = [
     # shrink cores touch too (statx first: the limits go into the report).
     Core("atomic", ({"op": "statx", "path": "foo"}, _fd("pwritev2", iov=[4096], offset=0, flags=["RWF_ATOMIC"])),
          "foo", ("O_RDWR", "O_DIRECT")),
+    Core("unshare", (_fd("fallocate", mode=["UNSHARE_RANGE"], offset=0, length=16384),), "foo"),
     Core("atomic-dsync", (_fd("pwritev2", iov=[16384], offset=0, flags=["RWF_ATOMIC", "RWF_DSYNC"]),),
          "foo", ("O_RDWR", "O_DIRECT")),
     Core("mmap", (_fd("mmap_write", offset=0, length=4096, msync=False),), "foo"),

@@ -40,7 +40,7 @@ PERSIST_KINDS = ["fsync", "fdatasync", "sync", "fsync_dir"]
 FD_KINDS = {"pwrite", "fsync", "close", "write", "fdatasync", "ftruncate", "fallocate", "syncfs",
             "sync_file_range", "mmap_write", "read", "pread", "pwritev2"}
 FALLOC_MODES = [["KEEP_SIZE"], [], ["PUNCH_HOLE", "KEEP_SIZE"], ["ZERO_RANGE"], ["ZERO_RANGE", "KEEP_SIZE"],
-                ["COLLAPSE_RANGE"], ["INSERT_RANGE"]]
+                ["COLLAPSE_RANGE"], ["INSERT_RANGE"], ["UNSHARE_RANGE"]]  # unshare: copy-on-write on reflink xfs
 OPEN_FLAGS = [["O_CREAT", "O_RDWR"], ["O_RDWR"], ["O_CREAT", "O_RDWR", "O_TRUNC"], ["O_CREAT", "O_RDWR", "O_APPEND"],
               ["O_CREAT", "O_RDWR", "O_SYNC"], ["O_CREAT", "O_RDWR", "O_DSYNC"], ["O_CREAT", "O_RDWR", "O_DIRECT"],
               ["O_CREAT", "O_EXCL", "O_RDWR"], ["O_RDONLY"]]

@@ -10,7 +10,7 @@ from harness.foundation.cleanup import cleanup_dead_runs
 def _cmd(args: argparse.Namespace) -> int:
     cleaned, failed = cleanup_dead_runs()
     print(f"powercut cleanup: {cleaned} dead run(s) cleaned" + (f", {len(failed)} resource(s) could not be released" if failed else ""))
-    return 1 if failed else 0
+    return 2 if failed else 0  # nothing is found here: a resource left behind is the environment's trouble
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -6,6 +6,7 @@ import argparse
 import importlib
 import sys
 
+from harness.foundation import internal_error
 from harness.foundation.errors import PowercutError
 
 # Modules that expose register(subparsers): each adds its subcommands and sets
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
+    internal_error.forget_output_dir()
     try:
         return int(args.func(args))
     except PowercutError as e:
@@ -54,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into head & co.
         sys.stderr.close()
         return 0
+    except Exception as e:  # a bug: exit 3, never 1 (findings); teardown already ran on the way up
+        print(internal_error.one_line(e, internal_error.save_traceback(e)), file=sys.stderr)
+        return internal_error.EXIT_CODE
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from checkers.fsrules import TIERS
 from harness.commands.options import add_semantics_option
-from harness.foundation import ownership
+from harness.foundation import internal_error, ownership
 from harness.corpus.entries import CORPUS_DIR, VERDICT_KINDS, Row, entry_doc, load_corpus, load_matrix
 from harness.corpus.diff import diff, markdown as corpus_markdown_diff
 from harness.corpus.report import junit, markdown
@@ -60,6 +60,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: must be at least 1")
     out = ownership.make_dir(args.out or os.path.join("out", time.strftime("corpus-%Y%m%d-%H%M%S")))
+    internal_error.note_output_dir(out)
     started = time.time()
     cases = []
     todo = [(e, r) for r in rows for e in entries if e.applies(r)]

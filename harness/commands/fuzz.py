@@ -11,7 +11,7 @@ from typing import Any
 
 from checkers.findings import KINDS
 from harness.commands.options import add_semantics_option
-from harness.foundation import ownership
+from harness.foundation import internal_error, ownership
 from harness.foundation.errors import UsageError
 from harness.backends import require as require_backend, resolve as resolve_backend
 from harness.backends.session import FAULTS
@@ -112,6 +112,7 @@ def fuzz_cmd(args: argparse.Namespace) -> int:
         cfg, spec = _run_config(args), _spec(args)
         out = args.out or os.path.join("campaigns", f"{spec.engine}-{cfg.fs}-{time.strftime('%Y%m%d-%H%M%S')}")
         cdir = CampaignDir.create(out, {"run": cfg.to_json(), "spec": vars(spec)})
+    internal_error.note_output_dir(cdir.path)
     # Per session: how long, how wide, when to stop.
     spec.duration_s, spec.jobs = duration, args.jobs
     spec.max_workloads, spec.max_findings = args.max_workloads, args.max_findings
@@ -127,6 +128,7 @@ def minimize_cmd(args: argparse.Namespace) -> int:
     with open(args.workload) as f:
         doc = json.load(f)
     out = ownership.make_dir(args.out or default_out_dir(f"minimize-{workload.name}", cfg.fs))
+    internal_error.note_output_dir(out)
     trial = run_doc(doc, cfg, out)
     kinds = {f.kind for f in trial.findings}
     kind = args.kind or next((k for k in KINDS if k in kinds), None)
@@ -179,7 +181,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("fuzz", help="run a fuzzing campaign: generated workloads, deduplicated and shrunk findings",
                        description="Generate workloads, run each through `powercut run`'s pipeline, save every new "
                                    "finding shrunk, with its crash image and reproduce.sh. Exit 0: nothing found, "
-                                   "1: findings saved, 2: error, 130: interrupted (the report is written).")
+                                   "1: findings saved, 2: error, 3: internal error (a worker died of a bug), "
+                                   "130: interrupted (the report is written).")
     p.add_argument("--fs", help="ext4, xfs or btrfs")
     p.add_argument("--engine", choices=sorted(ENGINES), default="hypothesis", help="workload generator (default: hypothesis)")
     p.add_argument("--duration", default="10m", help="how long this session runs, e.g. 90s, 10m, 2h (default 10m)")

@@ -69,7 +69,7 @@ def recheck_cmd(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("run", help="record a workload and check every crash point",
                        description="Record WORKLOAD on a fresh file system and check every crash point. "
-                                   "Exit 0: nothing found, 1: findings, 2: usage or environment error.")
+                                   "Exit 0: nothing found, 1: findings, 2: usage or environment error, 3: internal error.")
     p.add_argument("workload", help="a workload: a powercut-workload/1 .json file or scenario:NAME (run by the "
                                     "timing executor), or an executable, .sh or .py program run in the mounted directory")
     p.add_argument("--fs", required=True, help="ext4, xfs or btrfs")
@@ -137,7 +137,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     r = sub.add_parser("recheck", help="check one crash state of a saved run again, from its log",
                        description="Rebuild crash state ID of the run saved in RUN_DIR from its log, let this "
                                    "host's kernel (for a --backend vm run: a guest booting the same kernel) recover it, fsck it and run the content oracle: the exact crash "
-                                   "state a finding came from. Exit 0: clean, 1: findings, 2: error.")
+                                   "state a finding came from. Exit 0: clean, 1: findings, 2: error, 3: internal error.")
     r.add_argument("run_dir", help="a `powercut run` output directory (report.json, recording.log, records)")
     r.add_argument("--state", required=True, metavar="ID",
                    help="crash state id from the report, e.g. p57 (in-order prefix), p57-d33 (a write dropped) "

@@ -28,7 +28,8 @@ MATRIX_FORMAT = "powercut-matrix/1"
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "corpus"
 # Verdicts ignore latency: timing depends on the machine; the baseline
 # comparison judges latency instead.
-VERDICT_KINDS = ("kernel", "mount", "fsck", "durability", "stale-data", "atomicity", "design", "semantics")
+VERDICT_KINDS = ("kernel", "mount", "fsck", "corruption", "durability", "stale-data", "atomicity", "design",
+                 "semantics")
 
 
 @dataclass(frozen=True)

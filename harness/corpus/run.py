@@ -15,6 +15,7 @@ import json
 import multiprocessing
 import os
 import platform
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -88,6 +89,8 @@ def host_cannot_run(row: Row) -> str:
         if any(line.split()[-1] == row.fs for line in f if line.strip()):
             return ""
     # Not loaded yet: the first mount loads the module, if the kernel has one.
+    if not shutil.which("modprobe"):
+        return ""  # cannot tell: let the case's mount say
     probe = subprocess.run(["modprobe", "-n", row.fs], capture_output=True, check=False)
     return "" if probe.returncode == 0 else f"the kernel has no {row.fs} (not built in, no module)"
 
@@ -138,10 +141,13 @@ def run_cases(todo: list[tuple[Entry, Row]], out_dir: str, backend: Backend = Ba
             yield run_case(entry, row, out_dir, backend)
         return
     # Processes, not threads: a run installs its SIGTERM handler, which only a main thread may.
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork"))
+    try:
         futures = [pool.submit(run_case, entry, row, out_dir, backend) for entry, row in todo]
         for future in as_completed(futures):
-            yield future.result()
+            yield future.result()  # a case's internal error ends the corpus run (exit 3)
+    finally:
+        pool.shutdown(cancel_futures=True)  # the cases under way finish (and tear down); no new one starts
 
 
 def compare_baseline(cases: list[Case], baseline: dict[str, Any], factor: float, floor_us: float) -> None:

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Any
 
-from harness.foundation import ownership
+from harness.foundation import internal_error, ownership
 from harness.foundation.errors import UsageError
 from harness.pipeline.run import RunConfig, default_out_dir, run_workload
 from harness.reports.plots import NOT_PLOTTED, PLOT_DIR, cdf, slug
@@ -116,6 +116,7 @@ def run_matrix(spec: str, cfg: RunConfig, scale: float | None, params: list[str]
     dimension, vs = variants(mount_opts_matrix, param_matrix, params)
     runners = [load_runner(spec, scale, v.params) for v in vs]  # every variant is valid before any runs
     out_dir = ownership.make_dir(out or default_out_dir(f"{runners[0].name}-compare", cfg.fs))
+    internal_error.note_output_dir(out_dir)
     runs = []
     for i, (v, runner) in enumerate(zip(vs, runners)):
         run_dir = os.path.join(out_dir, f"{i + 1}-{slug(v.label)}")

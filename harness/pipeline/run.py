@@ -27,7 +27,7 @@ from checkers.oracle import ContentOracle
 from checkers.design import design_points
 from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
 from checkers.findings import kernel_finding
-from harness.foundation import ownership, sysres
+from harness.foundation import internal_error, ownership, sysres
 from harness.backends import Backend, BackendOpener, DeviceArgs, open_backend, resolve as resolve_backend
 from harness.foundation.errors import KernelFailure, Terminated, UsageError
 from harness.foundation.filesystems import FsType, get_fs
@@ -196,6 +196,7 @@ def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
         cfg.backend, fs, workload, fault=cfg.fault, kernel=cfg.kernel, kernel_modules=cfg.kernel_modules,
         devices=DeviceArgs(cfg.data_dev, cfg.log_dev, tuple(cfg.erase_ok)), profile=resolve_profile(cfg.device_profile))
     out_dir = ownership.make_dir(out_dir)
+    internal_error.note_output_dir(out_dir)
     log_path = os.path.join(out_dir, "recording.log")
 
     state = RunState.create(f"run {workload.name}")

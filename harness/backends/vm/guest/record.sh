@@ -28,7 +28,7 @@ mark "$PC_MARK_MOUNTED"
 mkdir -p "$marks"
 /usr/bin/pc-dmlog markfs "$dev" "$marks" || fail "pc-dmlog markfs did not start"
 for n in $PC_SYSCTLS; do
-    [ -r "/proc/sys/vm/$n" ] && read -r v < "/proc/sys/vm/$n" && result "sysctl vm.$n $v"   # read: no fork
+    [ -r "/proc/sys/vm/$n" ] && result "sysctl vm.$n $(cat "/proc/sys/vm/$n")"  # not `read`: sysctl files end at offset 1
 done
 say "workload"
 cd /mnt
