@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from harness.backends.vm import cpio, initramfs
 from harness.backends.vm.kernel import Kernel
 from harness.backends.vm.qemu import Guest, Share
+from harness.foundation import paths
 from harness.foundation.errors import EnvError
 from harness.foundation.runstate import RunState
 
@@ -58,8 +59,11 @@ def run_in_guest(kernel: Kernel, command: str, out_dir: str, state: RunState, *,
     out_dir = os.path.abspath(out_dir)
     guest = Guest(kernel, initrd(kernel), state, out_dir, memory_mib=MEMORY_MIB, cpu=CPU)
     output = os.path.join(out_dir, "guest-command.out")
-    outcome = guest.boot("hostroot", {"PC_COMMAND": command, "PC_OUT": out_dir, "PC_PATH": PATH}, [],
-                         timeout=timeout, output=output, shares=[Share("hostroot", "/"), Share("pcout", out_dir, readonly=False)])
+    # The project itself is shared once more at its own path: a checkout under
+    # /tmp (a fresh clone in CI) would be hidden by the guest's tmpfs there.
+    env = {"PC_COMMAND": command, "PC_OUT": out_dir, "PC_ROOT": paths.ROOT, "PC_PATH": PATH}
+    shares = [Share("hostroot", "/"), Share("pcroot", paths.ROOT), Share("pcout", out_dir, readonly=False)]
+    outcome = guest.boot("hostroot", env, [], timeout=timeout, output=output, shares=shares)
     with open(output, errors="replace") as f:
         text = f.read()
     codes = [line.split()[1] for line in outcome.lines if line.startswith("exit ")]

@@ -18,7 +18,9 @@ mount -t devpts devpts $h/dev/pts
 for d in /tmp /run /dev/shm; do
     mount -t tmpfs -o mode=1777 tmpfs "$h$d" || fail "tmpfs on $d"
 done
-# PC_OUT may lie under /tmp: its mount point is made in the tmpfs.
+# PC_ROOT (the project) and PC_OUT may lie under /tmp: their mount points are
+# made in the tmpfs (or exist already in the read-only root).
+mkdir -p "$h$PC_ROOT" && mount -t 9p -o "$p9,ro,cache=loose" pcroot "$h$PC_ROOT" || fail "mounting $PC_ROOT (9p) failed"
 mkdir -p "$h$PC_OUT" && mount -t 9p -o "$p9" pcout "$h$PC_OUT" || fail "mounting $PC_OUT (9p) failed"
 say "command"
 chroot $h /usr/bin/env -i HOME=/root PATH="$PC_PATH" sh -c "$PC_COMMAND" > /dev/ttyS1 2>&1 < /dev/null
