@@ -12,6 +12,7 @@ import pytest
 from conftest import WORKLOADS, PcEnv, needs_root_stack
 from harness.backends.fuse.profiles import PROFILES, recorder_arg, resolve
 from harness.foundation.errors import UsageError
+from harness.pipeline.run import CALIBRATION_FSYNCS
 
 
 def test_named_profiles_and_json_files(tmp_path: Path) -> None:
@@ -43,7 +44,7 @@ def test_profile_and_recorder_overhead_in_the_reports(pc: PcEnv) -> None:
     r = json.loads((out / "report.json").read_text())
     assert r["device_profile"] == r["latency"]["device_profile"] == resolve("emmc")
     cal = r["latency"]["recorder_overhead"]
-    assert cal["fsyncs"] == 100 and cal["ratio"] == round(cal["recorder_p50_us"] / cal["loop_p50_us"], 2)
+    assert cal["fsyncs"] == CALIBRATION_FSYNCS and cal["ratio"] == round(cal["recorder_p50_us"] / cal["loop_p50_us"], 2)
     md = (out / "report.md").read_text()
     assert "Recorder overhead, measured in this invocation" in md and "Device profile `emmc`" in md
     bad = pc.run("run", str(WORKLOADS / "fsync_then_more.json"), "--fs", "ext4", "--device-profile", "floppy",

@@ -48,7 +48,7 @@ from workloads import scenarios
 from workloads.results import read_records
 
 
-CALIBRATION_FSYNCS = 100  # ~0.1-1 s: enough for a stable p50, short next to any run
+CALIBRATION_FSYNCS = 1000  # ~2 s: 100 gave p50 ratios from 0.4x to 3.8x on this shared machine
 
 
 @dataclass
