@@ -13,8 +13,12 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from replay.logformat import LogReader
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "build"
@@ -81,3 +85,23 @@ def pc(tmp_path: Path) -> PcEnv:
         subprocess.run([*POWERCUT, "cleanup"], env=env.env(), capture_output=True)
     assert not left, "left behind: " + "; ".join(left)
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def assert_log_replays_to(reader: LogReader, device_bytes: int, final: Path, scratch: Path) -> None:
+    """The whole log replayed onto a zeroed disk of DEVICE_BYTES is FINAL, byte for byte."""
+    from replay.replayer import Replayer
+    replayed = scratch / "replayed.img"
+    fd = os.open(replayed, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.ftruncate(fd, device_bytes)
+        with Replayer(reader, fd) as replayer:
+            replayer.replay_through(reader.nr_entries - 1)
+    finally:
+        os.close(fd)
+    assert final.stat().st_size == device_bytes
+    try:
+        with open(final, "rb") as a, open(replayed, "rb") as b:
+            for mib in range(device_bytes >> 20):
+                assert a.read(1 << 20) == b.read(1 << 20), f"replayed image differs in MiB {mib}"
+    finally:
+        replayed.unlink()

@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import POWERCUT, WORKLOADS, PcEnv
+from conftest import POWERCUT, WORKLOADS, PcEnv, assert_log_replays_to
 from harness.backends.vm.kernel import resolve
 from test_corrupt_images import TORN_UNJOURNALED, assert_corrupt_images_are_findings
 from replay.logformat import END_MARK, LogReader
-from replay.replayer import Replayer
 
 pytestmark = [
     pytest.mark.e2e,
@@ -83,20 +82,7 @@ def test_kernel_written_log_is_read_and_replays_to_the_guest_disk(vm_run: tuple[
             assert any(e.is_flush for e in entries[at[first]:at[then]]), (first, then)
         assert any(e.is_flush for e in entries) and any(e.is_write for e in entries)
         # The whole log replayed onto a zeroed disk is the guest's final data disk, byte for byte.
-        replayed = pc.tmp / "replayed.img"
-        fd = os.open(replayed, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            os.ftruncate(fd, r["device_bytes"])
-            with Replayer(reader, fd) as replayer:
-                replayer.replay_through(reader.nr_entries - 1)
-        finally:
-            os.close(fd)
-    final = out / "final.img"
-    assert final.stat().st_size == replayed.stat().st_size == r["device_bytes"]
-    with open(final, "rb") as a, open(replayed, "rb") as b:
-        for mib in range(r["device_bytes"] >> 20):
-            assert a.read(1 << 20) == b.read(1 << 20), f"replayed image differs in MiB {mib}"
-    replayed.unlink()
+        assert_log_replays_to(reader, r["device_bytes"], out / "final.img", pc.tmp)
 
 
 def test_run_is_clean_with_recovery_in_the_guest(vm_run: tuple[str, Path, PcEnv]) -> None:
