@@ -28,7 +28,7 @@ import time
 
 from harness.foundation import ownership, paths
 from harness.foundation.errors import EnvError
-from harness.foundation.runstate import RunState, record_process
+from harness.foundation.runstate import RunState, spawn_recorded
 from harness.foundation.sysres import wait_pid_gone
 from fuzz.afl_target import PIDFILE, TIME_LIMIT_S, pending_dir
 from fuzz.worker import Worker
@@ -87,9 +87,8 @@ def run(w: Worker) -> None:
     state = RunState.create(f"afl-fuzz {instance}")
     log = open(os.path.join(sync_dir, f"{instance}.log"), "ab")
     try:
-        proc = subprocess.Popen(command(w, sync_dir, instance), env=environment(w), stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, cwd=w.work)
-        res = record_process(state, proc.pid, "afl-fuzz")
+        proc, res = spawn_recorded(state, command(w, sync_dir, instance), "afl-fuzz", env=environment(w),
+                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=w.work)
         pending = pending_dir(w.campaign, target)
         try:
             while not w.should_stop() and proc.poll() is None:

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,6 +23,7 @@ from fuzz.minimize import Shrinker, repair, subset
 from fuzz.trial import Signature, Trial, signature
 from harness.foundation import ownership
 from harness.foundation.errors import UsageError
+from harness.foundation import runstate
 from harness.foundation.runstate import signals_deferred
 from workloads import afl_mutator, exhaustive, opcodec
 from workloads.format import parse_workload, workload_doc
@@ -204,10 +206,42 @@ def test_teardown_holds_signals_back_until_done() -> None:
     old = signal.signal(signal.SIGTERM, lambda s, f: got.append("term"))
     try:
         with signals_deferred():
+            # kill() to oneself is delivered before it returns; Python runs the handler at once after.
             os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(0.05)
             assert got == []
-        time.sleep(0.05)
         assert got == ["term"]
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+class _Stop(BaseException):
+    pass
+
+
+def _raise_stop(signum: int, frame: object) -> None:
+    raise _Stop()
+
+
+def test_a_signal_while_spawning_still_leaves_the_child_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CI hang: SIGTERM right after Popen's fork lost the pc-recorder (nobody stopped it)."""
+    monkeypatch.setattr(runstate, "STATE_ROOT", str(tmp_path / "state"))
+    real_popen = subprocess.Popen
+
+    def popen_then_signal(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        proc = real_popen(*args, **kwargs)  # type: ignore[call-overload]
+        os.kill(os.getpid(), signal.SIGTERM)  # what the campaign sends its workers on Ctrl-C
+        return proc
+
+    monkeypatch.setattr(subprocess, "Popen", popen_then_signal)
+    old = signal.signal(signal.SIGTERM, _raise_stop)
+    state = runstate.RunState.create("spawn test")
+    try:
+        with pytest.raises(_Stop):
+            runstate.spawn_recorded(state, ["sleep", "600"], "sleeper", stdin=subprocess.DEVNULL)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    recorded = [r for r in state.live_resources() if r.kind == "process"]
+    assert [r.info["what"] for r in recorded] == ["sleeper"]
+    pid = recorded[0].info["pid"]
+    assert state.teardown() == []
+    assert not os.path.exists(f"/proc/{pid}") or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from harness.foundation import paths
 from harness.foundation.errors import EnvError, UsageError
-from harness.foundation.runstate import RunState, record_process
+from harness.foundation.runstate import RunState, spawn_recorded
 from workloads import scenarios
 from workloads.format import Device, parse_workload, read_document
 from workloads.plan import build_plan, render_plan
@@ -73,8 +73,8 @@ class ExternalProgram:
 
 def run_child(cmd: list[str], state: RunState, what: str, **popen: Any) -> int:
     """Run CMD in its own process group, recorded so a killed run's cleanup stops it."""
-    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True, **popen)
-    res = record_process(state, p.pid, what, group=True)
+    p, res = spawn_recorded(state, cmd, what, group=True, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                            start_new_session=True, **popen)
     try:
         return p.wait()
     finally:

@@ -15,6 +15,7 @@ import os
 import secrets
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -247,3 +248,15 @@ RELEASERS: dict[str, Callable[[dict[str, Any]], None]] = {
 def record_process(state: RunState, pid: int, what: str, *, group: bool = False) -> Resource:
     """Record an already started child (its pid exists only after the fork)."""
     return state.record("process", pid=pid, start_time=_proc_start_time(pid), what=what, group=group)
+
+
+def spawn_recorded(state: RunState, cmd: list[str], what: str, *, group: bool = False,
+                   **popen: Any) -> tuple["subprocess.Popen[bytes]", Resource]:
+    """Start CMD and record it, with no signal in between.
+
+    A SIGTERM or Ctrl-C raised inside Popen (after the fork) or before the
+    record is written would leave a child nobody stops: a pc-recorder holding
+    its FUSE mount, and the caller's stdout pipe, for ever."""
+    with signals_deferred():
+        proc = subprocess.Popen(cmd, **popen)
+        return proc, record_process(state, proc.pid, what, group=group)

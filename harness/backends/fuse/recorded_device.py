@@ -15,7 +15,7 @@ from harness.foundation import ownership, paths, sysres
 from harness.backends.device import RecordedDevice
 from harness.backends.fuse.profiles import recorder_arg
 from harness.foundation.errors import EnvError
-from harness.foundation.runstate import Resource, record_process
+from harness.foundation.runstate import Resource, spawn_recorded
 from harness.foundation.sparse import sparse_copy
 
 READY_TIMEOUT_S = 30
@@ -64,10 +64,12 @@ class FuseRecordedDevice(RecordedDevice):
         cmd.append(self._fuse_dir)
         # Own session: a Ctrl-C on the terminal must not kill the recorder
         # while the loop device still depends on it; teardown stops it.
-        self._proc = subprocess.Popen(cmd, pass_fds=(wfd,), start_new_session=True,
-                                      stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # stdout too: a recorder left behind must not hold the caller's pipe open.
+        self._proc, res = spawn_recorded(self.state, cmd, "pc-recorder", pass_fds=(wfd,), start_new_session=True,
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.PIPE)
         os.close(wfd)
-        self._res.append(record_process(self.state, self._proc.pid, "pc-recorder"))
+        self._res.append(res)
         self._res.append(self.state.record("fuse", path=self._fuse_dir))
         try:
             ready, _, _ = select.select([rfd], [], [], READY_TIMEOUT_S)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from harness.foundation import ownership
 from harness.foundation.errors import EnvError, UsageError
-from harness.foundation.runstate import RunState, record_process
+from harness.foundation.runstate import RunState, spawn_recorded
 from harness.backends.vm import initramfs
 from harness.backends.vm.kernel import Kernel
 from harness.backends.vm.qemu import Disk, Outcome, kvm_usable, last_line, qemu_command
@@ -121,9 +121,9 @@ class LiveGuest:
         cmd[1:1] = ["-chardev", f"socket,id=ctl,path={sock_path},server=on,wait=on"]
         t0 = time.monotonic()
         self._err = open(os.path.join(work, "qemu.err"), "w+")
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._err, stderr=self._err,
-                                      start_new_session=True, preexec_fn=_die_with_parent)
-        self._res = record_process(state, self._proc.pid, "qemu (live guest)")
+        self._proc, self._res = spawn_recorded(state, cmd, "qemu (live guest)", stdin=subprocess.DEVNULL,
+                                               stdout=self._err, stderr=self._err, start_new_session=True,
+                                               preexec_fn=_die_with_parent)
         self._sock = self._connect(sock_path, t0 + 60)
         self._buf = b""
         lines = self._until(("ready",), BOOT_S)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from harness.foundation import ownership
 from harness.foundation.errors import EnvError
-from harness.foundation.runstate import RunState, record_process
+from harness.foundation.runstate import RunState, spawn_recorded
 from harness.backends.vm import console as vmconsole, initramfs
 from harness.backends.vm.kernel import Kernel
 
@@ -137,8 +137,8 @@ class Guest:
         t0 = time.monotonic()
         with open(os.path.join(work, "qemu.err"), "w+") as err:
             # Own session: Ctrl-C reaches powercut, whose teardown stops QEMU.
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True)
-            res = record_process(self.state, proc.pid, "qemu")
+            proc, res = spawn_recorded(self.state, cmd, "qemu", stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                       start_new_session=True)
             try:
                 proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
