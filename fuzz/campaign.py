@@ -17,6 +17,7 @@ import ctypes
 import importlib
 import multiprocessing
 import os
+import platform
 import signal
 import sys
 import time
@@ -198,6 +199,8 @@ class Campaign:
         report: dict[str, Any] = {
             "powercut_campaign": 1, "engine": self.spec.engine, "fs": self.cfg.fs, "run": self.cfg.to_json(),
             "spec": asdict(self.spec), "started": self.start, "stopped": time.time(), "stop_reason": self.stop_reason,
+            # the kernel under test on fuse/dm, and how busy the machine was (rates depend on it)
+            "host_kernel": platform.release(), "loadavg_at_stop": [round(x, 1) for x in os.getloadavg()],
             **self.rates(t), "workloads": t.workloads, "workloads_this_session": t.workloads - self.before.workloads,
             "shrink_runs": t.shrink_runs, "harness_errors": t.errors, "crash_states_checked": t.states,
             "mount_retries": t.mount_retries, "device_waits": t.device_waits, "recovery": self.cfg.recovery,
