@@ -77,10 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     if not paths:
         print(f"soak_summary: no campaign report.json in {' '.join(args.dirs)}", file=sys.stderr)
         return 2
-    rows = []
+    reports = []
     for p in paths:
         with open(p) as f:
-            rows.append(row(p, json.load(f)))
+            reports.append((p, json.load(f)))
+    rows = [row(p, r) for p, r in sorted(reports, key=lambda pr: pr[1].get("started", 0))]  # in the order they ran
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"campaigns": rows}, f, indent=1)
