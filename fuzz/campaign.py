@@ -26,6 +26,7 @@ from typing import Any
 
 from harness.foundation import internal_error
 from harness.foundation.errors import PowercutError, Terminated
+from harness.pipeline.live import live_guest
 from harness.pipeline.run import RunConfig, terminate_as_exception
 from fuzz.layout import CampaignDir, Totals
 from fuzz.status import StatusLine, clock
@@ -81,9 +82,8 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
 def _run_in_live_guest(w: Worker) -> None:
     """--backend vm: the worker's workloads all run in one guest it boots once (and again
     only after the guest kernel died); where the guest's time went is kept in CAMPAIGN/guests/."""
-    from harness.backends.vm.backend import LiveVm
-    from harness.foundation.filesystems import get_fs
-    with LiveVm(w.cfg.kernel, w.cfg.kernel_modules, get_fs(w.cfg.fs), w.cfg.fault) as live:
+    with live_guest(w.cfg, [w.cfg.fs]) as live:
+        assert live is not None
         w.opener = live.open
         try:
             importlib.import_module(ENGINES[w.campaign.config()["spec"]["engine"]]).run(w)
