@@ -34,6 +34,7 @@ class Totals:
     workloads: int = 0            # generated workloads run
     shrink_runs: int = 0          # runs of candidates while shrinking findings
     errors: int = 0               # runs the harness failed on
+    first_error: str = ""         # what the first of them said
     states: int = 0
     seconds: float = 0.0                                  # summed over workers
     kinds: Counter[str] = field(default_factory=Counter)  # findings (crash states) by kind
@@ -132,6 +133,7 @@ class CampaignDir:
             for e in jsonl.read(os.path.join(jdir, name)):
                 if "error" in e:
                     t.errors += 1
+                    t.first_error = t.first_error or f"{e.get('name', '?')}: {e['error']}"
                     continue
                 if e.get("shrink"):
                     t.shrink_runs += 1
