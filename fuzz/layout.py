@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.foundation.jsondoc import write_json
 from harness.foundation import jsonl, ownership
 from harness.foundation.errors import UsageError
 
@@ -79,11 +80,7 @@ class CampaignDir:
         self._write_json(CONFIG, {**self.config(), **changes})
 
     def _write_json(self, name: str, obj: Any) -> None:
-        tmp = self.sub(name + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, self.sub(name))
+        write_json(self.sub(name), obj)
 
     def add_guest_stats(self, worker: str, stats: dict[str, Any]) -> None:
         """Add one worker session's vm guest costs to CAMPAIGN/guests/WORKER.json (summed over sessions)."""
