@@ -105,7 +105,7 @@ soak: deps
 	    | tee $$out/summary.md; exit $$rc
 
 test: deps
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=15 tests
 
 # The whole corpus on every matrix row this host can run (CI runs it after `make test`).
 CORPUS_JOBS ?= 2

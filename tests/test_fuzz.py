@@ -125,7 +125,7 @@ def test_exhaustive_seq1_covers_the_space_across_ctrl_c_and_resume(pc: PcEnv) ->
     report = json.loads((out / "report.json").read_text())
     assert report["stop_reason"] == "exhausted"
     n = exhaustive.space_size(1)
-    assert report["exhaustive"] == {"seq": 1, "space": n, "done": n}
+    assert report["exhaustive"] == {"seq": 1, "space": n, "done": n}, p.stdout
     assert report["workloads_this_session"] == n - first["workloads"]  # nothing was run twice
     indices = Counter(json.loads(line).get("index") for j in (out / "journal").glob("*.jsonl")
                       for line in j.read_text().splitlines())
