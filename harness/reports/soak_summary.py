@@ -15,6 +15,7 @@ import os
 import sys
 from typing import Any
 
+from harness.foundation.jsondoc import write_json
 from harness.foundation.mdtable import table
 
 
@@ -83,9 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             reports.append((p, json.load(f)))
     rows = [row(p, r) for p, r in sorted(reports, key=lambda pr: pr[1].get("started", 0))]  # in the order they ran
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"campaigns": rows}, f, indent=1)
-            f.write("\n")
+        write_json(args.json, {"campaigns": rows}, indent=1)
     print(markdown(rows))
     return 1 if any(r["findings_by_kind"] for r in rows) else 0
 
