@@ -11,25 +11,34 @@ latency regression.
 from __future__ import annotations
 
 import dataclasses
-import json
 import multiprocessing
 import os
 import platform
+import queue
 import shutil
+import signal
 import subprocess
+import sys
 import time
+import traceback
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from harness.foundation.jsondoc import write_json
 from checkers.fsrules import DEFAULT_TIER
 from harness.foundation import ownership
 from harness.corpus.entries import load_doc, VERDICT_KINDS, Entry, Row
-from harness.foundation.errors import PowercutError, UsageError
+from harness.foundation.errors import EnvError, KernelFailure, PowercutError, Terminated, UsageError
 from harness.foundation.filesystems import get_fs
-from harness.pipeline.run import RunConfig, check_tools, run_workload
+from harness.pipeline.live import live_guest, opener, why_not_live
+from harness.pipeline.run import RunConfig, check_tools, run_checked
+
+if TYPE_CHECKING:
+    import multiprocessing.queues
+    from harness.backends.vm.backend import LiveVm
 
 RESULTS_FORMAT = "powercut-corpus-results/1"
 LATENCY_STATS = ("p99_us", "max_us")
@@ -110,15 +119,19 @@ def run_config(entry: Entry, row: Row, backend: Backend = Backend()) -> RunConfi
                      semantics=backend.semantics, **run)
 
 
-def run_case(entry: Entry, row: Row, out_dir: str, backend: Backend = Backend()) -> Case:
+def run_case(entry: Entry, row: Row, out_dir: str, backend: Backend = Backend(), live: LiveVm | None = None) -> Case:
+    """One case; with LIVE (--backend vm) in that live guest, unless the case needs what one refuses."""
     case = Case(entry.name, row.name, row.fs, row.mkfs_opts, row.mount_opts, entry.expected(row),
                 may=entry.allowed(row))
     case_dir = ownership.make_dir(os.path.join(out_dir, row.name, entry.name))
     wl = os.path.join(case_dir, "workload.json")
-    with open(wl, "w") as f:
-        json.dump(entry.workload, f, indent=1)
+    write_json(wl, entry.workload, indent=1)
     try:
-        report = run_workload(wl, run_config(entry, row, backend), os.path.join(case_dir, "run"))
+        cfg = run_config(entry, row, backend)
+        if live is not None and (why := why_not_live(cfg)):
+            print(f"powercut corpus: {case.key} runs in guests of its own, not the live one: {why}",
+                  file=sys.stderr, flush=True)
+        report = run_checked(wl, cfg, os.path.join(case_dir, "run"), opener=opener(live, cfg)).report
     except PowercutError as e:
         case.error = str(e)
         return case
@@ -136,6 +149,9 @@ def run_cases(todo: list[tuple[Entry, Row]], out_dir: str, backend: Backend = Ba
     """Run every (entry, row) case, JOBS at a time, each in its own process; yield them as they finish."""
     for row_name in {row.name for _, row in todo}:  # made here: workers would race on the parents
         ownership.make_dir(os.path.join(out_dir, row_name))
+    if backend.name == "vm":
+        yield from _run_live(todo, out_dir, backend, jobs)
+        return
     if jobs <= 1:
         for entry, row in todo:
             yield run_case(entry, row, out_dir, backend)
@@ -148,6 +164,86 @@ def run_cases(todo: list[tuple[Entry, Row]], out_dir: str, backend: Backend = Ba
             yield future.result()  # a case's internal error ends the corpus run (exit 3)
     finally:
         pool.shutdown(cancel_futures=True)  # the cases under way finish (and tear down); no new one starts
+
+
+# --backend vm: each job keeps one live guest for all its cases (harness/pipeline/live.py).
+def _guest_size_mib(case: tuple[Entry, Row]) -> int:
+    """The device size the case's guest gets (a live guest's disks are fixed at boot): cases
+    are run grouped by it, so a job boots once per size, not once per change of size."""
+    entry, row = case
+    return int(entry.run.get("size_mib") or get_fs(row.fs).default_size_mib)
+
+
+def _run_job(todo: list[tuple[Entry, Row]], out_dir: str, backend: Backend, job: int = 0) -> Iterator[Case]:
+    base = RunConfig(fs=todo[0][1].fs, backend=backend.name, kernel=backend.kernel,
+                     kernel_modules=backend.kernel_modules, quiet=True)
+    with live_guest(base, {row.fs for _, row in todo}) as live:
+        assert live is not None
+        try:
+            for entry, row in todo:
+                yield run_case(entry, row, out_dir, backend, live)
+        finally:
+            s = live.stats()
+            print(f"powercut corpus: job {job}: {s['boots']} guest boot(s), {s['boot_seconds']} s booting",
+                  file=sys.stderr, flush=True)
+
+
+def _job_main(todo: list[tuple[Entry, Row]], out_dir: str, backend: Backend, job: int,
+              results: "multiprocessing.queues.Queue[tuple[str, Any]]") -> None:
+    """A job process: its cases in its live guest, each sent back as it finishes. Ctrl-C
+    reaches the parent only; the parent's SIGTERM tears the case under way down."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def on_term(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one teardown, not one per signal
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        for case in _run_job(todo, out_dir, backend, job):
+            results.put(("case", case))
+    except KernelFailure as e:  # (the pipeline turns these into findings; its args do not pickle)
+        results.put(("error", EnvError(str(e))))
+    except PowercutError as e:  # the guest cannot be had (kernel, tools): exit 2 in the parent
+        results.put(("error", e))
+    except BaseException as e:  # a bug: exit 3 in the parent, with this traceback in error.txt
+        results.put(("error", RuntimeError(f"corpus job {job}: {type(e).__name__}: {e}\n"
+                                           + "".join(traceback.format_exception(e)))))
+
+
+def _run_live(todo: list[tuple[Entry, Row]], out_dir: str, backend: Backend, jobs: int) -> Iterator[Case]:
+    todo = sorted(todo, key=_guest_size_mib)  # stable: row order within a size
+    if jobs <= 1 or len(todo) == 1:
+        yield from _run_job(todo, out_dir, backend)
+        return
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+    # Every job takes every JOBS-th case: each goes through the sizes in the same order.
+    procs = [ctx.Process(target=_job_main, name=f"powercut-corpus-job{k}",
+                         args=(todo[k::jobs], out_dir, backend, k, results)) for k in range(min(jobs, len(todo)))]
+    finished = False
+    try:
+        for p in procs:
+            p.start()
+        for _ in todo:
+            while True:
+                try:
+                    kind, item = results.get(timeout=1.0)
+                    break
+                except queue.Empty:
+                    if not any(p.is_alive() for p in procs) and results.empty():
+                        codes = ", ".join(f"{p.name} {p.exitcode}" for p in procs)
+                        raise RuntimeError(f"corpus jobs ended before their cases were done ({codes})") from None
+            if kind == "error":
+                raise item
+            yield item
+        finished = True
+    finally:
+        for p in procs:
+            if not finished and p.is_alive() and p.pid:
+                os.kill(p.pid, signal.SIGTERM)
+        for p in procs:
+            p.join()
 
 
 def compare_baseline(cases: list[Case], baseline: dict[str, Any], factor: float, floor_us: float) -> None:

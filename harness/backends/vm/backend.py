@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,42 +82,49 @@ class FreshFs:
 
 
 class LiveVm:
-    """The live guests of one campaign worker: one per device size, booted on first use."""
+    """The live guests of one campaign worker or corpus job: one per device size, booted on
+    first use, serving every file system in FSS (one initramfs carries their tools and modules).
+    Only one guest runs at a time: switching sizes powers the other off (its disks stay)."""
 
-    def __init__(self, kernel: str | None, kernel_modules: str | None, fs: FsType, fault: str | None) -> None:
+    def __init__(self, kernel: str | None, kernel_modules: str | None, fss: Sequence[FsType],
+                 fault: str | None) -> None:
         if not kernel:
             raise UsageError("--backend vm needs --kernel debian:PACKAGE (e.g. debian:linux-image-6.12-amd64) or --kernel PATH")
         packages.ensure(packages.VM_HOST_PACKAGES, "--backend vm")
         self.kernel = vmkernel.resolve(kernel, kernel_modules)
-        self.fs, self.fault = fs, _check_fault(fault)
-        self.base_initrd = initramfs.build(self.kernel, fs)
+        self.fs_names = sorted({f.name for f in fss})
+        self.fault = _check_fault(fault)
+        self.base_initrd = initramfs.build(self.kernel, sorted(fss, key=lambda f: f.name))
         self.guests: dict[int, LiveGuest] = {}
-        self.fresh: dict[tuple[str, int], FreshFs] = {}
+        self.fresh: dict[tuple[str, str, int], FreshFs] = {}
 
     def open(self, fs: FsType, workload: WorkloadRunner) -> "VmBackend":
         """The backend for one workload (the pipeline's opener)."""
-        if fs.name != self.fs.name:
-            raise UsageError(f"this live guest is for {self.fs.name}, not {fs.name}")
+        if fs.name not in self.fs_names:
+            raise UsageError(f"this live guest is for {', '.join(self.fs_names)}, not {fs.name}")
         return VmBackend(fs, workload, None, None, self.fault, live=self)
 
     def guest(self, device_bytes: int) -> LiveGuest:
         if device_bytes not in self.guests:
             self.guests[device_bytes] = LiveGuest(self.kernel, self.base_initrd, device_bytes,
                                                   log_disk_bytes(device_bytes), MAX_IMAGES_PER_BOOT)
+        for size, other in self.guests.items():
+            if size != device_bytes:
+                other.stop()  # one QEMU per worker: its memory is the host's scarcest resource here
         return self.guests[device_bytes]
 
-    def fresh_fs(self, mkfs_opts: str, device_bytes: int) -> FreshFs:
-        """The file system for MKFS_OPTS and DEVICE_BYTES, made on the host once."""
-        key = (mkfs_opts, device_bytes)
+    def fresh_fs(self, fs: FsType, mkfs_opts: str, device_bytes: int) -> FreshFs:
+        """The file system FS for MKFS_OPTS and DEVICE_BYTES, made on the host once."""
+        key = (fs.name, mkfs_opts, device_bytes)
         if key not in self.fresh:
             g = self.guest(device_bytes)
             scratch = g._ensure_state().scratch
             n = len(self.fresh)
             image, prefix = os.path.join(scratch, f"fresh-{n}.img"), os.path.join(scratch, f"fresh-{n}.log")
             os.close(ownership.create_file(image, device_bytes))
-            p = sysres.run(self.fs.mkfs_cmd(image, mkfs_opts), check=False, timeout=600)
+            p = sysres.run(fs.mkfs_cmd(image, mkfs_opts), check=False, timeout=600)
             if p.returncode != 0:
-                raise EnvError(f"mkfs.{self.fs.name} {mkfs_opts} failed: {(p.stderr or p.stdout).strip().splitlines()[-1:]}")
+                raise EnvError(f"mkfs.{fs.name} {mkfs_opts} failed: {(p.stderr or p.stdout).strip().splitlines()[-1:]}")
             image_prefix(image, prefix, MARK_MKFS, SECTOR_SIZE)
             self.fresh[key] = FreshFs(image, prefix)
         return self.fresh[key]
@@ -182,7 +190,7 @@ class VmBackend:
         output = os.path.join(out_dir, "workload.out")
         prefix = None
         if self.live is not None:
-            fresh = self.live.fresh_fs(mkfs_opts, device_bytes)
+            fresh = self.live.fresh_fs(fs, mkfs_opts, device_bytes)
             guest = self.guest = self.live.guest(device_bytes)
             guest._ensure_state()
             assert guest.disks is not None

@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 
 from harness.foundation import paths
 from harness.foundation.errors import EnvError
@@ -111,13 +112,15 @@ class Tree:
         return [self.members[p] for p in sorted(self.members)]  # parents sort before children
 
 
-def base_tree(kernel: Kernel, fs: FsType) -> Tree:
+def base_tree(kernel: Kernel, fs: FsType | Sequence[FsType]) -> Tree:
+    """The guest for FS (or for each of several: a live guest serving a corpus of many)."""
+    fss = [fs] if isinstance(fs, FsType) else list(fs)
     tree = Tree()
     for d in ["dev", "proc", "sys", "run", "tmp", "mnt", "bin", "sbin"]:
         tree.add(cpio.directory(d))
     tree.add_program(BUSYBOX, "bin/busybox")
     tree.add(cpio.symlink("bin/sh", "busybox"))
-    for name in [*GUEST_PROGRAMS, fs.mkfs[0]]:
+    for name in [*GUEST_PROGRAMS, *(f.mkfs[0] for f in fss)]:
         tree.add_program(which(name))
     for name in GUEST_BUILD_PROGRAMS:
         tree.add_program(paths.c_program(name), at=f"usr/bin/{name}")
@@ -126,7 +129,7 @@ def base_tree(kernel: Kernel, fs: FsType) -> Tree:
             tree.add_host_file(path)
     for at, name in GUEST_SCRIPTS.items():
         tree.add_host_file(os.path.join(GUEST_DIR, name), at, executable=True)
-    add_modules(tree, kernel, [*GUEST_MODULES, fs.name])
+    add_modules(tree, kernel, [*GUEST_MODULES, *(f.name for f in fss)])
     return tree
 
 
@@ -140,8 +143,8 @@ def add_modules(tree: Tree, kernel: Kernel, modules: list[str]) -> None:
     tree.add(cpio.file("pc/modules.list", "".join(n + "\n" for n in names).encode()))
 
 
-def build(kernel: Kernel, fs: FsType) -> str:
-    """Path of the cached gzipped base initramfs for KERNEL and FS (built if needed)."""
+def build(kernel: Kernel, fs: FsType | Sequence[FsType]) -> str:
+    """Path of the cached gzipped base initramfs for KERNEL and FS (or several; built if needed)."""
     if not os.path.exists(BUSYBOX):
         raise EnvError(f"{BUSYBOX} is missing: install busybox-static")
     return cached(base_tree(kernel, fs))

@@ -1,0 +1,48 @@
+"""`powercut corpus run --backend vm`: every job runs its cases in one live guest.
+
+One small run (two entries on two ext4 rows, two jobs: one TCG boot each)
+checks that the guest is booted once per job and reused, that the verdicts
+are the guest kernel's (the ext4 fast_commit mount bug shows on its row and
+nowhere else) and that nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+from conftest import PcEnv
+from harness.pipeline.live import why_not_live
+from harness.pipeline.run import RunConfig
+
+KERNEL_612 = "debian:linux-image-6.12-amd64"
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (apt-get, kernel cache, scratch dirs)")
+def test_corpus_cases_share_one_live_guest_per_job(pc: PcEnv) -> None:
+    out = pc.tmp / "corpus"
+    p = pc.run("corpus", "run", "--backend", "vm", "--kernel", KERNEL_612, "--jobs", "2",
+               "--entries", "append-fsync,ext4-fc-unlinked-fsync-mount", "--rows", "ext4-ordered,ext4-fast-commit",
+               "--out", str(out), timeout=1200)
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["backend"] == "vm" and doc["kernel"].startswith("6.12") and doc["summary"]["cases"] == 4
+    verdicts = {k: c["verdict"] for k, c in doc["cases"].items()}
+    assert verdicts == {"append-fsync@ext4-ordered": [], "append-fsync@ext4-fast-commit": [],
+                        "ext4-fc-unlinked-fsync-mount@ext4-ordered": [],
+                        "ext4-fc-unlinked-fsync-mount@ext4-fast-commit": ["mount"]}
+    # Two jobs, two cases each, one boot each: every case ran in a guest that had booted once.
+    assert sorted(re.findall(r"job (\d): (\d+) guest boot", p.stderr)) == [("0", "1"), ("1", "1")]
+    for case in doc["cases"].values():
+        vm = json.loads((out / case["report"]).read_text())["vm"]
+        assert vm["live_guest"] and len(vm["boot_seconds"]) == 1
+    assert pc.leftovers() == []
+
+
+def test_a_case_a_live_guest_cannot_serve_is_named() -> None:
+    assert why_not_live(RunConfig(fs="ext4", backend="vm", recovery="rw")) == ""
+    assert "batch disk" in why_not_live(RunConfig(fs="ext4", backend="vm", recovery="both"))
