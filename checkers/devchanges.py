@@ -28,6 +28,23 @@ class DeviceChanges:
         k = bisect.bisect_right(self.ranges, (start, float("inf")))
         return (k > 0 and self.ranges[k - 1][1] > start) or (k < len(self.ranges) and self.ranges[k][0] < end)
 
+    def untouched(self, start: int, end: int) -> list[tuple[int, int]]:
+        """The parts of [start, end) no changed range overlaps (none, when the changes are unknown)."""
+        if self.ranges is None:
+            return []
+        out, cur = [], start
+        k = max(0, bisect.bisect_right(self.ranges, (start, float("inf"))) - 1)
+        while k < len(self.ranges) and self.ranges[k][0] < end:
+            s, t = self.ranges[k]
+            if t > cur:
+                if s > cur:
+                    out.append((cur, s))
+                cur = max(cur, t)
+            k += 1
+        if cur < end:
+            out.append((cur, end))
+        return out
+
     def follows(self, slot: str, seq: int) -> bool:
         """Whether these are the changes since inspection SEQ of SLOT (so what was read then can be reused)."""
         return self.ranges is not None and self.slot == slot and self.seq == seq + 1

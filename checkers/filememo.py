@@ -142,18 +142,18 @@ def reusable(old: tuple[tuple[int, int, int, int], ...], new: tuple[tuple[int, i
         hi = min(a[i][1], b[j][1])
         pa, pb = a[i][2], b[j][2]
         if hi > lo:
+            same: list[tuple[int, int]] = []
             if pa is None and pb is None:
-                ok = True
+                same = [(lo, hi)]
             elif pa is not None and pb is not None:
                 da, db = pa + (lo - a[i][0]), pb + (lo - b[j][0])
-                ok = da == db and a[i][3] == b[j][3] and not changes.touches(db, db + (hi - lo))
-            else:
-                ok = False
-            if ok:
-                if out and out[-1][1] == lo:
-                    out[-1] = (out[-1][0], hi)
+                if da == db and a[i][3] == b[j][3]:  # the parts of these device bytes nothing changed
+                    same = [(lo + s - db, lo + t - db) for s, t in changes.untouched(db, db + (hi - lo))]
+            for s, t in same:
+                if out and out[-1][1] == s:
+                    out[-1] = (out[-1][0], t)
                 else:
-                    out.append((lo, hi))
+                    out.append((s, t))
         if a[i][1] == hi:
             i += 1
         if b[j][1] == hi:
