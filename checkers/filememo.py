@@ -97,15 +97,21 @@ class ImageFiles:
 
     def _patch(self, fd: int, old: bytes, same: list[tuple[int, int]], size: int) -> bytes:
         """The file's SIZE bytes: OLD's where SAME says they still hold, read through the file elsewhere."""
-        out = bytearray(size)
+        out = bytearray(old[:size])  # one copy; the gaps are read straight into it
+        if size > len(out):
+            out.extend(bytes(size - len(out)))
+        view = memoryview(out)
         cur = 0
         for a, b in same + [(size, size)]:
             if a > cur:  # not known to be unchanged: read it
-                got = os.pread(fd, a - cur, cur)
-                out[cur:cur + len(got)] = got
+                got = os.preadv(fd, [view[cur:a]], cur)
+                if got != a - cur:  # shorter than its size said: read it all the plain way
+                    view.release()
+                    self.bytes_read += size
+                    return os.pread(fd, size, 0)
                 self.bytes_read += a - cur
-            out[a:b] = old[a:b]
             cur = max(cur, b)
+        view.release()
         self.patched += 1
         return bytes(out)
 

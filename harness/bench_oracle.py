@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from checkers.history import build_history
@@ -40,7 +41,13 @@ def _recorder(scale: float) -> ExecutorWorkload:
     return runner
 
 
-def oracle_scale_curve(scratch: str, scales: tuple[float, ...] = SCALES, budget: int = BUDGET) -> dict[str, Any]:
+Floor = Callable[[str, int], dict[str, Any]]   # (log, device bytes) -> the bare mount+umount+fsck cost
+
+
+def oracle_scale_curve(scratch: str, scales: tuple[float, ...] = SCALES, budget: int = BUDGET,
+                       floor: Floor | None = None) -> dict[str, Any]:
+    """FLOOR: also measure the bare kernel + fsck cost per state on each scale's own log
+    (the file system grows with the scale), so the walk can be given over it."""
     out: dict[str, Any] = {}
     for scale in scales:
         t0 = time.perf_counter()
@@ -53,6 +60,10 @@ def oracle_scale_curve(scratch: str, scales: tuple[float, ...] = SCALES, budget:
                            "state_ms": r["crash_walk"]["ms_per_state"], "image_loads": r["crash_walk"]["image_loads"],
                            "oracle_files": r["oracle"].get("files"),
                            "fraction_checked": r.get("budget", {}).get("fraction_checked", 1.0)}
+        if floor is not None:
+            f = floor(os.path.join(scratch, f"recorder-{scale}", r["log"]), r["device_bytes"])
+            out[str(scale)]["floor_ms"] = f["ms"]
+            out[str(scale)]["state_over_floor"] = round(out[str(scale)]["state_ms"] / f["ms"], 2)
     return out
 
 
