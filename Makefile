@@ -26,6 +26,8 @@ SOAK_FS        ?= ext4 ext4:fast_commit xfs btrfs
 SOAK_WORKLOADS ?= 300
 SOAK_DURATION  ?= 4h
 SOAK_OPS       ?= 5-20
+# The oracle's tier for make fuzz/soak: linux (what ext4/xfs/btrfs developers promise) or posix.
+SEMANTICS      ?= linux
 
 .PHONY: all deps apt venv cbuild test corpus-check bench clean help ci-kernel fuzz soak afl
 
@@ -84,22 +86,26 @@ $(BUILD)/.afl-ok: ci/install-deps.sh | $(BUILD)/.apt-ok
 afl: $(BUILD)/.afl-ok
 
 fuzz: deps $(if $(filter afl,$(ENGINE)),afl)
-	$(PC) fuzz --fs $(FS) --engine $(ENGINE) --duration $(DURATION) --jobs $(JOBS) \
+	$(PC) fuzz --fs $(FS) --engine $(ENGINE) --duration $(DURATION) --jobs $(JOBS) --semantics $(SEMANTICS) \
 	    --mount-opts "$(MOUNT_OPTS)" --mkfs-opts "$(MKFS_OPTS)" \
 	    $(if $(KERNEL),--backend vm --kernel '$(KERNEL)') $(FUZZ_ARGS)
 
-# Exit status of each campaign: 0 clean, 1 findings; the first non-zero stops the soak.
+# Each configuration's campaign goes to SOAK_OUT/<config> (default SOAK_OUT: campaigns/soak-DATE);
+# SOAK_OUT/summary.{json,md}: one row per configuration (workloads, crash states, findings).
+# Exit status of each campaign: 0 clean, 1 findings; one of 2 or more stops the soak.
 soak: deps
-	rc=0; for c in $(SOAK_FS); do \
+	rc=0; out=$(or $(SOAK_OUT),campaigns/soak-$$(date -u +%Y%m%d-%H%M%S)); mkdir -p $$out; for c in $(SOAK_FS); do \
 	    fs=$${c%%:*}; feat=$${c#$$fs}; feat=$${feat#:}; \
 	    $(PC) fuzz --fs $$fs $${feat:+--mkfs-opts "-O $$feat"} --engine $(ENGINE) --max-workloads $(SOAK_WORKLOADS) \
-	        --duration $(SOAK_DURATION) --jobs $(JOBS) --ops $(SOAK_OPS) \
-	        --out campaigns/soak-$$fs$${feat:+-$$feat}-$$(date +%Y%m%d-%H%M%S) $(FUZZ_ARGS); \
+	        --duration $(SOAK_DURATION) --jobs $(JOBS) --ops $(SOAK_OPS) --semantics $(SEMANTICS) \
+	        --out $$out/$$fs$${feat:+-$$feat} $(FUZZ_ARGS); \
 	    r=$$?; [ $$r -gt $$rc ] && rc=$$r; [ $$r -ge 2 ] && break; \
-	done; exit $$rc
+	done; \
+	$(VENV)/bin/python -m harness.reports.soak_summary --json $$out/summary.json $$out \
+	    | tee $$out/summary.md; exit $$rc
 
 test: deps
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=15 tests
 
 # The whole corpus on every matrix row this host can run (CI runs it after `make test`).
 CORPUS_JOBS ?= 2

@@ -29,6 +29,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from harness.foundation.jsondoc import write_json
 from harness.corpus.diff import diff as corpus_diff
 from harness.corpus.entries import VERDICT_KINDS
 from harness.foundation import ownership
@@ -173,11 +174,7 @@ def summary(report: dict[str, Any]) -> str:
 
 
 def write(out: str, report: dict[str, Any]) -> str:
-    path = os.path.join(out, "bisect.json")
-    with open(path, "w") as f:
-        json.dump(report, f, indent=2)
-        f.write("\n")
-    return path
+    return write_json(os.path.join(out, "bisect.json"), report)
 
 
 def from_finding(d: str) -> tuple[str, RunConfig]:

@@ -17,6 +17,7 @@ import ctypes
 import importlib
 import multiprocessing
 import os
+import platform
 import signal
 import sys
 import time
@@ -198,8 +199,11 @@ class Campaign:
         report: dict[str, Any] = {
             "powercut_campaign": 1, "engine": self.spec.engine, "fs": self.cfg.fs, "run": self.cfg.to_json(),
             "spec": asdict(self.spec), "started": self.start, "stopped": time.time(), "stop_reason": self.stop_reason,
+            # the kernel under test on fuse/dm, and how busy the machine was (rates depend on it)
+            "host_kernel": platform.release(), "loadavg_at_stop": [round(x, 1) for x in os.getloadavg()],
             **self.rates(t), "workloads": t.workloads, "workloads_this_session": t.workloads - self.before.workloads,
-            "shrink_runs": t.shrink_runs, "harness_errors": t.errors, "crash_states_checked": t.states,
+            "shrink_runs": t.shrink_runs, "harness_errors": t.errors, "first_harness_error": t.first_error,
+            "crash_states_checked": t.states,
             "mount_retries": t.mount_retries, "device_waits": t.device_waits, "recovery": self.cfg.recovery,
             "recovery_crash_states_checked": t.recovery_states,
             "ops_per_workload": ops_distribution(t.ops),
@@ -261,6 +265,9 @@ def summary(report: dict[str, Any], path: str) -> str:
     if report["run"].get("recovery", "rw") != "rw":
         lines.insert(3, f"  recovery: {report['run']['recovery']} (each crash state recovered "
                         f"{'read-write and read-only' if report['run']['recovery'] == 'both' else 'read-only'})")
+    if report.get("harness_errors"):
+        lines.append(f"  warning: the harness failed on {report['harness_errors']} runs (first: "
+                     f"{report.get('first_harness_error', '?')}); their journal entries say why")
     if report.get("mount_retries"):
         lines.append(f"  warning: {report['mount_retries']} crash states mounted only at the second try "
                      "(no finding: the same state, rebuilt from the log, mounted)")

@@ -22,10 +22,17 @@ def indices(w: Worker) -> list[int]:
 
 
 def run(w: Worker) -> None:
-    seq = w.options["seq"]
-    for i in indices(w):
-        if w.should_stop():
-            return
-        trial = w.run(exhaustive.workload(seq, i, w.options.get("core_ops")), engine="exhaustive", index=i)
-        if trial is not None:
-            w.triage(trial)
+    failed = [i for i in indices(w) if not w.should_stop() and not run_index(w, i)]
+    # A harness error (the environment, not the workload) would leave a hole in a
+    # space reported as covered: each such index gets one more try at the end.
+    for i in failed:
+        if not w.should_stop():
+            run_index(w, i)
+
+
+def run_index(w: Worker, i: int) -> bool:
+    """Run and triage workload I; False if the harness failed on it (journaled as an error)."""
+    trial = w.run(exhaustive.workload(w.options["seq"], i, w.options.get("core_ops")), engine="exhaustive", index=i)
+    if trial is not None:
+        w.triage(trial)
+    return trial is not None

@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.foundation.jsondoc import write_json
 from harness.foundation import jsonl, ownership
 from harness.foundation.errors import UsageError
 
@@ -34,6 +35,7 @@ class Totals:
     workloads: int = 0            # generated workloads run
     shrink_runs: int = 0          # runs of candidates while shrinking findings
     errors: int = 0               # runs the harness failed on
+    first_error: str = ""         # what the first of them said
     states: int = 0
     seconds: float = 0.0                                  # summed over workers
     kinds: Counter[str] = field(default_factory=Counter)  # findings (crash states) by kind
@@ -78,11 +80,7 @@ class CampaignDir:
         self._write_json(CONFIG, {**self.config(), **changes})
 
     def _write_json(self, name: str, obj: Any) -> None:
-        tmp = self.sub(name + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, self.sub(name))
+        write_json(self.sub(name), obj)
 
     def add_guest_stats(self, worker: str, stats: dict[str, Any]) -> None:
         """Add one worker session's vm guest costs to CAMPAIGN/guests/WORKER.json (summed over sessions)."""
@@ -132,6 +130,7 @@ class CampaignDir:
             for e in jsonl.read(os.path.join(jdir, name)):
                 if "error" in e:
                     t.errors += 1
+                    t.first_error = t.first_error or f"{e.get('name', '?')}: {e['error']}"
                     continue
                 if e.get("shrink"):
                     t.shrink_runs += 1

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from harness.foundation.jsondoc import write_json
 from checkers.findings import Finding
 from checkers.recovery import first_problem, recover_and_check
 from checkers.recovery_modes import mode_opts
@@ -104,12 +105,10 @@ class FindingStore:
             d = ownership.make_dir(os.path.join(self.path, f"{n:03d}-{finding.kind}"))
             os.replace(trial.out_dir, os.path.join(d, RUN_DIR))
             info = finding_json(trial, sig, finding, cfg, original=original, also=also, shrink=shrink)
-            with open(os.path.join(d, "workload.json"), "w") as f:
-                json.dump(trial.doc, f, indent=1)
+            write_json(os.path.join(d, "workload.json"), trial.doc, indent=1)
             write_crash_state(d, cfg, finding.state_id, finding.recovery)
             write_reproduce(d, cfg, finding, info)
-            with open(os.path.join(d, FINDING), "w") as f:  # last: its presence means complete
-                json.dump(info, f, indent=2)
+            write_json(os.path.join(d, FINDING), info)  # last: its presence means complete
             if os.path.exists(self._claim_path(sig)):
                 os.remove(self._claim_path(sig))
         return d

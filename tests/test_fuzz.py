@@ -8,16 +8,18 @@ Kept to a few minutes on 2 cores; long campaigns are `make soak`.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from conftest import POWERCUT, WORKLOADS, PcEnv, needs_root_stack
+from conftest import POWERCUT, ROOT, WORKLOADS, PcEnv, needs_root_stack
 from workloads import exhaustive
 
 pytestmark = [pytest.mark.e2e, needs_root_stack]
@@ -123,7 +125,7 @@ def test_exhaustive_seq1_covers_the_space_across_ctrl_c_and_resume(pc: PcEnv) ->
     report = json.loads((out / "report.json").read_text())
     assert report["stop_reason"] == "exhausted"
     n = exhaustive.space_size(1)
-    assert report["exhaustive"] == {"seq": 1, "space": n, "done": n}
+    assert report["exhaustive"] == {"seq": 1, "space": n, "done": n}, p.stdout
     assert report["workloads_this_session"] == n - first["workloads"]  # nothing was run twice
     indices = Counter(json.loads(line).get("index") for j in (out / "journal").glob("*.jsonl")
                       for line in j.read_text().splitlines())
@@ -213,3 +215,38 @@ def test_the_ext4_fast_commit_bug_is_shrunk_to_its_five_ops(pc: PcEnv) -> None:
     # (it may land on a sibling of the 5 ops: another size or data change of the file, or fdatasync)
     kinds = {o["op"] for o in ops}
     assert len(ops) <= 5 and "mkdir" in kinds and kinds & {"fsync", "fdatasync"}, ops
+
+
+def test_make_soak_runs_each_configuration_and_writes_one_summary(pc: PcEnv) -> None:
+    """`make soak` runs one campaign per configuration (fs:mkfs-feature parsed into --mkfs-opts)
+    under the linux tier with the ops range asked for, and sums them up in summary.json/.md."""
+    out = pc.tmp / "soak"
+    p = subprocess.run(["make", "-s", "-C", str(ROOT), "soak", "SOAK_FS=ext4 ext4:^metadata_csum", "SOAK_WORKLOADS=2",
+                        "SOAK_OPS=5-7", "JOBS=1", f"SOAK_OUT={out}", "FUZZ_ARGS=--seed 1"],
+                       capture_output=True, text=True, env=pc.env(), timeout=900)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = json.loads((out / "summary.json").read_text())["campaigns"]
+    assert [(r["fs"], r["mkfs_opts"]) for r in rows] == [("ext4", ""), ("ext4", "-O ^metadata_csum")]
+    for r in rows:
+        report = json.loads((Path(r["campaign"]) / "report.json").read_text())
+        assert report["run"]["semantics"] == r["semantics"] == "linux"
+        assert r["workloads"] == report["workloads"] >= 2 and r["crash_states"] == report["crash_states_checked"] > 0
+        assert 5 <= r["ops_min"] <= r["ops_max"] <= 7 and r["kernel"] == os.uname().release
+    md = (out / "summary.md").read_text()
+    assert "| ext4 -O ^metadata_csum | linux |" in md and md in p.stdout
+
+
+def test_soak_summary_exits_1_on_findings_and_2_without_campaigns(tmp_path: Path) -> None:
+    camp = tmp_path / "c" / "xfs"
+    camp.mkdir(parents=True)
+    report = {"fs": "xfs", "run": {"mkfs_opts": "", "mount_opts": "", "semantics": "linux"}, "engine": "hypothesis",
+              "spec": {"jobs": 2}, "elapsed_s": 60.0, "stop_reason": "duration", "workloads": 3,
+              "ops_per_workload": {"min": 5, "max": 9}, "crash_states_checked": 40,
+              "findings_by_kind": {"mount": 4}, "saved_findings": [{"signature": "mount|-|EUCLEAN"}],
+              "failed_workers": []}
+    (camp / "report.json").write_text(json.dumps(report))
+    cmd = [sys.executable, "-m", "harness.reports.soak_summary"]
+    p = subprocess.run([*cmd, str(tmp_path / "c")], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 1 and "| xfs | linux | ? | hypothesis | 1.0 min | 3 | 5-9 | 40 | mount 4 | 1 |" in p.stdout
+    p = subprocess.run([*cmd, str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 2 and "no campaign report.json" in p.stderr and "Traceback" not in p.stderr

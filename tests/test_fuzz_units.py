@@ -245,3 +245,28 @@ def test_a_signal_while_spawning_still_leaves_the_child_recorded(tmp_path: Path,
     pid = recorded[0].info["pid"]
     assert state.teardown() == []
     assert not os.path.exists(f"/proc/{pid}") or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+def test_exhaustive_gives_an_index_the_harness_failed_on_one_more_try(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A harness error must not leave a hole in a space the report calls covered."""
+    from fuzz import engine_exhaustive
+
+    class W:  # just what the engine asks of a worker
+        options = {"seq": 1, "seq_cap": 0}
+        tried: list[int] = []
+
+        def should_stop(self) -> bool:
+            return False
+
+        def run(self, doc: dict, **journal: object) -> object | None:
+            i = int(journal["index"])  # type: ignore[call-overload]
+            self.tried.append(i)
+            return None if self.tried.count(i) == 1 and i in (3, 7) else object()
+
+        def triage(self, trial: object) -> bool:
+            return False
+
+    monkeypatch.setattr(engine_exhaustive, "indices", lambda w: list(range(10)))
+    w = W()
+    engine_exhaustive.run(w)  # type: ignore[arg-type]
+    assert w.tried == [*range(10), 3, 7]

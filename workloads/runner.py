@@ -10,7 +10,6 @@ may add marks by writing to $POWERCUT_MARK_FILE (one write = one mark).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from harness.foundation.jsondoc import write_json
 from harness.foundation import paths
 from harness.foundation.errors import EnvError, UsageError
 from harness.foundation.runstate import RunState, spawn_recorded
@@ -111,9 +111,7 @@ class ExecutorWorkload:
 
     def save_inputs(self, out_dir: str) -> str:
         """Write OUT/workload.json and the compiled plan OUT/plan.txt; return the plan's path."""
-        with open(os.path.join(out_dir, SAVED_WORKLOAD), "w") as f:
-            json.dump(self.doc, f, indent=1)
-            f.write("\n")
+        write_json(os.path.join(out_dir, SAVED_WORKLOAD), self.doc, indent=1)
         plan_path = os.path.join(out_dir, PLAN_FILE)
         with open(plan_path, "w") as f:
             f.write(render_plan(self.plan))

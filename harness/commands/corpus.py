@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from checkers.fsrules import TIERS
+from harness.foundation.jsondoc import write_json
 from harness.commands.options import add_semantics_option
 from harness.foundation import internal_error, ownership
 from harness.corpus.entries import CORPUS_DIR, VERDICT_KINDS, Row, entry_doc, load_corpus, load_matrix
@@ -72,7 +73,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if baseline:
         compare_baseline(cases, baseline, args.latency_factor, args.latency_floor_us)
     doc = results_doc(cases, started, backend)
-    Path(out, "results.json").write_text(json.dumps(doc, indent=1) + "\n")
+    write_json(os.path.join(out, "results.json"), doc, indent=1)
     Path(out, "summary.md").write_text(markdown(cases, doc))
     if args.junit:
         Path(args.junit).write_bytes(junit(cases, doc))
@@ -123,7 +124,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
     dest.parent.mkdir(parents=True, exist_ok=True)
     if dest.exists():
         raise UsageError(f"{dest} exists: choose another --name")
-    dest.write_text(json.dumps(entry_doc(name, args.why, workload, expect, fs=[report["fs"]]), indent=1) + "\n")
+    write_json(str(dest), entry_doc(name, args.why, workload, expect, fs=[report["fs"]]), indent=1)
     print(f"promoted to {dest} (expect {row}: {', '.join(kinds) or 'clean'})")
     return 0
 

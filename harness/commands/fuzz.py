@@ -9,6 +9,7 @@ import re
 import time
 from typing import Any
 
+from harness.foundation.jsondoc import write_json
 from checkers.findings import KINDS
 from harness.commands.options import add_semantics_option
 from harness.foundation import internal_error, ownership
@@ -139,9 +140,7 @@ def minimize_cmd(args: argparse.Namespace) -> int:
     os.replace(trial.out_dir, shrinker.best_dir)
     trial.out_dir = shrinker.best_dir
     best = shrinker.shrink(trial)
-    path = os.path.join(out, "workload.min.json")
-    with open(path, "w") as f:
-        json.dump(best.doc, f, indent=1)
+    path = write_json(os.path.join(out, "workload.min.json"), best.doc, indent=1)
     finding = next(f for f in best.findings if f.kind == kind)
     print(f"powercut minimize: {op_count(doc)} -> {op_count(best.doc)} ops in {shrinker.runs} runs, "
           f"still a {kind} finding")

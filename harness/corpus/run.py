@@ -11,7 +11,6 @@ latency regression.
 from __future__ import annotations
 
 import dataclasses
-import json
 import multiprocessing
 import os
 import platform
@@ -28,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.foundation.jsondoc import write_json
 from checkers.fsrules import DEFAULT_TIER
 from harness.foundation import ownership
 from harness.corpus.entries import load_doc, VERDICT_KINDS, Entry, Row
@@ -125,8 +125,7 @@ def run_case(entry: Entry, row: Row, out_dir: str, backend: Backend = Backend(),
                 may=entry.allowed(row))
     case_dir = ownership.make_dir(os.path.join(out_dir, row.name, entry.name))
     wl = os.path.join(case_dir, "workload.json")
-    with open(wl, "w") as f:
-        json.dump(entry.workload, f, indent=1)
+    write_json(wl, entry.workload, indent=1)
     try:
         cfg = run_config(entry, row, backend)
         if live is not None and (why := why_not_live(cfg)):

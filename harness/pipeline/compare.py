@@ -11,12 +11,12 @@ kind with a curve per variant.
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Any
 
+from harness.foundation.jsondoc import write_json
 from harness.foundation import internal_error, ownership
 from harness.foundation.errors import UsageError
 from harness.pipeline.run import RunConfig, default_out_dir, run_workload
@@ -129,9 +129,7 @@ def run_matrix(spec: str, cfg: RunConfig, scale: float | None, params: list[str]
         "variants": [_variant_summary(v, report, out_dir, run_dir) for v, _, report, run_dir in runs],
         "plots": _overlay_cdfs(out_dir, runs),
     }
-    with open(os.path.join(out_dir, "report.json"), "w") as f:
-        json.dump(compare, f, indent=2)
-        f.write("\n")
+    write_json(os.path.join(out_dir, "report.json"), compare)
     with open(os.path.join(out_dir, "report.md"), "w") as f:
         f.write(render(compare))
     print(f"powercut compare of {len(vs)} variants by {dimension}: "

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 from collections import Counter
 from typing import Any
 
+from harness.foundation.jsondoc import write_json
 from checkers.findings import Finding
 
 SUMMARY_FINDINGS = 8
@@ -39,11 +39,7 @@ def build_report(*, fs: str, mkfs_opts: str, mount_opts: str, backend: str, kern
 
 
 def write_report(out_dir: str, report: dict[str, Any]) -> str:
-    path = os.path.join(out_dir, "report.json")
-    with open(path, "w") as f:
-        json.dump(report, f, indent=2)
-        f.write("\n")
-    return path
+    return write_json(os.path.join(out_dir, "report.json"), report)
 
 
 def summary(report: dict[str, Any], report_path: str | None) -> str:
