@@ -22,7 +22,6 @@ in the guest's own run-state journal, so `powercut cleanup` finds it too.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shlex
 import signal
@@ -33,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.foundation import ownership
+from harness.foundation.parentdeath import signal_on_parent_death
 from harness.foundation.errors import EnvError, UsageError
 from harness.foundation.runstate import RunState, spawn_recorded
 from harness.backends.vm import initramfs
@@ -44,12 +44,11 @@ HANG_S = float(os.environ.get("POWERCUT_VM_HANG_S", "300"))
 BOOT_S = float(os.environ.get("POWERCUT_VM_TIMEOUT", "900"))
 IN_DISK_BYTES = 64 << 20
 RECORDS_DISK_BYTES = 1 << 30
-PR_SET_PDEATHSIG = 1
 DATA, LOG, RECORDS, INPUT, BATCH = "/dev/vda", "/dev/vdb", "/dev/vdc", "/dev/vdd", "/dev/vde"
 
 
 def _die_with_parent() -> None:
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    signal_on_parent_death(signal.SIGKILL)
 
 
 @dataclass
