@@ -13,7 +13,6 @@ line and writes the report; it never touches a device.
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import multiprocessing
 import os
@@ -26,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harness.foundation import internal_error
+from harness.foundation.parentdeath import signal_on_parent_death
 from harness.foundation.errors import PowercutError, Terminated
 from harness.pipeline.live import live_guest
 from harness.pipeline.run import RunConfig, terminate_as_exception
@@ -37,7 +37,6 @@ from workloads import exhaustive
 
 ENGINES = {"hypothesis": "fuzz.engine_hypothesis", "exhaustive": "fuzz.engine_exhaustive", "afl": "fuzz.engine_afl"}
 POLL_S = 1.0
-PR_SET_PDEATHSIG = 1
 JOIN_S = 300.0
 
 
@@ -61,7 +60,7 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
 
     signal.signal(signal.SIGTERM, on_term)
     # A campaign killed with -9 must not leave workers running on: they get SIGTERM too.
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    signal_on_parent_death(signal.SIGTERM)
     if os.getppid() != parent:
         return
     w = Worker(CampaignDir(path), cfg, f"w{n}", n, spec.jobs, spec.seed, deadline, stop, spec.options)

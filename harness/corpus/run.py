@@ -33,6 +33,7 @@ from harness.foundation import ownership
 from harness.corpus.entries import load_doc, VERDICT_KINDS, Entry, Row
 from harness.foundation.errors import EnvError, KernelFailure, PowercutError, Terminated, UsageError
 from harness.foundation.filesystems import get_fs
+from harness.foundation.parentdeath import signal_on_parent_death
 from harness.pipeline.live import live_guest, opener, why_not_live
 from harness.pipeline.run import RunConfig, check_tools, run_checked
 
@@ -191,7 +192,7 @@ def _run_job(todo: list[tuple[Entry, Row]], out_dir: str, backend: Backend, job:
 def _job_main(todo: list[tuple[Entry, Row]], out_dir: str, backend: Backend, job: int,
               results: "multiprocessing.queues.Queue[tuple[str, Any]]") -> None:
     """A job process: its cases in its live guest, each sent back as it finishes. Ctrl-C
-    reaches the parent only; the parent's SIGTERM tears the case under way down."""
+    reaches the parent only; the parent's SIGTERM (or its death) tears the case under way down."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def on_term(signum: int, frame: object) -> None:
@@ -199,6 +200,7 @@ def _job_main(todo: list[tuple[Entry, Row]], out_dir: str, backend: Backend, job
         raise Terminated()
 
     signal.signal(signal.SIGTERM, on_term)
+    signal_on_parent_death(signal.SIGTERM)  # a corpus run killed with -9 must not leave its jobs running
     try:
         for case in _run_job(todo, out_dir, backend, job):
             results.put(("case", case))
