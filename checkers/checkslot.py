@@ -80,7 +80,7 @@ class CheckSlot:
         if self.supplied is not None:
             with open(self.supplied, "rb") as f:
                 return self.load_image(f.fileno())
-        moved = self.ref.take_changed()
+        moved = self.ref.take_changed() if self.tracker is not None else []
         self._note_kernel_writes()
         if self._dirty is None:
             sync_sparse(self.ref.fd, self._image_fd, self.device_bytes)
