@@ -2,11 +2,16 @@
 
 The loop device stays attached to the crash image for the worker's whole
 life; between crash states only the bytes that differ are rewritten. The
-reference image holds the state exactly (built by deltas, never mounted);
-after the recovery mount and fsck, the crash image is brought back to the
-next state by comparing it with the reference over their data extents, which
-also undoes whatever the recovery wrote (journal replay, superblock
-updates), wherever it wrote it.
+reference image holds the state exactly (built by deltas, never mounted).
+After the recovery mount and fsck, the crash image is brought back to the
+next state by copying from the reference what may differ: the ranges the
+reference moved through (from the log) and every range the kernel wrote to
+the device (journal replay, superblock updates, unmount), which a tracepoint
+reports (harness/foundation/blockwrites.py). Where that is unavailable or
+not sure to be complete, the two images are compared over their data
+extents instead, which also undoes whatever the recovery wrote, wherever.
+The same accounting tells an inspector what changed on the device since its
+previous inspection (checkers/devchanges.py).
 
 Everything is recorded in the run's resource journal before it is created,
 so `powercut cleanup` removes it after a kill -9.
@@ -15,12 +20,16 @@ so `powercut cleanup` removes it after a kill -9.
 from __future__ import annotations
 
 import os
+import uuid
 from contextlib import ExitStack
 
+from checkers.devchanges import DeviceChanges
 from harness.foundation import kmount, ownership
+from harness.foundation.blockwrites import open_tracker, syncfs
+from harness.foundation.intervals import merge_ranges
 from harness.foundation.loopdev import LoopDevice, recorded_loop
 from harness.foundation.runstate import RunState
-from harness.foundation.sparse import sync_sparse
+from harness.foundation.sparse import pwrite_sparse, sync_sparse
 from replay.crashstates import CrashState
 from replay.logformat import LogReader
 from replay.stateimage import StateImage
@@ -36,15 +45,26 @@ class CheckSlot:
         self.ref_path = os.path.join(state.scratch, f"{name}-ref.img")   # always exactly the loaded state
         self.mnt = state.subdir(f"mnt-{name}")
         with ExitStack() as stack:
-            self.ref = stack.enter_context(StateImage(reader, self._create(stack, f"{name}-ref.img")))
+            self.ref = stack.enter_context(StateImage(reader, self._create(stack, f"{name}-ref.img"),
+                                                      track_changes=supplied is None))
             self._image_fd = self._create(stack, f"{name}.img")
             self.loop = stack.enter_context(recorded_loop(state, self.image, block_size=reader.sectorsize))
+            self.tracker = open_tracker(state, self.loop.path, name) if supplied is None else None
+            if self.tracker is not None:
+                stack.callback(self.tracker.close)
             # One record for every mount on this mount point: the releaser
             # unmounts only if something is still mounted there.
             res = state.record("mount", path=self.mnt)
             stack.callback(state.released, res)
             stack.callback(kmount.umount, self.mnt)
             self._stack = stack.pop_all()
+        # Ranges where the crash image may differ from the reference (None: anywhere), and
+        # where the device may differ from what the last inspection saw (None: unknown).
+        self._dirty: list[tuple[int, int]] | None = [] if self.tracker else None
+        self._since_inspect: list[tuple[int, int]] | None = None
+        self._token = uuid.uuid4().hex
+        self._inspections = 0
+        self.restores = {"ranges": 0, "compared": 0}   # how states were loaded (bench, report)
 
     def _create(self, stack: ExitStack, name: str) -> int:
         fd = ownership.create_file(os.path.join(os.path.dirname(self.image), name), self.device_bytes)
@@ -58,7 +78,19 @@ class CheckSlot:
         if self.supplied is not None:
             with open(self.supplied, "rb") as f:
                 return self.load_image(f.fileno())
-        sync_sparse(self.ref.fd, self._image_fd, self.device_bytes)
+        moved = self.ref.take_changed()
+        self._note_kernel_writes()
+        if self._dirty is None:
+            sync_sparse(self.ref.fd, self._image_fd, self.device_bytes)
+            self._since_inspect = None
+            self.restores["compared"] += 1
+        else:
+            todo = merge_ranges(self._dirty + moved)
+            self._copy_from_ref(todo)
+            if self._since_inspect is not None:
+                self._since_inspect += todo
+            self.restores["ranges"] += 1
+        self._dirty = [] if self.tracker else None
         # The file changed behind the device's back: its cached blocks are stale.
         self.loop.drop_caches()
         return self.loop
@@ -67,7 +99,41 @@ class CheckSlot:
         """Make the loop device read exactly the image in FD (a state not of this log)."""
         sync_sparse(fd, self._image_fd, self.device_bytes)
         self.loop.drop_caches()
+        # Neither the reference nor an inspector knows this image.
+        self._dirty = None
+        self._since_inspect = None
         return self.loop
+
+    def _copy_from_ref(self, ranges: list[tuple[int, int]], chunk: int = 1 << 20) -> None:
+        for start, end in ranges:
+            for off in range(start, min(end, self.device_bytes), chunk):
+                n = min(chunk, end - off, self.device_bytes - off)
+                pwrite_sparse(self._image_fd, os.pread(self.ref.fd, n, off), off)
+
+    def _note_kernel_writes(self) -> None:
+        """Add what the kernel wrote to the device since the last look to both accounts."""
+        if self.tracker is None:
+            return
+        written = self.tracker.drain()
+        if written is None:
+            self._dirty = self._since_inspect = None
+            return
+        if self._dirty is not None:
+            self._dirty += written
+        if self._since_inspect is not None:
+            self._since_inspect += written
+
+    def changes_for_inspection(self, mnt: str) -> DeviceChanges:
+        """Before an inspection of the image mounted at MNT: what may differ on the device
+        since the previous inspection. Writes back what the recovery left dirty first
+        (syncfs), so that file content read through MNT is what the device holds."""
+        if self.tracker is not None:
+            syncfs(mnt)
+            self._note_kernel_writes()
+        self._inspections += 1
+        ranges = None if self._since_inspect is None else tuple(merge_ranges(self._since_inspect))
+        self._since_inspect = [] if self.tracker is not None else None
+        return DeviceChanges(self._token, self._inspections, ranges)
 
     def close(self) -> None:
         self._stack.close()

@@ -28,6 +28,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
+from checkers import devchanges
 from checkers.checkslot import CheckSlot
 from checkers.findings import Finding, kernel_finding
 from checkers.recovery import RecoveryEngine, Verdict, first_problem, recover_and_check
@@ -72,6 +73,9 @@ class CrashCheckResult:
     recovery_crash_recorded: int = 0   # recovery mounts recorded (--recovery-crash)
     recovery_crash_unmounted: int = 0  # recovery mounts that failed while being recorded (nothing to crash in)
     recovery_crash_states: int = 0     # recovery crash states recovered again and checked
+    # How worker images moved between states: by the ranges the log and the kernel
+    # changed ("ranges", checkers/checkslot.py), or by comparing whole images ("compared").
+    image_loads: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -211,7 +215,7 @@ class _HostWorkers:
         loop = load()
         if self.before_mount:
             self.before_mount(loop.path, cs)
-        inspect = (lambda mnt: self.inspect_one(mnt, cs)) if self.inspect else None
+        inspect = (lambda mnt: self.inspect_one(mnt, cs, slot)) if self.inspect else None
         fs, opts = self.walk.fs, mode_opts(self.mount_opts, mode)
         verdict = recover_and_check(loop, fs, opts, slot.mnt, inspect)
         self._log_waits(verdict, cs)
@@ -288,10 +292,15 @@ class _HostWorkers:
         # (list.extend of a list is atomic enough here: workers are threads under the GIL)
         self.walk.result.device_waits.extend({"state_id": cs.id, **w} for w in verdict.device_waits)
 
-    def inspect_one(self, mnt: str, cs: CrashState) -> list[Finding]:
+    def inspect_one(self, mnt: str, cs: CrashState, slot: CheckSlot) -> list[Finding]:
         assert self.inspect is not None
+        changes = slot.changes_for_inspection(mnt)
         with self._inspect_lock:
-            return self.inspect(mnt, cs)
+            devchanges.publish(mnt, changes)
+            try:
+                return self.inspect(mnt, cs)
+            finally:
+                devchanges.retract(mnt)
 
     def worker(self, slot: CheckSlot) -> None:
         while (item := self.todo.get()) is not None:
@@ -429,6 +438,8 @@ def check_crash_states(log_path: str, points: list[int], *, fs: FsType, mount_op
                 _HostWorkers(walk, slots, mount_opts, inspect, before_mount, recovery, reorder).run()
             finally:
                 for slot in slots:
+                    for k, n in slot.restores.items():
+                        result.image_loads[k] = result.image_loads.get(k, 0) + n
                     slot.close()
         walk.finish()
     return result

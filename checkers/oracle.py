@@ -20,6 +20,7 @@ collapse/insert after the last guarantee), it checks nothing there.
 from __future__ import annotations
 
 import bisect
+import copy
 import os
 import stat
 import time
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from checkers.design import RecordsInvariant, check_records
+from checkers.filememo import ImageFiles
 from checkers.findings import Finding, is_host_error, read_error
 from checkers.fsrules import RULES, Semantics, rule
 from checkers.history import ROOT, Exec, History, Inode, Persist
@@ -73,6 +75,7 @@ class PointView:
     allowed: set[int]                    # done and in-flight positions
     versions_after: list[int]            # namespace versions beyond n_done reachable by in-flight ops
     fuzzy: set[str] = field(default_factory=set)   # paths an unreachable in-flight op touched
+    inflight: frozenset[int] = frozenset()         # allowed positions >= n_done
 
 
 class ContentOracle:
@@ -96,6 +99,14 @@ class ContentOracle:
         self._expected: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
         self._scans: dict[str, ChunkScan] = {}   # path -> its chunks at the last crash state checked
         self.bulk = True                         # False: the sector-by-sector reference check only
+        # Files whose bytes did not change since the same worker's previous state are not read
+        # again, and checks whose inputs (bytes, the model's expectations) are unchanged are
+        # not redone (checkers/filememo.py). False: every file read and checked at every state.
+        self.files = ImageFiles(fs)
+        self._verdicts: dict[tuple[Any, ...], tuple[Finding | None, list[WriteVerdict]]] = {}
+        self._records_memo: dict[tuple[Any, ...], tuple[dict[str, Any], list[Finding]]] = {}
+        self._path_inodes: dict[str, tuple[list[int], list[int]]] = {}
+        self._name_changes: dict[str, tuple[list[int], list[int | None]]] = {}
         self.seconds = 0.0                       # spent in inspect() (bench: the oracle's cost per state)
         self.states = 0
         self.all_paths = sorted({p for ns in history.ns for p in ns})
@@ -119,7 +130,7 @@ class ContentOracle:
                 versions.append(pos + 1)
             else:  # an op not yet started sits between: its names are not modelled here
                 fuzzy |= {p for c_pos, paths, _ in self.h.name_changes if c_pos == pos for p in paths}
-        return PointView(n_done, allowed, versions, fuzzy)
+        return PointView(n_done, allowed, versions, fuzzy, frozenset(p for p in inflight if p >= n_done))
 
     # -- guarantees ------------------------------------------------------------
     def guarantee(self, ino: Inode, v: PointView) -> Guarantee | None:
@@ -234,14 +245,81 @@ class ContentOracle:
         return True
 
     def candidates(self, path: str, v: PointView) -> tuple[set[int | None], int, Cover | None]:
+        """What PATH may name: its inode (or None) in every namespace version from its
+        durable floor to n_done, and in those in-flight ops reach."""
         floor, why = self.name_floor(path, v)
-        versions = list(range(floor, v.n_done + 1)) + v.versions_after
-        return {self.h.ns[k].get(path) for k in versions}, floor, why
+        ks, vals = self._name_changes_of(path)
+        lo, hi = bisect.bisect_right(ks, floor), bisect.bisect_right(ks, v.n_done)
+        got = {vals[lo - 1], *vals[lo:hi]} if floor <= v.n_done else set()  # versions in between change nothing
+        return got | {self.h.ns[k].get(path) for k in v.versions_after}, floor, why
+
+    def _name_changes_of(self, path: str) -> tuple[list[int], list[int | None]]:
+        """The namespace versions at which PATH's inode changes (version 0 always), and the new values."""
+        got = self._name_changes.get(path)
+        if got is None:
+            ks: list[int] = []
+            vals: list[int | None] = []
+            for k, ns in enumerate(self.h.ns):
+                cur = ns.get(path)
+                if not ks or cur != vals[-1]:
+                    ks.append(k)
+                    vals.append(cur)
+            got = self._name_changes[path] = (ks, vals)
+        return got
+
+    @property
+    def incremental(self) -> bool:
+        return self.files.enabled
+
+    @incremental.setter
+    def incremental(self, on: bool) -> None:
+        self.files.enabled = on and self.fs in ("ext4", "xfs")
+
+    def inode_key(self, ino: Inode, v: PointView) -> tuple[int, int, int, tuple[int, ...]]:
+        """Everything of the crash point a check of INO's content depends on: which of its
+        persists had completed, which of its events had, and which are in flight."""
+        positions, _ = self._persists_of(ino)
+        events = self._event_positions(ino)
+        k = bisect.bisect_left(events, v.n_done)
+        flying = tuple(sorted(p for p in v.inflight if self._has_event(ino, p)))
+        return ino.ino, bisect.bisect_left(positions, v.n_done), k, flying
+
+    def _has_event(self, ino: Inode, pos: int) -> bool:
+        events = self._event_positions(ino)
+        k = bisect.bisect_left(events, pos)
+        return k < len(events) and events[k] == pos
+
+    def inode_at(self, path: str, upto: int) -> int | None:
+        """The inode PATH named in the newest namespace version <= UPTO that has it
+        (checkers/design.py written_records, without a walk over the versions)."""
+        got = self._path_inodes.get(path)
+        if got is None:
+            ks, inos, prev = [], [], None
+            for k, ns in enumerate(self.h.ns):
+                cur = ns.get(path)
+                if cur is not None and cur != prev:
+                    ks.append(k)
+                    inos.append(cur)
+                prev = cur
+            got = self._path_inodes[path] = (ks, inos)
+        i = bisect.bisect_right(got[0], upto)
+        return got[1][i - 1] if i else None
+
+    def records_key(self, path: str, v: PointView) -> tuple[Any, ...]:
+        """What check_records' result for PATH depends on besides the file's bytes."""
+        out: list[Any] = []
+        for upto in (v.n_done, max(v.allowed, default=0) + 1):
+            i = self.inode_at(path, upto)
+            out.append(None if i is None else self.inode_key(self.h.inodes[i], v))
+        return tuple(out)
 
     def scan(self, path: str, data: bytes) -> ChunkScan:
         """PATH's chunks, reusing the verdicts of chunks unchanged since the last
         crash state checked (a crash state differs from the one before by a few writes)."""
-        got = scan_chunks(data, self._scans.get(path))
+        prev = self._scans.get(path)
+        if prev is not None and prev.data is data:
+            return prev
+        got = scan_chunks(data, prev)
         self._scans[path] = got
         return got
 
@@ -298,10 +376,14 @@ class ContentOracle:
     def _inspect(self, mnt: str, crash_point: int, state_id: str | None) -> list[Finding]:
         v = self.view(crash_point)
         out: list[Finding] = []
+        self.files.begin(mnt)
         if self.records:
             try:
+                memo = self._records_memo if self.incremental else None
                 rows, design = check_records(self.records, self.h, self.wid, mnt, v.n_done, v.allowed, crash_point,
-                                             scan=self.scan if self.bulk else None)
+                                             scan=self.scan if self.bulk else None,
+                                             read=lambda p: self.files.content(mnt, p),
+                                             memo=memo, key=lambda p: (self.bulk, self.records_key(p, v)))
             except OSError as e:  # the recording file does not read back: no loss row for this state
                 rows, design = [], [_read_error(e, mnt, "records")]
             self.loss_rows += [dict(r, state_id=state_id) if state_id else r for r in rows]
@@ -382,7 +464,7 @@ class ContentOracle:
                            evidence={"path": path, "rule": "no-stale-data", "expected": [i.target for i in same],
                                      "found": target})
         if kind == "file":
-            return self.check_file(full, path, same, v, verdicts) or self.check_metadata(full, path, same, st, v)
+            return self.check_file(mnt, path, same, v, verdicts) or self.check_metadata(full, path, same, st, v)
         return None
 
     def name_finding(self, path: str, floor: int, why: Cover | None, v: PointView, found: str) -> Finding:
@@ -408,24 +490,40 @@ class ContentOracle:
                                  "expected": expected, "found": found, "reference": rule(r).reference})
 
     # -- file content ------------------------------------------------------------
-    def check_file(self, full: str, path: str, inodes: list[Inode], v: PointView,
+    def check_file(self, mnt: str, path: str, inodes: list[Inode], v: PointView,
                    verdicts: list[WriteVerdict] | None = None) -> Finding | None:
-        with open(full, "rb") as f:
-            data = f.read()
+        data, token = self.files.content(mnt, path)
+        key = (path, token, self.bulk, tuple(self.inode_key(i, v) for i in inodes)) if self.incremental else None
+        hit = self._verdicts.get(key) if key is not None else None
+        if hit is None:
+            hit = self._check_file(data, path, inodes, v)
+            if key is not None:
+                if len(self._verdicts) > 4096:
+                    self._verdicts.clear()
+                self._verdicts[key] = hit
+        problem, classified = hit
+        if verdicts is not None:
+            verdicts += classified
+        return copy.deepcopy(problem)
+
+    def _check_file(self, data: bytes, path: str, inodes: list[Inode],
+                    v: PointView) -> tuple[Finding | None, list[WriteVerdict]]:
+        """The first inode's finding (None: one of INODES explains DATA) and the classified writes."""
+        classified: list[WriteVerdict] = []
         scan = self.scan(path, data) if self.bulk else None
         first: Finding | None = None
         for ino in inodes:
             fc = FileCheck(self, ino, v)
             problem = fc.check(data, scan)
-            if verdicts is not None and (problem is None or problem.kind == "atomicity"):
-                verdicts += fc.verdicts  # the torn-write count covers what the finding is about too
+            if problem is None or problem.kind == "atomicity":
+                classified += fc.verdicts  # the torn-write count covers what the finding is about too
             if problem is None:
-                return None
+                return None, classified
             first = first or problem
         assert first is not None
         first.detail = f"{path}: {first.detail}"
         first.evidence["path"] = path
-        return first
+        return first, classified
 
     def check_metadata(self, full: str, path: str, inodes: list[Inode], st: os.stat_result,
                        v: PointView) -> Finding | None:

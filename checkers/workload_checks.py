@@ -72,6 +72,9 @@ def finish(checks: WorkloadChecks, reader: LogReader | None = None, points: list
     if o is not None and o.states:
         checks.report["oracle"]["states_inspected"] = o.states
         checks.report["oracle"]["ms_per_state"] = round(1000 * o.seconds / o.states, 3)
+        f = o.files  # what was read from the images (checkers/filememo.py)
+        checks.report["oracle"]["files"] = {"reused": f.reused, "patched": f.patched, "read": f.read,
+                                            "bytes_read_per_state": round(f.bytes_read / o.states)}
     if checks.oracle is not None and checks.oracle.records is not None:
         o = checks.oracle
         rows = sorted(o.loss_rows, key=lambda r: r["crash_point"])

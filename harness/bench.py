@@ -32,7 +32,7 @@ from checkers.crash_check import check_crash_states, default_jobs
 from fuzz.bench_vm import bench_vm
 from checkers.recovery import fsck
 from harness.foundation import kmount, ownership, paths, sysres
-from harness.bench_oracle import BUDGET, SCALES, bulk_vs_sector, oracle_scale_curve
+from harness.bench_oracle import BUDGET, SCALES, bulk_vs_sector, incremental_vs_full, oracle_scale_curve
 from harness.backends.fuse.calibrate import mount_point, owned_file, recorder_vs_loop
 from harness.foundation.errors import EnvError
 from harness.foundation.filesystems import FsType, get_fs
@@ -133,19 +133,30 @@ def bench_oracle(quick: bool) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     state = RunState.create("bench-oracle")
     try:
-        if quick:  # one run: the reference check rides along on the smallest scale
+        if quick:  # two short runs at the smallest scale
+            curve = oracle_scale_curve(state.scratch, SCALES[:1], budget=5)
             ref = bulk_vs_sector(state.scratch, SCALES[0], budget=5)
-            curve = {str(SCALES[0]): {"states_checked": ref["states"], "oracle_ms_per_state": ref["bulk_ms_per_state"]}}
+            inc = incremental_vs_full(state.scratch, SCALES[0], budget=5)
         else:
-            curve = oracle_scale_curve(state.scratch, SCALES)
+            floor = lambda log, size: _floor(log, get_fs("ext4"), size, state, 1)  # noqa: E731
+            curve = oracle_scale_curve(state.scratch, SCALES, floor=floor)
             ref = bulk_vs_sector(state.scratch, budget=BUDGET)
+            inc = incremental_vs_full(state.scratch, budget=BUDGET)
     finally:
         state.teardown_or_warn()
     ms = [c["oracle_ms_per_state"] for c in curve.values()]
+    walk = [c["state_ms"] for c in curve.values()]
     return {"oracle_ms_per_state_by_scale": {k: c["oracle_ms_per_state"] for k, c in curve.items()},
             "oracle_growth_ratio": round(ms[-1] / ms[0], 2) if ms[0] else None,
+            # the whole cost of a crash state (build, recover, inspect, fsck) at each scale, over the smallest
+            "state_ms_by_scale": {k: c["state_ms"] for k, c in curve.items()},
+            "state_cost_ratio_by_scale": {k: round(c["state_ms"] / walk[0], 2) if walk[0] else None
+                                          for k, c in curve.items()},
+            # ... and over the bare mount+umount+e2fsck of that scale's own images (not in --quick)
+            "state_over_floor_by_scale": {k: c.get("state_over_floor") for k, c in curve.items()},
             "oracle_bulk_speedup": ref["speedup"],
-            "details": {"scale_curve": curve, "bulk_vs_sector": ref,
+            "oracle_incremental_speedup": inc["speedup"],
+            "details": {"scale_curve": curve, "bulk_vs_sector": ref, "incremental_vs_full": inc,
                         "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)]}}
 
 
@@ -190,6 +201,10 @@ def bench(quick: bool, kernel: str | None = None, only: str = "all") -> dict[str
         "oracle_ms_per_state_by_scale": oracle["oracle_ms_per_state_by_scale"],
         "oracle_growth_ratio": oracle["oracle_growth_ratio"],
         "oracle_bulk_speedup": oracle["oracle_bulk_speedup"],
+        "state_ms_by_scale": oracle["state_ms_by_scale"],
+        "state_cost_ratio_by_scale": oracle["state_cost_ratio_by_scale"],
+        "state_over_floor_by_scale": oracle["state_over_floor_by_scale"],
+        "oracle_incremental_speedup": oracle["oracle_incremental_speedup"],
         "details": {"jobs": default_jobs(), "quick": quick, "kernel": os.uname().release,
                     "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
                     "ext4_walk": ext4_walk, "ext4_walk_one_job": one_job, "xfs_walk": xfs_walk,

@@ -2,9 +2,13 @@
 
 - oracle_scale_curve: the recorder scenario at several scales, each a whole
   run with a crash-point budget (--max-states): wall time per checked state
-  of the crash walk and the content oracle's own time per state
-  (report.json oracle.ms_per_state). Flat means the oracle's cost does not
-  grow with the log.
+  of the crash walk (report.json crash_walk.ms_per_state: build, recover,
+  inspect, fsck), the content oracle's own time per state (oracle.ms_per_state)
+  and the bytes it read per state. Flat means the cost does not grow with the log.
+- incremental_vs_full: at one scale, an oracle that reads and checks every
+  file at every state (ContentOracle.incremental = False) reads the same
+  recovered images right after the incremental one: the ratio of their
+  times per state, and whether their verdicts agreed on every state.
 - bulk_vs_sector: at one scale, the sector-by-sector reference oracle reads
   the same recovered images right after the bulk one: the ratio of their
   times per state, and whether their verdicts agreed on every state.
@@ -15,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from checkers.history import build_history
@@ -36,7 +41,13 @@ def _recorder(scale: float) -> ExecutorWorkload:
     return runner
 
 
-def oracle_scale_curve(scratch: str, scales: tuple[float, ...] = SCALES, budget: int = BUDGET) -> dict[str, Any]:
+Floor = Callable[[str, int], dict[str, Any]]   # (log, device bytes) -> the bare mount+umount+fsck cost
+
+
+def oracle_scale_curve(scratch: str, scales: tuple[float, ...] = SCALES, budget: int = BUDGET,
+                       floor: Floor | None = None) -> dict[str, Any]:
+    """FLOOR: also measure the bare kernel + fsck cost per state on each scale's own log
+    (the file system grows with the scale), so the walk can be given over it."""
     out: dict[str, Any] = {}
     for scale in scales:
         t0 = time.perf_counter()
@@ -46,15 +57,21 @@ def oracle_scale_curve(scratch: str, scales: tuple[float, ...] = SCALES, budget:
         out[str(scale)] = {"states_checked": r["crash_states_checked"], "log_entries": r["log_entries"],
                            "run_seconds": round(time.perf_counter() - t0, 2),
                            "oracle_ms_per_state": r["oracle"].get("ms_per_state"),
+                           "state_ms": r["crash_walk"]["ms_per_state"], "image_loads": r["crash_walk"]["image_loads"],
+                           "oracle_files": r["oracle"].get("files"),
                            "fraction_checked": r.get("budget", {}).get("fraction_checked", 1.0)}
+        if floor is not None:
+            f = floor(os.path.join(scratch, f"recorder-{scale}", r["log"]), r["device_bytes"])
+            out[str(scale)]["floor_ms"] = f["ms"]
+            out[str(scale)]["state_over_floor"] = round(out[str(scale)]["state_ms"] / f["ms"], 2)
     return out
 
 
 class _Reference:
-    """inspect_extra: the sector-by-sector oracle on the image the bulk one just read."""
+    """inspect_extra: a reference oracle (sector by sector, or in full) on the image the run's one just read."""
 
-    def __init__(self, runner: ExecutorWorkload, out: str) -> None:
-        self.runner, self.out = runner, out
+    def __init__(self, runner: ExecutorWorkload, out: str, mode: str = "sector") -> None:
+        self.runner, self.out, self.mode = runner, out, mode
         self.oracle: ContentOracle | None = None
         self.seconds = 0.0
         self.states = 0
@@ -67,7 +84,9 @@ class _Reference:
             plan = self.runner.plan
             history = build_history(plan, read_records(os.path.join(self.out, "records.bin"), plan), marks)
             self.oracle = ContentOracle(history, plan.wid, "ext4", dict(self.runner.workload.invariants or {}))
-            self.oracle.bulk = False
+            if self.mode == "sector":
+                self.oracle.bulk = False
+            self.oracle.incremental = False
         t0 = time.perf_counter()
         found = self.oracle.inspect(mnt, cs.point, cs.id)
         self.seconds += time.perf_counter() - t0
@@ -76,10 +95,17 @@ class _Reference:
         return []
 
 
-def bulk_vs_sector(scratch: str, scale: float = 0.02, budget: int = BUDGET) -> dict[str, Any]:
+def incremental_vs_full(scratch: str, scale: float = 0.04, budget: int = BUDGET) -> dict[str, Any]:
+    r = bulk_vs_sector(scratch, scale, budget, mode="full")
+    return {"scale": scale, "states": r["states"], "incremental_ms_per_state": r["bulk_ms_per_state"],
+            "full_ms_per_state": r["sector_ms_per_state"], "speedup": r["speedup"],
+            "same_loss_rows": r["same_loss_rows"], "same_findings": r["same_findings"], "findings": r["findings"]}
+
+
+def bulk_vs_sector(scratch: str, scale: float = 0.02, budget: int = BUDGET, mode: str = "sector") -> dict[str, Any]:
     runner = _recorder(scale)
-    out = os.path.join(scratch, f"recorder-ref-{scale}")
-    ref = _Reference(runner, out)
+    out = os.path.join(scratch, f"recorder-ref-{mode}-{scale}")
+    ref = _Reference(runner, out, mode)
     res = run_checked(runner, RunConfig(fs="ext4", quiet=True, max_states=budget), out, ref)
     bulk_ms = res.report["oracle"]["ms_per_state"]
     ref_ms = 1000 * ref.seconds / max(1, ref.states)

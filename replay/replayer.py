@@ -65,6 +65,7 @@ class Replayer(Closing):
         self.device_bytes = os.lseek(self.fd, 0, os.SEEK_END)
         self._entries: Iterator[Entry] = reader.entries()
         self._position = 0
+        self.on_change: Callable[[int, int], None] | None = None  # hears (start, end) of every range it changes
 
     @property
     def position(self) -> int:
@@ -100,6 +101,8 @@ class Replayer(Closing):
             return
         self.reader.check_bounds(entry, self.device_bytes)
         start, end = entry.byte_range(self.reader.sectorsize)
+        if self.on_change is not None and end > start:
+            self.on_change(start, end)
         if entry.is_write:
             self._write(self.fd, self.reader.read_data(entry), start)
         elif entry.is_discard and end > start:

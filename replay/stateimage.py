@@ -22,12 +22,16 @@ from replay.replayer import Replayer
 class StateImage(Closing):
     """The file FD, always holding exactly one crash state of READER's log."""
 
-    def __init__(self, reader: LogReader, fd: int) -> None:
+    def __init__(self, reader: LogReader, fd: int, track_changes: bool = False) -> None:
         self.reader = reader
         self.fd = fd
         self._replayer = Replayer(reader, fd, sparse=True)
         self._undo: list[tuple[int, bytes]] = []
         self.state: CrashState | None = None
+        # TRACK_CHANGES: byte ranges (start, end) rewritten since the last take_changed().
+        self.changed: list[tuple[int, int]] | None = [] if track_changes else None
+        if track_changes:
+            self._replayer.on_change = self._note
 
     def load(self, state: CrashState) -> None:
         self._restore()
@@ -37,6 +41,7 @@ class StateImage(Closing):
             self.reader.check_bounds(piece.entry, self._replayer.device_bytes)
             offset, length = piece.start * ss, (piece.stop - piece.start) * ss
             self._undo.append((offset, os.pread(self.fd, length, offset)))
+            self._note(offset, offset + length)
             if piece.entry.is_discard:
                 punch_hole(self.fd, offset, length)
             else:
@@ -48,7 +53,18 @@ class StateImage(Closing):
         while self._undo:
             offset, old = self._undo.pop()
             pwrite_sparse(self.fd, old, offset)
+            self._note(offset, offset + len(old))
         self.state = None
+
+    def _note(self, start: int, end: int) -> None:
+        if self.changed is not None:
+            self.changed.append((start, end))
+
+    def take_changed(self) -> list[tuple[int, int]]:
+        """The ranges rewritten since the last call (possibly overlapping), and forget them."""
+        assert self.changed is not None, "StateImage(track_changes=True) only"
+        out, self.changed = self.changed, []
+        return out
 
     def close(self) -> None:
         self._replayer.close()

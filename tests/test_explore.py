@@ -238,11 +238,13 @@ def test_bench_quick_writes_the_keys(pc: PcEnv) -> None:
     result = json.loads(out.read_text())
     for key in ("crash_states_per_s", "crash_states_per_s_xfs", "floor_ms_per_state", "overhead_ratio",
                 "recorder_fsync_p50_ratio", "seq1_workloads_per_min", "crash_states_per_s_over_floor",
-                "oracle_bulk_speedup"):
+                "oracle_bulk_speedup", "oracle_incremental_speedup"):
         assert result[key] > 0, key
     assert result["oracle_ms_per_state_by_scale"]["0.01"] > 0
-    ref = result["details"]["oracle"]["bulk_vs_sector"]
-    assert ref["same_loss_rows"] and ref["same_findings"] and ref["states"] > 0
+    assert result["state_ms_by_scale"]["0.01"] > 0 and result["state_cost_ratio_by_scale"]["0.01"] == 1.0
+    for name in ("bulk_vs_sector", "incremental_vs_full"):
+        ref = result["details"]["oracle"][name]
+        assert ref["same_loss_rows"] and ref["same_findings"] and ref["states"] > 0, name
 
 
 @pytest.mark.parametrize("code", [errno.EBADMSG, errno.EUCLEAN, errno.EIO, errno.ENOENT, errno.ELOOP])

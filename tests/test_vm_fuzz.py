@@ -1,11 +1,12 @@
 """Fuzzing the kernel under test: `powercut fuzz --backend vm` with one live guest per worker.
 
-TCG boots and guest jobs cost seconds each, so there are two campaigns, each
-asserting several things: a planted violation (the kernel's flushes left
-out of its log) is found, shrunk and reproduced by reproduce.sh in a guest
-booting the same kernel; and a guest kernel that crashes (sysrq, the
+TCG boots and guest jobs cost seconds each, so there are three campaigns,
+each asserting several things: a planted violation (the kernel's flushes
+left out of its log) is found, shrunk and reproduced by reproduce.sh in a
+guest booting the same kernel; a guest kernel that crashes (sysrq, the
 recovery-panic test fault) during a recovery mount gives a `kernel` finding
-with the console excerpt while the campaign goes on in a fresh guest.
+with the console excerpt while the campaign goes on in a fresh guest; and a
+recovery mount stuck on I/O (recovery-hang) is caught by the hang watchdog.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ KERNEL = "debian:linux-image-6.12-amd64"
 VM = ["--fs", "ext4", "--backend", "vm", "--kernel", KERNEL, "--engine", "exhaustive", "--seq", "1"]
 
 
-def campaign(pc: PcEnv, *args: str, rc: int) -> tuple[dict, str]:
+def campaign(pc: PcEnv, *args: str, rc: int, env: dict[str, str] | None = None) -> tuple[dict, str]:
     out = pc.tmp / "campaign"
-    p = pc.run("fuzz", "--out", str(out), *VM, *args, timeout=1500)
+    p = pc.run("fuzz", "--out", str(out), *VM, *args, timeout=1500, env=env)
     assert p.returncode == rc, f"exit {p.returncode}\n{p.stdout}\n{p.stderr}"
     return json.loads((out / "report.json").read_text()), str(out)
 
@@ -68,6 +69,21 @@ def test_guest_panic_in_a_recovery_mount_is_a_kernel_finding_and_the_campaign_go
     f = json.loads(open(os.path.join(out, "findings", saved[0]["dir"], "finding.json")).read())
     assert f["evidence"]["phase"] == "recovery mount"
     assert "sysrq: Trigger a crash" in f["evidence"]["console"] and "Kernel panic" in f["evidence"]["console"]
+    assert pc.leftovers() == []
+
+
+def test_a_recovery_mount_stuck_in_the_kernel_is_a_hang_finding(pc: PcEnv) -> None:
+    """The live guest's watchdog: the recovery-hang fault suspends the device-mapper device under
+    the first recovery mount, so the guest kernel waits for I/O that never completes and the
+    guest goes silent; past the hang limit the worker kills it and reports a `kernel` hang."""
+    report, out = campaign(pc, "--fault", "recovery-hang", "--max-workloads", "1", "--shrink-seconds", "0",
+                           "--duration", "20m", rc=1, env=pc.env(POWERCUT_VM_HANG_S="60"))
+    assert report["harness_errors"] == 0 and report["failed_workers"] == []
+    saved = [s for s in report["saved_findings"] if s["kind"] == "kernel"]
+    assert saved and saved[0]["signature"].endswith("|recovery mount:hang"), report["saved_findings"]
+    f = json.loads(open(os.path.join(out, "findings", saved[0]["dir"], "finding.json")).read())
+    assert f["evidence"]["phase"] == "recovery mount" and f["evidence"]["event"] == "hang"
+    assert "pc: mount 0" in f["evidence"]["console"]  # the console shows which mount it was
     assert pc.leftovers() == []
 
 

@@ -228,17 +228,19 @@ def test_log_splice_puts_a_fresh_image_before_the_kernel_log(tmp_path: Path) -> 
 
 def test_live_guest_control_channel_tells_answers_death_and_silence_apart() -> None:
     """The host reads the guest's answers line by line; a closed channel (QEMU exited: the
-    guest died) ends the lines without an end word; silence past the limit is a hang (None)."""
+    guest died) ends the lines without an end word; silence past the limit is a hang, and
+    what came before it (which mount began) is kept."""
     import socket
     from harness.backends.vm.live import LiveGuest
     g = LiveGuest(Kernel("k", "/vmlinux", None), "/initrd", 1 << 20, 1 << 20, 1)
     host, guest = socket.socketpair()
     g._sock = host
     guest.sendall(b"begin 0\r\nok 0\n\nbegin 1\ndone\nready\n")
-    assert g._until(("done",), 5) == ["begin 0", "ok 0", "begin 1", "done"]
-    assert g._until(("ready",), 5) == ["ready"]          # what came after stays buffered
-    assert g._until(("done",), 0.2) is None                # silence: a hang
+    assert g._until(("done",), 5) == (["begin 0", "ok 0", "begin 1", "done"], False)
+    assert g._until(("ready",), 5) == (["ready"], False)   # what came after stays buffered
+    guest.sendall(b"begin 3\n")
+    assert g._until(("done",), 0.2) == (["begin 3"], True)  # silence: a hang in mount 3
     guest.sendall(b"begin 2\n")
     guest.close()
-    assert g._until(("done",), 5) == ["begin 2"]           # closed: the guest died mid-job
+    assert g._until(("done",), 5) == (["begin 2"], False)  # closed: the guest died mid-job
     host.close()

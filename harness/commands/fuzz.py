@@ -167,7 +167,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="test-only: drop-flush: flushes are acknowledged but not logged (fuse recorder; with "
                         "--backend vm, left out of the kernel's log); recovery-drop-flush: the same, only while a "
                         "recovery is recorded for --recovery-crash; recovery-panic (vm): the guest kernel crashes "
-                        "at the first recovery mount of every batch")
+                        "at the first recovery mount of every batch; recovery-hang (vm): that mount waits for I/O "
+                        "that never completes (the live guest's hang watchdog, POWERCUT_VM_HANG_S)")
     p.add_argument("--backend", choices=["fuse", "dm", "vm", "auto"], default="fuse",
                    help="fuse: the host kernel through the userspace recorder (default); dm: the host kernel's "
                         "own dm-log-writes on loop devices; vm: the kernel under test (--kernel) in a QEMU guest "

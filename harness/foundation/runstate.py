@@ -235,6 +235,14 @@ def _release_dir(info: dict[str, Any]) -> None:
         shutil.rmtree(path)
 
 
+def _release_trace_instance(info: dict[str, Any]) -> None:
+    # A tracefs instance goes with rmdir (its files cannot be removed one by one).
+    try:
+        os.rmdir(info["path"])
+    except FileNotFoundError:
+        pass
+
+
 RELEASERS: dict[str, Callable[[dict[str, Any]], None]] = {
     "mount": _release_mount,
     "loop": _release_loop,
@@ -242,6 +250,7 @@ RELEASERS: dict[str, Callable[[dict[str, Any]], None]] = {
     "dm": _release_dm,
     "process": _release_process,
     "dir": _release_dir,
+    "trace-instance": _release_trace_instance,
 }
 
 

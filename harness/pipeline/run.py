@@ -267,19 +267,24 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
     recovery = RecoveryOptions(modes, crash_spec, log_dir=os.path.join(out_dir, RECOVERY_LOG_DIR),
                                record=backend.recovery_recorder(fs, state, rec.device_bytes) if crash_spec else None)
     engines = {m: e for m in modes if (e := backend.recovery(fs, mode_opts(mount_opts, m), state, inspect))}
+    walk_t0 = time.perf_counter()
     with (nullcontext() if cfg.quiet else CrashProgress(f"checking {fs.name}")) as progress:
         result = check_crash_states(rec.log_path, points, fs=fs, mount_opts=mount_opts,
                                     device_bytes=rec.device_bytes, state=state, reorder=cfg.reorder_spec(),
                                     jobs=cfg.jobs, first_failure=cfg.first_failure, inspect=inspect,
                                     engines=None if image else engines, progress=progress, only=state_ids,
                                     recovery=recovery, image=image)
+    walk_s = time.perf_counter() - walk_t0
     finish(checks, reader, all_points)
     findings = rec.findings + checks.findings + result.findings
     extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report, **backend.report_extra(),
              "reorder": cfg.reorder, "crash_states_total": result.states_total,
              "crash_states_duplicate": result.states_duplicate, "stopped_at_first_failure": result.stopped_early,
              "mount_retries": result.mount_retries, "device_waits": result.device_waits, "recovery": cfg.recovery,
-             "recovery_checks": result.recovery_checks, "semantics": cfg.semantics}
+             "recovery_checks": result.recovery_checks, "semantics": cfg.semantics,
+             "crash_walk": {"seconds": round(walk_s, 3), "image_loads": result.image_loads,
+                            "ms_per_state": round(1000 * walk_s / result.states_checked, 2)
+                            if result.states_checked else None}}
     if crash_spec:
         extra["recovery_crash"] = {"states_per_crash_state": crash_spec.budget, "rate": crash_spec.rate,
                                    "recoveries_recorded": result.recovery_crash_recorded,

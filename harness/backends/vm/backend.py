@@ -54,8 +54,11 @@ GUEST_RECORDS = "/tmp/records.bin"
 RECORDS_DISK_BYTES = 1 << 30  # sparse: only what the executor writes is allocated
 # Test faults of the vm backend: drop-flush leaves the kernel's flushes out of
 # its log (as the fuse recorder's fault does); recovery-panic crashes the
-# guest kernel (sysrq) at the first recovery mount of every batch.
-FAULTS = ("drop-flush", "recovery-panic")
+# guest kernel (sysrq) at the first recovery mount of every batch;
+# recovery-hang suspends that mount's device-mapper device first, so the
+# mount waits on I/O that never completes (the live guest's hang watchdog).
+FAULTS = ("drop-flush", "recovery-panic", "recovery-hang")
+RECOVERY_FAULTS = ("recovery-panic", "recovery-hang")
 CONTENT_CHECKS = ("guest kernel recovers (mount + umount); host fsck, then the content oracle reads a "
                   "read-only host mount of the recovered image (no replay by the host kernel)")
 EXECUTOR_COMMAND = f'/usr/bin/pc-exec --plan {GUEST_PLAN} --dir /mnt --out {GUEST_RECORDS} --mark-file "$POWERCUT_MARK_FILE"'
@@ -267,7 +270,7 @@ class VmBackend:
                  inspect: PointInspect | None = None) -> VmRecovery:
         if self.guest is None:  # recheck: recovery only, in one-job boots
             self.guest = self._guest(state, state.scratch)
-        fault = self.fault if self.fault == "recovery-panic" else None
+        fault = self.fault if self.fault in RECOVERY_FAULTS else None
         # One engine per recovery mode (--recovery both): each has its own files.
         self._engines += 1
         return VmRecovery(self.guest, fs, mount_opts, state, timeout=BOOT_TIMEOUT_S, inspect=inspect, fault=fault,

@@ -125,8 +125,8 @@ class LiveGuest:
                                                preexec_fn=_die_with_parent)
         self._sock = self._connect(sock_path, t0 + 60)
         self._buf = b""
-        lines = self._until(("ready",), BOOT_S)
-        if lines is None or lines[-1] != "ready":
+        lines, silent = self._until(("ready",), BOOT_S)
+        if silent or not lines or lines[-1] != "ready":
             tail = last_line(self._console)
             self.stop()
             raise EnvError(f"the live guest did not come up: last console line: {tail}")
@@ -183,9 +183,10 @@ class LiveGuest:
         self._sock.sendall(line.encode() + b"\n")
 
     def _until(self, ends: tuple[str, ...], limit: float,
-               on_line: Callable[[str], None] | None = None) -> list[str] | None:
-        """Lines up to and including one whose first word is in ENDS; None if the guest
-        went silent for LIMIT seconds; the lines so far (without an end) if it died."""
+               on_line: Callable[[str], None] | None = None) -> tuple[list[str], bool]:
+        """(lines up to and including one whose first word is in ENDS, False); the lines so
+        far without an end if the guest died, and with True if it went silent for LIMIT
+        seconds (what it said before it hung tells which mount it hung in)."""
         assert self._sock is not None
         lines: list[str] = []
         while True:
@@ -198,16 +199,16 @@ class LiveGuest:
                 if on_line is not None:
                     on_line(line)
                 if line.split(" ", 1)[0] in ends:
-                    return lines
+                    return lines, False
             self._sock.settimeout(limit)
             try:
                 chunk = self._sock.recv(65536)
             except socket.timeout:
-                return None
+                return lines, True
             except OSError:
                 chunk = b""
             if not chunk:
-                return lines
+                return lines, False
             self._buf += chunk
 
     # -- jobs -------------------------------------------------------------------------
@@ -225,7 +226,7 @@ class LiveGuest:
         if sector * 512 > IN_DISK_BYTES:
             raise EnvError(f"files for the guest take {sector * 512} bytes, more than the input disk's {IN_DISK_BYTES}")
         for _ in files:
-            lines = self._until(("ok", "error"), HANG_S)
+            lines, _ = self._until(("ok", "error"), HANG_S)
             if not lines or lines[-1] != "ok":
                 raise EnvError(f"the live guest could not read its input files: {lines[-1] if lines else 'no answer'}")
 
@@ -243,10 +244,9 @@ class LiveGuest:
         t0 = time.monotonic()
         self.put_files({"pc/job.env": env_text.encode(), **{f"pc/{k}": v for k, v in (files or {}).items()}})
         self._send(f"job {job}")
-        lines = self._until(("done", "error"), HANG_S, on_line)
+        lines, hung = self._until(("done", "error"), HANG_S, on_line)
         self.jobs[job] = round(self.jobs.get(job, 0.0) + time.monotonic() - t0, 3)
-        hung = lines is None
-        completed = bool(lines) and lines[-1] == "done"
+        completed = not hung and bool(lines) and lines[-1] == "done"
         if not completed:
             self.stop()
         text = _read_from(self._console, console_start)
@@ -255,7 +255,7 @@ class LiveGuest:
                 f.write(_read_from(self.output_path(), output_start).encode())
         if lines and lines[-1].startswith("error "):
             raise EnvError(f"guest: {lines[-1][6:]} (last console line: {last_line(self._console)})")
-        body = [s for s in (lines or []) if s != "done"]
+        body = [s for s in lines if s != "done"]
         return Outcome(self.release, body, completed, last_line(self._console), console=text, hung=hung)
 
     # -- the recovery engine's view (harness/backends/vm/recovery.py) ----------------------------
