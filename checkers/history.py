@@ -204,13 +204,20 @@ class _Builder:
         uncertain) when the model cannot follow it."""
         raw = ex.f(name)
         got = self.resolve(raw, follow)
-        if got is None or got in self.uncertain:
+        if got is None or self.under_uncertain(raw) or self.under_uncertain(got):
             self.uncertain.add(raw)
             if got is not None:
                 self.uncertain.add(got)
             self.lost |= ex.ok and got is None
             return None
         return got
+
+    def under_uncertain(self, path: str) -> bool:
+        """PATH or one of its ancestors is a path the model lost: e.g. a link made
+        to a file it could not follow is not in its namespace, so names under
+        that link resolve differently in the kernel (ENOTDIR, not ENOENT)."""
+        parts = path.split("/")
+        return any("/".join(parts[:k]) in self.uncertain for k in range(1, len(parts) + 1))
 
     def parent_ok(self, path: str) -> bool:
         p = _parent(path)

@@ -286,3 +286,24 @@ def test_a_failed_write_may_leave_its_bytes(tmp_path: Path) -> None:
         assert [f.kind for f in found] == kinds, found
         # before the failed write started, its bytes are foreign all the same
         assert [f.kind for f in run.check(run.after(1))] == ["stale-data"]
+
+
+def test_names_under_a_path_the_model_lost_are_not_predicted(tmp_path: Path) -> None:
+    """mmap_write past EOF faults (SIGBUS): the model loses bar, so it does not
+    apply link(bar, A) either; A is a file in the kernel, and A/C fails with
+    ENOTDIR, not the ENOENT the stale namespace would predict (found by a btrfs
+    fuzz campaign under linux, 6.18). Paths elsewhere are still predicted."""
+    ops = [{"op": "open", "path": "bar", "flags": ["O_CREAT", "O_RDWR"], "fd": "f"},
+           {"op": "mmap_write", "fd": "f", "offset": 0, "length": 4096, "msync": False},
+           {"op": "link", "from": "bar", "to": "A"},
+           {"op": "open", "path": "A/C", "flags": ["O_RDONLY"], "fd": "g"},
+           {"op": "open", "path": "B/C", "flags": ["O_RDONLY"], "fd": "h"}]
+    run = Run(tmp_path, ops)
+    assert {"bar", "A", "A/C"} <= run.history.uncertain and run.history.disagreements == []
+
+    def lie(r):  # the kernel says B/C exists: still a disagreement
+        return dataclasses.replace(r, ret=7, errno=0) if r.seq == 4 else r
+    shutil.rmtree(tmp_path / "fs")
+    (tmp_path / "lie").mkdir()
+    lied = Run(tmp_path / "lie", ops, tamper=lie)
+    assert [d.ex.op.fields["path"] for d in lied.history.disagreements] == ["B/C"]
