@@ -37,7 +37,7 @@ from replay.stateimage import StateImage
 
 class CheckSlot:
     def __init__(self, state: RunState, reader: LogReader, device_bytes: int, name: str,
-                 supplied: str | None = None) -> None:
+                 supplied: str | None = None, track: bool = True) -> None:
         self.device_bytes = device_bytes
         self.supplied = supplied  # an image the user brings: every state loads its bytes instead
         self.name = name
@@ -46,10 +46,12 @@ class CheckSlot:
         self.mnt = state.subdir(f"mnt-{name}")
         with ExitStack() as stack:
             self.ref = stack.enter_context(StateImage(reader, self._create(stack, f"{name}-ref.img"),
-                                                      track_changes=supplied is None))
+                                                      track_changes=supplied is None and track))
             self._image_fd = self._create(stack, f"{name}.img")
             self.loop = stack.enter_context(recorded_loop(state, self.image, block_size=reader.sectorsize))
-            self.tracker = open_tracker(state, self.loop.path, name) if supplied is None else None
+            # TRACK: follow the kernel's writes (setting a tracer up and down costs ~40 ms:
+            # worth it only for walks of more than a few dozen states per worker)
+            self.tracker = open_tracker(state, self.loop.path, name) if supplied is None and track else None
             if self.tracker is not None:
                 stack.callback(self.tracker.close)
             # One record for every mount on this mount point: the releaser
@@ -78,7 +80,7 @@ class CheckSlot:
         if self.supplied is not None:
             with open(self.supplied, "rb") as f:
                 return self.load_image(f.fileno())
-        moved = self.ref.take_changed()
+        moved = self.ref.take_changed() if self.tracker is not None else []
         self._note_kernel_writes()
         if self._dirty is None:
             sync_sparse(self.ref.fd, self._image_fd, self.device_bytes)

@@ -49,6 +49,9 @@ Progress = Callable[[int, int, int], None]  # (done, total, findings so far)
 Inspect = Callable[[str, CrashState], list[Finding]]
 BeforeMount = Callable[[str, CrashState], None]  # (loop device, state), e.g. to hash what the kernel will read
 _POLL_S = 0.2
+# Follow the kernel's writes to each worker's device (checkers/checkslot.py) only in walks
+# with at least this many states per worker: below, setting the tracer up costs more than it saves.
+TRACK_MIN_STATES = 48
 
 
 def default_jobs() -> int:
@@ -433,8 +436,10 @@ def check_crash_states(log_path: str, points: list[int], *, fs: FsType, mount_op
         else:
             slots: list[CheckSlot] = []
             try:
-                for i in range(max(1, min(jobs or default_jobs(), result.states_total))):
-                    slots.append(CheckSlot(state, reader, device_bytes, f"worker{i}", image))
+                n = max(1, min(jobs or default_jobs(), result.states_total))
+                track = result.states_total >= TRACK_MIN_STATES * n
+                for i in range(n):
+                    slots.append(CheckSlot(state, reader, device_bytes, f"worker{i}", image, track))
                 _HostWorkers(walk, slots, mount_opts, inspect, before_mount, recovery, reorder).run()
             finally:
                 for slot in slots:

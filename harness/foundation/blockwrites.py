@@ -32,7 +32,6 @@ from harness.foundation.intervals import merge_ranges
 from harness.foundation.runstate import Resource, RunState
 
 EVENT = ("block", "block_bio_queue")
-BUFFER_KB = 4096                        # per CPU; a recovery writes far less between drains
 _LINE = re.compile(rb"block_bio_queue: (\d+),(\d+) (\S+) (\d+) \+ (\d+)")
 _SECTOR = 512                           # tracepoint sectors are always 512 bytes
 
@@ -79,7 +78,8 @@ class WriteTracker:
         self.instance = os.path.join(root, "instances", f"powercut-{name}-{uuid.uuid4().hex[:12]}")
         self._resources.append(state.record("trace-instance", path=self.instance))
         os.mkdir(self.instance)
-        _write(os.path.join(self.instance, "buffer_size_kb"), str(BUFFER_KB))
+        # (the default ring buffer, ~1.4 MB per CPU, holds tens of thousands of these events;
+        # resizing it costs more than a whole crash state)
         event = os.path.join(self.instance, "events", *EVENT)
         _write(os.path.join(event, "filter"), f"dev == {major << 20 | minor}")  # the kernel's dev_t layout
         _write(os.path.join(event, "enable"), "1")

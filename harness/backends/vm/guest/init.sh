@@ -19,6 +19,11 @@ result() { echo "$*" >&8; }
 say() { echo "pc: [$(cut -d" " -f1 /proc/uptime)] $*" > /dev/console; }
 poweroff_now() { sync; poweroff -f; sleep 60; }
 fail() { result "error $*"; say "error: $*"; poweroff_now; }
+# btrfs keeps every device it has scanned, by fsid, until told to forget it. The
+# jobs of a live guest start from host-made images that share one fsid, so an
+# earlier job's registration must not stand in for the device about to be
+# mounted: forget every unmounted one (only powercut's devices are in the guest).
+forget_btrfs_devices() { btrfs device scan --forget > /dev/null 2>&1 || say "btrfs device scan --forget failed"; }
 
 say "init"
 for m in $(cat /pc/modules.list); do

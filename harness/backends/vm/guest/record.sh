@@ -21,6 +21,7 @@ if [ -n "$PC_MKFS" ]; then
     eval "$PC_MKFS $map" > /dev/console 2>&1 || fail "mkfs failed: $PC_MKFS"
     mark "$PC_MARK_MKFS"
 fi
+[ "$PC_FS" = btrfs ] && forget_btrfs_devices
 err=$(mount -t "$PC_FS" ${PC_MOUNT_OPTS:+-o "$PC_MOUNT_OPTS"} "$map" /mnt 2>&1) || fail "mount failed: $err"
 mark "$PC_MARK_MOUNTED"
 

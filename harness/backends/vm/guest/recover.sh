@@ -26,6 +26,7 @@ while [ "$i" -lt "$PC_IMAGES" ]; do
     # A stalled device (suspended without freezing, which would make mount refuse it with EBUSY):
     # the mount below waits in the kernel for I/O that never completes.
     [ "$PC_FAULT" = recovery-hang ] && [ "$i" = 0 ] && /usr/sbin/dmsetup suspend --nolockfs --noudevsync "pc-image-$i"
+    [ "$PC_FS" = btrfs ] && forget_btrfs_devices
     # Errors go to a file, not through $(...): a subshell fork per mount costs under TCG.
     if mount -t "$PC_FS" ${PC_MOUNT_OPTS:+-o "$PC_MOUNT_OPTS"} "/dev/mapper/pc-image-$i" /mnt 2> /tmp/pc-err; then
         if umount /mnt 2> /tmp/pc-err; then result "ok $i"; else result "fail $i umount: $(echo $(cat /tmp/pc-err))"; fi
