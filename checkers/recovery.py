@@ -26,6 +26,7 @@ from harness.foundation.filesystems import FsType, join_opts
 from harness.foundation.holders import holders
 from harness.foundation.kmsg import KernelLog
 from harness.foundation.loopdev import LoopDevice
+from harness.foundation.runstate import RunState, attach_recorded_loop
 
 FSCK_TIMEOUT_S = 600
 # Reads one mounted, recovered image.
@@ -54,9 +55,8 @@ class Verdict:
 def inspect_read_only(image: str, fs: FsType, mnt: str, state: RunState, inspect: MountInspect) -> list[Finding]:
     """Let INSPECT read IMAGE, already recovered by another kernel: a read-only
     loop device and a read-only mount, so the host kernel replays and writes nothing."""
-    loop_res = state.record("loop", backing=image)
+    dev, loop_res = attach_recorded_loop(state, image, read_only=True)
     try:
-        dev = sysres.loop_attach(image, read_only=True)
         mount_res = state.record("mount", path=mnt)
         p = sysres.mount(dev, mnt, fs.name, join_opts("ro", fs.recovery_opts))
         if p.returncode != 0:

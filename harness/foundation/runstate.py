@@ -259,6 +259,15 @@ def record_process(state: RunState, pid: int, what: str, *, group: bool = False)
     return state.record("process", pid=pid, start_time=_proc_start_time(pid), what=what, group=group)
 
 
+def attach_recorded_loop(state: RunState, backing: str, **attach: Any) -> tuple[str, Resource]:
+    """Record and attach a loop device on BACKING, with no signal in between: a SIGTERM
+    while losetup runs could leave a device attached after the teardown looked for it
+    (and then the FUSE mount under BACKING cannot go either)."""
+    with signals_deferred():
+        res = state.record("loop", backing=backing)
+        return sysres.loop_attach(backing, **attach), res
+
+
 def spawn_recorded(state: RunState, cmd: list[str], what: str, *, group: bool = False,
                    **popen: Any) -> tuple["subprocess.Popen[bytes]", Resource]:
     """Start CMD and record it, with no signal in between.

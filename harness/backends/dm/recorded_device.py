@@ -21,7 +21,7 @@ from harness.backends.dm.devices import UserDevices
 from harness.backends.dm.logdisk import copy_log, log_disk_bytes
 from harness.foundation import ownership, paths, sysres
 from harness.foundation.errors import EnvError
-from harness.foundation.runstate import Resource
+from harness.foundation.runstate import Resource, attach_recorded_loop
 
 SECTOR = 512  # device-mapper tables count 512-byte sectors whatever the devices' block size
 
@@ -51,8 +51,9 @@ class DmRecordedDevice(RecordedDevice):
 
     def _loop_on_new_file(self, path: str, size: int) -> str:
         os.close(ownership.create_file(path, size))
-        self._res.append(self.state.record("loop", backing=path))
-        return sysres.loop_attach(path, sector_size=self.sector_size)
+        dev, res = attach_recorded_loop(self.state, path, sector_size=self.sector_size)
+        self._res.append(res)
+        return dev
 
     def _devices(self) -> tuple[str, str]:
         if self.user is None:

@@ -15,7 +15,7 @@ from harness.foundation import ownership, paths, sysres
 from harness.backends.device import RecordedDevice
 from harness.backends.fuse.profiles import recorder_arg
 from harness.foundation.errors import EnvError
-from harness.foundation.runstate import Resource, spawn_recorded
+from harness.foundation.runstate import Resource, attach_recorded_loop, spawn_recorded
 from harness.foundation.sparse import sparse_copy
 
 READY_TIMEOUT_S = 30
@@ -82,8 +82,8 @@ class FuseRecordedDevice(RecordedDevice):
                 err = self._proc.stderr.read()
             raise EnvError("pc-recorder did not start: " + (err.decode().strip().splitlines() or ["no ready signal"])[0])
         disk = os.path.join(self._fuse_dir, "disk.img")
-        self._res.append(self.state.record("loop", backing=disk))
-        self._loop = sysres.loop_attach(disk, sector_size=self.sector_size)
+        self._loop, res = attach_recorded_loop(self.state, disk, sector_size=self.sector_size)
+        self._res.append(res)
 
     def stop(self) -> str:
         self.close_mark_fd()
