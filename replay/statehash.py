@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
+from harness.foundation.sparse import is_zero
 from replay.crashstates import CrashState
 from replay.logformat import Entry, LogReader
 
@@ -25,7 +26,10 @@ def sector_hashes(reader: LogReader, entry: Entry) -> list[int]:
     if entry.is_discard:
         return [0] * entry.nr_sectors
     ss = reader.sectorsize
-    data = memoryview(reader.read_data(entry))
+    raw = reader.read_data(entry)
+    if is_zero(raw):  # mkfs zeroing a log: no per-sector work
+        return [0] * entry.nr_sectors
+    data = memoryview(raw)
     out = []
     for i in range(entry.nr_sectors):
         chunk = data[i * ss:(i + 1) * ss]
@@ -70,12 +74,24 @@ class StateHasher:
             if not (entry.is_write or entry.is_discard):
                 continue
             hashes = self._cache.pop(entry.index, None) or sector_hashes(self.reader, entry)
+            if not any(hashes):  # a discard or zeros: only the sectors the base holds change
+                self._clear_base(entry.sector, entry.sector + entry.nr_sectors)
+                continue
             for s, h in enumerate(hashes, entry.sector):
                 old = self._base.pop(s, 0)
                 self._base_hash ^= old ^ h
                 if h:
                     self._base[s] = h
         self._base_end = end
+
+    def _clear_base(self, lo: int, hi: int) -> None:
+        """Sectors [LO, HI) become zeros in the base image (mkfs discards whole devices)."""
+        if hi - lo > len(self._base):
+            gone = [s for s in self._base if lo <= s < hi]
+        else:
+            gone = [s for s in range(lo, hi) if s in self._base]
+        for s in gone:
+            self._base_hash ^= self._base.pop(s)
 
     def _epoch_for(self, state: CrashState) -> _Epoch:
         ep = self._epoch
