@@ -46,6 +46,7 @@ class Verdict:
     fsck_code: int = 0
     fsck_failed: bool = False
     fsck_output: str = ""
+    fsck_reused: bool = False   # the verdict of an identical recovered image (FsckMemo), fsck not run again
     content: list[Finding] = field(default_factory=list)   # the inspector's findings
     # The kernel reported a bug of its own (panic, oops, BUG, WARNING, hang)
     # while recovering this image: {"event", "line", "console", "phase"}.
@@ -90,11 +91,34 @@ def first_problem(output: str) -> str:
     return (serious or lines or [""])[0]
 
 
-def fsck_verdict(image: str, fs: FsType, content: list[Finding] | None = None) -> Verdict:
+@dataclass
+class FsckMemo:
+    """fsck verdicts by the content hash of the recovered image they were given.
+
+    fsck reads the image and nothing else that changes within a walk (same
+    file system, same command), so an image identical to one already checked
+    gets that check's exit code and output without running fsck again. KEY
+    gives the hash of the image now on the device (called after the unmount),
+    or None when it is not exactly known: then fsck runs.
+    """
+
+    key: Callable[[], int | None]
+    verdicts: dict[int, tuple[int, str, str]]   # hash -> (exit code, output, the image path it names)
+
+
+def fsck_verdict(image: str, fs: FsType, content: list[Finding] | None = None,
+                 memo: FsckMemo | None = None) -> Verdict:
     """The verdict on an image the kernel has already recovered."""
-    code, out = fsck(image, fs)
+    key = memo.key() if memo is not None else None
+    known = memo.verdicts.get(key) if memo is not None and key is not None else None
+    if known is None:
+        code, out = fsck(image, fs)
+        if memo is not None and key is not None:
+            memo.verdicts[key] = (code, out, image)
+    else:  # (another worker's image has another name, which fsck prints)
+        code, out = known[0], known[1].replace(known[2], image)
     return Verdict(mount_ok=True, fsck_ran=True, fsck_code=code, fsck_failed=fs.fsck_failed(code),
-                   fsck_output=out, content=content or [])
+                   fsck_output=out, fsck_reused=known is not None, content=content or [])
 
 
 def guarded_inspect(inspect: MountInspect, mnt: str) -> list[Finding]:
@@ -161,8 +185,10 @@ def mount_for_recovery(loop: LoopDevice, fs: FsType, opts: str, mnt: str, *,
 
 
 def recover_and_check(loop: LoopDevice, fs: FsType, mount_opts: str, mnt: str,
-                      inspect: Callable[[str], list[Finding]] | None = None) -> Verdict:
-    """Mount LOOP's image (the kernel recovers it), inspect it, unmount, fsck the backing file.
+                      inspect: Callable[[str], list[Finding]] | None = None,
+                      fsck_memo: FsckMemo | None = None) -> Verdict:
+    """Mount LOOP's image (the kernel recovers it), inspect it, unmount, fsck the backing file
+    (or take the verdict FSCK_MEMO has for an identical recovered image).
 
     After the unmount, the device's block cache is written back and dropped
     so that fsck, which reads the file, sees everything the recovery wrote.
@@ -177,7 +203,7 @@ def recover_and_check(loop: LoopDevice, fs: FsType, mount_opts: str, mnt: str,
         kmount.umount(mnt)
         loop.wait_unclaimed()
         loop.drop_caches()
-    verdict = fsck_verdict(loop.backing, fs, content)
+    verdict = fsck_verdict(loop.backing, fs, content, fsck_memo)
     verdict.device_waits = waits
     return verdict
 

@@ -78,6 +78,7 @@ def _walk(log: str, fs: FsType, device_bytes: int, state: RunState, jobs: int) -
     if r.findings:
         raise EnvError(f"bench: {fs.name} walk of mixed.sh found {r.findings[0].kind} at {r.findings[0].state_id}")
     return {"states_checked": r.states_checked, "states_duplicate": r.states_duplicate, "seconds": round(seconds, 3),
+            "fsck_reused": r.fsck_reused, "image_loads": r.image_loads,
             "states_per_s": round(r.states_checked / seconds, 1),
             "ms_per_state": round(1000 * seconds / r.states_checked, 2)}
 

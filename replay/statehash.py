@@ -30,15 +30,28 @@ def sector_hashes(reader: LogReader, entry: Entry) -> list[int]:
     if is_zero(raw):  # mkfs zeroing a log: no per-sector work
         return [0] * entry.nr_sectors
     data = memoryview(raw)
-    out = []
-    for i in range(entry.nr_sectors):
-        chunk = data[i * ss:(i + 1) * ss]
-        if _ZERO.startswith(chunk):
-            out.append(0)
-        else:
-            salt = (entry.sector + i).to_bytes(16, "little")
-            out.append(int.from_bytes(hashlib.blake2b(chunk, digest_size=16, salt=salt).digest(), "little"))
-    return out
+    return [sector_hash(data[i * ss:(i + 1) * ss], entry.sector + i) for i in range(entry.nr_sectors)]
+
+
+def sector_hash(chunk: bytes | memoryview, sector: int) -> int:
+    """The position-bound hash of one sector's content (0 for zeros)."""
+    if _ZERO.startswith(chunk):
+        return 0
+    salt = sector.to_bytes(16, "little")
+    return int.from_bytes(hashlib.blake2b(chunk, digest_size=16, salt=salt).digest(), "little")
+
+
+def rewrite_delta(old: bytes, new: bytes, first_sector: int, sectorsize: int) -> int:
+    """What to XOR into an image's hash when its sectors from FIRST_SECTOR on, holding OLD,
+    come to hold NEW (same length, whole sectors); sectors left as they were cost a compare."""
+    delta = 0
+    o, n = memoryview(old), memoryview(new)
+    for i in range(0, len(o), sectorsize):
+        a, b = o[i:i + sectorsize], n[i:i + sectorsize]
+        if a != b:
+            sector = first_sector + i // sectorsize
+            delta ^= sector_hash(a, sector) ^ sector_hash(b, sector)
+    return delta
 
 
 class _Epoch:
