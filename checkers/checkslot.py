@@ -69,6 +69,7 @@ class CheckSlot:
         self._since_inspect: list[tuple[int, int]] | None = None
         # What the kernel wrote since the last load() (None: unknown), for recovered_hash().
         self._since_load: list[tuple[int, int]] | None = None
+        self.hashed_bytes = 0   # what the last recovered_hash() read and compared
         self.sectorsize = reader.sectorsize
         self._token = uuid.uuid4().hex
         self._inspections = 0
@@ -142,11 +143,13 @@ class CheckSlot:
         device; every range the kernel wrote since then moves it from the reference's bytes
         (still that state) to the image's. Call it once the device is unmounted and written back."""
         self._note_kernel_writes()
+        self.hashed_bytes = 0
         if self._since_load is None:
             return None
         ss, value = self.sectorsize, state_hash
         for start, end in merge_ranges(self._since_load):
             start, end = start - start % ss, min(end + (-end) % ss, self.device_bytes)
+            self.hashed_bytes += end - start
             for off in range(start, end, chunk):
                 n = min(chunk, end - off)
                 value ^= rewrite_delta(os.pread(self.ref.fd, n, off), os.pread(self._image_fd, n, off), off // ss, ss)

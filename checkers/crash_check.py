@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from checkers import devchanges
 from checkers.checkslot import CheckSlot
 from checkers.findings import Finding, kernel_finding
-from checkers.recovery import FsckMemo, RecoveryEngine, Verdict, first_problem, recover_and_check
+from checkers.recovery import FsckMemo, FsckVerdicts, RecoveryEngine, Verdict, first_problem, recover_and_check
 from checkers.recovery_crash import (LOG_DIR, RecordRecovery, RecoveryCrashSpec, RecoveryImages, join_id, log_name,
                                      recovery_plan, split_id, states_of)
 from checkers.recovery_modes import mode_opts
@@ -206,14 +206,19 @@ class _HostWorkers:
         self.inspect, self.before_mount = inspect, before_mount
         self.recovery, self.reorder = recovery, reorder
         self._inspect_lock = threading.Lock()
-        self.fsck_verdicts: dict[int, tuple[int, str, str]] = {}   # FsckMemo's, shared by the workers
+        self.fsck_verdicts = FsckVerdicts()   # shared by the workers
         self.todo: queue.Queue[_Item | None] = queue.Queue()
         self.done: queue.Queue[_Item] = queue.Queue()
 
     def check(self, slot: CheckSlot, cs: CrashState, image_hash: int) -> list[Finding]:
         findings: list[Finding] = []
         rec = self.recovery
-        memo = FsckMemo(lambda: slot.recovered_hash(image_hash), self.fsck_verdicts)
+        def recovered_hash() -> int | None:
+            value = slot.recovered_hash(image_hash)
+            self.fsck_verdicts.hashed_bytes += slot.hashed_bytes   # (approximate: threads, only a budget)
+            return value
+
+        memo = FsckMemo(recovered_hash, self.fsck_verdicts)
         for mode in rec.modes:
             verdict = self._recover(lambda: slot.load(cs), slot, cs, mode, memo)
             findings += verdict_findings(verdict, cs, self.walk.fs, mode)
