@@ -85,6 +85,11 @@ int devmodel_parse(const char *spec, const char **why)
 	return rc;
 }
 
+bool devmodel_active(void)
+{
+	return M.on;
+}
+
 void devmodel_serve(enum dm_kind kind, size_t bytes)
 {
 	uint64_t start, done;
