@@ -687,7 +687,7 @@ int main(int argc, char **argv)
 	 * each request is mostly spent under R.lock anyway, so worker threads
 	 * only add hand-offs. A device model sleeps per request and must let
 	 * up to qd of them wait at once. */
-	if (devmodel_active() || getenv("PC_RECORDER_MT")) {
+	if (devmodel_active()) {
 		struct fuse_loop_config *lcfg = fuse_loop_cfg_create();
 
 		if (!lcfg)
