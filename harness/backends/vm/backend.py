@@ -271,10 +271,10 @@ class VmBackend:
         if self.guest is None:  # recheck: recovery only, in one-job boots
             self.guest = self._guest(state, state.scratch)
         fault = self.fault if self.fault in RECOVERY_FAULTS else None
-        # One engine per recovery mode (--recovery both): each has its own files.
+        # One engine per recovery mode (--recovery both): each has its own batch disk and files.
         self._engines += 1
         return VmRecovery(self.guest, fs, mount_opts, state, timeout=BOOT_TIMEOUT_S, inspect=inspect, fault=fault,
-                          tag=f"-{self._engines}" if self._engines > 1 else "")
+                          engine=self._engines - 1)
 
     def recovery_recorder(self, fs: FsType, state: RunState, device_bytes: int) -> None:
         raise UsageError("--recovery-crash records recovery mounts on the fuse recorder, not in the vm guest")
