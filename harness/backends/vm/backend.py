@@ -36,6 +36,7 @@ from harness.foundation.errors import EnvError, KernelFailure, UsageError
 from harness.foundation.filesystems import FsType
 from harness.foundation.runstate import RunState
 from harness.foundation.sparse import copy_range
+from harness.backends import NEEDS_KERNEL
 from harness.backends.session import Recording
 from workloads.marks import MARK_MKFS, MARK_MOUNTED, MARK_WORKLOAD_END
 from harness.backends.vm import initramfs, kernel as vmkernel, packages
@@ -92,7 +93,7 @@ class LiveVm:
     def __init__(self, kernel: str | None, kernel_modules: str | None, fss: Sequence[FsType],
                  fault: str | None) -> None:
         if not kernel:
-            raise UsageError("--backend vm needs --kernel debian:PACKAGE (e.g. debian:linux-image-6.12-amd64) or --kernel PATH")
+            raise UsageError(NEEDS_KERNEL)
         packages.ensure(packages.VM_HOST_PACKAGES, "--backend vm")
         self.kernel = vmkernel.resolve(kernel, kernel_modules)
         self.fs_names = sorted({f.name for f in fss})
@@ -171,7 +172,7 @@ class VmBackend:
             self.kernel, self.base_initrd = live.kernel, live.base_initrd
         else:
             if not kernel:
-                raise UsageError("--backend vm needs --kernel debian:PACKAGE (e.g. debian:linux-image-6.12-amd64) or --kernel PATH")
+                raise UsageError(NEEDS_KERNEL)
             packages.ensure(packages.VM_HOST_PACKAGES, "--backend vm")
             self.kernel = vmkernel.resolve(kernel, kernel_modules)
             self.base_initrd = initramfs.build(self.kernel, fs)
