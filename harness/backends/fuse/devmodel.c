@@ -90,6 +90,11 @@ bool devmodel_active(void)
 	return M.on;
 }
 
+unsigned devmodel_parallel(unsigned cap)
+{
+	return M.qd && M.qd < cap ? M.qd : cap;
+}
+
 void devmodel_serve(enum dm_kind kind, size_t bytes)
 {
 	uint64_t start, done;

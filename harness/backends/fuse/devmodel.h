@@ -22,6 +22,10 @@ int devmodel_parse(const char *spec, const char **why);
 /* Whether a model was given (requests then sleep). */
 bool devmodel_active(void);
 
+/* How many requests the model lets be served at once: its queue depth,
+ * capped at CAP (also for no limit). */
+unsigned devmodel_parallel(unsigned cap);
+
 /* Wait as the device would for a request of KIND moving BYTES; a no-op
  * without a model. Call before applying the request. */
 void devmodel_serve(enum dm_kind kind, size_t bytes);

@@ -37,6 +37,9 @@
 /* Worker threads do little on their stacks; with mlockall(MCL_FUTURE) the
  * default 8 MiB stack per worker would all be pinned in RAM. */
 #define WORKER_STACK "262144"
+/* Requests served at once under a device model with a deep queue (nvme: 1024):
+ * beyond this many the model's queue would only add threads, not realism. */
+#define MAX_PARALLEL 64u
 
 enum node { N_NONE, N_ROOT, N_DISK, N_CONTROL };
 enum { INO_DISK = 2, INO_CONTROL = 3 }; /* FUSE_ROOT_ID is 1 */
@@ -314,6 +317,13 @@ static void ll_init(void *userdata, struct fuse_conn_info *conn)
 	 * the loop device completed them. */
 	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
 	conn->max_write = MAX_WRITE;
+	/* The loop device's direct I/O reaches us as background requests, at
+	 * most max_background at once (12 by default): a device model must see
+	 * up to its queue depth of them. */
+	if (devmodel_active()) {
+		conn->max_background = devmodel_parallel(MAX_PARALLEL);
+		conn->congestion_threshold = conn->max_background;
+	}
 	if (R.ready_fd >= 0) {
 		if (write(R.ready_fd, "ready\n", 6) != 6)
 			msg("cannot write to --ready-fd: %s", strerror(errno));
@@ -692,6 +702,7 @@ int main(int argc, char **argv)
 
 		if (!lcfg)
 			die("out of memory");
+		fuse_loop_cfg_set_max_threads(lcfg, devmodel_parallel(MAX_PARALLEL));
 		rc = fuse_session_loop_mt(se, lcfg);
 		fuse_loop_cfg_destroy(lcfg);
 	} else {
