@@ -47,8 +47,8 @@ BOOT_S = float(os.environ.get("POWERCUT_VM_TIMEOUT", "900"))
 IN_DISK_BYTES = 64 << 20
 RECORDS_DISK_BYTES = 1 << 30
 DATA, LOG, RECORDS, INPUT = "/dev/vda", "/dev/vdb", "/dev/vdc", "/dev/vdd"
-BATCHES = ("/dev/vde", "/dev/vdf")  # one per recovery mode: the engines of --recovery both stage side by side
-assert len(BATCHES) == len(MODES)
+# One batch disk per recovery mode (vde, vdf): the engines of --recovery both stage side by side.
+BATCHES = tuple(f"/dev/vd{chr(ord('e') + i)}" for i in range(len(MODES)))
 
 
 def _die_with_parent() -> None:
