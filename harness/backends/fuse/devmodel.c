@@ -85,6 +85,16 @@ int devmodel_parse(const char *spec, const char **why)
 	return rc;
 }
 
+bool devmodel_active(void)
+{
+	return M.on;
+}
+
+unsigned devmodel_parallel(unsigned cap)
+{
+	return M.qd && M.qd < cap ? M.qd : cap;
+}
+
 void devmodel_serve(enum dm_kind kind, size_t bytes)
 {
 	uint64_t start, done;
