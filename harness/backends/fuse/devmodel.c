@@ -91,6 +91,16 @@ int devmodel_parse(const char *spec, const char **why)
 	return rc;
 }
 
+bool devmodel_active(void)
+{
+	return M.on;
+}
+
+unsigned devmodel_parallel(unsigned cap)
+{
+	return M.qd && M.qd < cap ? M.qd : cap;
+}
+
 /* May a request enter service now? An exclusive flush (which holds M.excl
  * from when it is queued until it is done, keeping every other request out)
  * waits for the requests in service to finish. */

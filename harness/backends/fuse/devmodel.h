@@ -13,6 +13,7 @@
 #ifndef PC_DEVMODEL_H
 #define PC_DEVMODEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 enum dm_kind { DM_READ, DM_WRITE, DM_FLUSH, DM_DISCARD };
@@ -20,6 +21,13 @@ enum dm_kind { DM_READ, DM_WRITE, DM_FLUSH, DM_DISCARD };
 /* Parse "key=value,..." (read_us, write_us, flush_us, discard_us, mbps,
  * qd, flush_excl); returns 0, or -1 with *why set. An empty SPEC: no delays. */
 int devmodel_parse(const char *spec, const char **why);
+
+/* Whether a model was given (requests then sleep). */
+bool devmodel_active(void);
+
+/* How many requests the model lets be served at once: its queue depth,
+ * capped at CAP (also for no limit). */
+unsigned devmodel_parallel(unsigned cap);
 
 /* Wait as the device would for a request of KIND moving BYTES; a no-op
  * without a model. Call before applying the request. */

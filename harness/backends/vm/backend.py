@@ -36,6 +36,7 @@ from harness.foundation.errors import EnvError, KernelFailure, UsageError
 from harness.foundation.filesystems import FsType
 from harness.foundation.runstate import RunState
 from harness.foundation.sparse import copy_range
+from harness.backends import NEEDS_KERNEL
 from harness.backends.session import Recording
 from workloads.marks import MARK_MKFS, MARK_MOUNTED, MARK_WORKLOAD_END
 from harness.backends.vm import initramfs, kernel as vmkernel, packages
@@ -92,7 +93,7 @@ class LiveVm:
     def __init__(self, kernel: str | None, kernel_modules: str | None, fss: Sequence[FsType],
                  fault: str | None) -> None:
         if not kernel:
-            raise UsageError("--backend vm needs --kernel debian:PACKAGE (e.g. debian:linux-image-6.12-amd64) or --kernel PATH")
+            raise UsageError(NEEDS_KERNEL)
         packages.ensure(packages.VM_HOST_PACKAGES, "--backend vm")
         self.kernel = vmkernel.resolve(kernel, kernel_modules)
         self.fs_names = sorted({f.name for f in fss})
@@ -171,7 +172,7 @@ class VmBackend:
             self.kernel, self.base_initrd = live.kernel, live.base_initrd
         else:
             if not kernel:
-                raise UsageError("--backend vm needs --kernel debian:PACKAGE (e.g. debian:linux-image-6.12-amd64) or --kernel PATH")
+                raise UsageError(NEEDS_KERNEL)
             packages.ensure(packages.VM_HOST_PACKAGES, "--backend vm")
             self.kernel = vmkernel.resolve(kernel, kernel_modules)
             self.base_initrd = initramfs.build(self.kernel, fs)
@@ -271,10 +272,10 @@ class VmBackend:
         if self.guest is None:  # recheck: recovery only, in one-job boots
             self.guest = self._guest(state, state.scratch)
         fault = self.fault if self.fault in RECOVERY_FAULTS else None
-        # One engine per recovery mode (--recovery both): each has its own files.
+        # One engine per recovery mode (--recovery both): each has its own batch disk and files.
         self._engines += 1
         return VmRecovery(self.guest, fs, mount_opts, state, timeout=BOOT_TIMEOUT_S, inspect=inspect, fault=fault,
-                          tag=f"-{self._engines}" if self._engines > 1 else "")
+                          engine=self._engines - 1)
 
     def recovery_recorder(self, fs: FsType, state: RunState, device_bytes: int) -> None:
         raise UsageError("--recovery-crash records recovery mounts on the fuse recorder, not in the vm guest")
