@@ -40,6 +40,9 @@
 /* Requests served at once under a device model with a deep queue (nvme: 1024):
  * beyond this many the model's queue would only add threads, not realism. */
 #define MAX_PARALLEL 64u
+/* The kernel's limit on background requests unless we raise it
+ * (FUSE_DEFAULT_MAX_BACKGROUND in fs/fuse). */
+#define KERNEL_MAX_BACKGROUND 12u
 
 enum node { N_NONE, N_ROOT, N_DISK, N_CONTROL };
 enum { INO_DISK = 2, INO_CONTROL = 3 }; /* FUSE_ROOT_ID is 1 */
@@ -320,7 +323,7 @@ static void ll_init(void *userdata, struct fuse_conn_info *conn)
 	/* The loop device's direct I/O reaches us as background requests, at
 	 * most max_background at once (12 by default): a device model must see
 	 * up to its queue depth of them. */
-	if (devmodel_active()) {
+	if (devmodel_active() && devmodel_parallel(MAX_PARALLEL) > KERNEL_MAX_BACKGROUND) {
 		conn->max_background = devmodel_parallel(MAX_PARALLEL);
 		conn->congestion_threshold = conn->max_background;
 	}
@@ -702,7 +705,9 @@ int main(int argc, char **argv)
 
 		if (!lcfg)
 			die("out of memory");
-		fuse_loop_cfg_set_max_threads(lcfg, devmodel_parallel(MAX_PARALLEL));
+		/* qd requests may sleep at once; marks and everything else
+		 * keep libfuse's default of 10 threads besides. */
+		fuse_loop_cfg_set_max_threads(lcfg, devmodel_parallel(MAX_PARALLEL) + 10);
 		rc = fuse_session_loop_mt(se, lcfg);
 		fuse_loop_cfg_destroy(lcfg);
 	} else {
