@@ -44,7 +44,9 @@ from harness.backends.vm.live import LiveGuest
 from harness.backends.vm.qemu import Disk, Guest, Outcome
 from workloads.runner import (RECORDS_FILE, SYSCTLS, ExecutorWorkload, ExternalProgram, WorkloadRunner,
                                      check_executor_exit)
+from replay.logformat import LogReader
 from replay.logsplice import image_prefix, splice
+from replay.replayer import log_differs_from
 
 # Every guest boot must end within this (seconds); override with POWERCUT_VM_TIMEOUT.
 BOOT_TIMEOUT_S = float(os.environ.get("POWERCUT_VM_TIMEOUT", "900"))
@@ -224,6 +226,7 @@ class VmBackend:
             splice(prefix, guest_log, log_path, drop_flush=self.fault == "drop-flush")
             if guest_log != log_path and self.live is None:
                 os.unlink(guest_log)
+        check_log_rebuilds_disk(log_path, data, state.scratch)
         return self._recording(outcome, out_dir, output, records_disk, log_path, device_bytes, data)
 
     def _recording(self, outcome: Outcome, out_dir: str, output: str, records_disk: str | None,
@@ -289,6 +292,18 @@ class VmBackend:
         if isinstance(self.workload, ExecutorWorkload):
             vm["content_checks"] = CONTENT_CHECKS
         return {"vm": vm}
+
+
+def check_log_rebuilds_disk(log_path: str, disk: str, scratch_dir: str) -> None:
+    """The recording's log, replayed onto a zeroed device, must be the guest's data disk byte
+    for byte. A live guest keeps its disks and its kernel from case to case: this check is what
+    shows that a finding comes from what the kernel wrote in this recording, not from state an
+    earlier case left on the disk or from writes the log missed."""
+    with LogReader(log_path) as reader:
+        at = log_differs_from(reader, disk, os.path.join(scratch_dir, "log-check.img"))
+    if at is not None:
+        raise EnvError(f"the recorded log does not rebuild the guest's data disk (they differ in the 64 KiB "
+                       f"at byte {at}): the recording cannot be trusted")
 
 
 def _refill(path: str, image: str | None, size: int) -> None:
