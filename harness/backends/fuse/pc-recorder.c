@@ -562,7 +562,7 @@ struct opts {
 static _Noreturn void usage_error(const char *why)
 {
 	die("%s (usage: pc-recorder --image IMG --log LOG [--sector-size 512|4096] "
-	    "[--ready-fd N] [--fault drop-flush] [--device read_us=N,write_us=N,flush_us=N,mbps=N,qd=N] MOUNTPOINT)", why);
+	    "[--ready-fd N] [--fault drop-flush] [--device read_us=N,write_us=N,flush_us=N,mbps=N,qd=N,flush_excl=0|1] MOUNTPOINT)", why);
 }
 
 static long parse_num(const char *s, const char *opt)
