@@ -119,9 +119,12 @@ bench: BENCH_KERNEL ?= debian:linux-image-6.12-amd64
 bench: deps
 	$(PC) bench --json $(BUILD)/bench.json $(if $(BENCH_KERNEL),--kernel '$(BENCH_KERNEL)')
 # Kernel upgrade check: the same corpus sample on the host kernel (fuse
-# backend) and on KERNEL (vm backend), then `powercut corpus diff`: the
-# Markdown diff is OUT/diff.md, its exit status (1: a verdict changed) is
-# OUT/diff.rc (make itself exits 2 on any failure).
+# backend) and on KERNEL (vm backend), a short fuzz campaign on KERNEL, then
+# `powercut corpus diff` (and with PREV_KERNEL, `powercut bisect` of the changed
+# cases): the Markdown diff is OUT/diff.md; the exit statuses of the campaign
+# (1: findings), the diff (1: a verdict changed) and the bisection (2: error)
+# are OUT/fuzz.rc, OUT/diff.rc, OUT/bisect.rc (make itself exits 2 on any
+# failure, findings and changed verdicts included).
 ci-kernel: ENTRIES ?= append-fsync,rename-over-durable,fsync-directory
 ci-kernel: ROWS ?= ext4-ordered
 ci-kernel: OUT ?= out/ci-kernel
@@ -129,19 +132,22 @@ ci-kernel: CI_FUZZ_WORKLOADS ?= 10
 ci-kernel: CI_FUZZ_DURATION ?= 10m
 ci-kernel: deps
 	@test -n "$(KERNEL)" || { echo "make ci-kernel: set KERNEL=debian:PACKAGE (e.g. debian:linux-image-6.12-amd64)" >&2; exit 2; }
-	@rm -f $(OUT)/diff.rc
+	@rm -f $(OUT)/diff.rc $(OUT)/fuzz.rc $(OUT)/bisect.rc $(OUT)/bisect.txt; mkdir -p $(OUT)
 	$(PC) corpus run --entries '$(ENTRIES)' --rows '$(ROWS)' --out $(OUT)/host || [ $$? = 1 ]
 	$(PC) corpus run --backend vm --kernel '$(KERNEL)' --entries '$(ENTRIES)' --rows '$(ROWS)' \
 	    --out $(OUT)/kernel || [ $$? = 1 ]
 	$(PC) fuzz --fs ext4 --backend vm --kernel '$(KERNEL)' --engine exhaustive --seq 1 \
 	    --max-workloads $(CI_FUZZ_WORKLOADS) --duration $(CI_FUZZ_DURATION) \
-	    --out $(OUT)/fuzz-$$(date +%Y%m%d-%H%M%S) || [ $$? = 1 ]
+	    --out $(OUT)/fuzz-$$(date +%Y%m%d-%H%M%S); \
+	    rc=$$?; echo $$rc > $(OUT)/fuzz.rc; [ $$rc -le 1 ]
 	$(PC) corpus diff $(OUT)/host/results.json $(OUT)/kernel/results.json --out $(OUT)/diff.md; \
 	    rc=$$?; echo $$rc > $(OUT)/diff.rc; \
 	    if [ $$rc = 1 ] && [ -n "$(PREV_KERNEL)" ]; then \
-	        $(PC) bisect $(OUT)/kernel/results.json --changed-against $(OUT)/host/results.json \
-	            --kernels '$(PREV_KERNEL)..$(KERNEL)' --out $(OUT)/bisect | tee $(OUT)/bisect.txt; \
-	    fi; exit $$rc
+	        { $(PC) bisect $(OUT)/kernel/results.json --changed-against $(OUT)/host/results.json \
+	            --kernels '$(PREV_KERNEL)..$(KERNEL)' --out $(OUT)/bisect; echo $$? > $(OUT)/bisect.rc; } \
+	            | tee $(OUT)/bisect.txt; \
+	        [ "$$(cat $(OUT)/bisect.rc)" -le 1 ] || exit 2; \
+	    fi; [ $$rc = 0 ] && [ "$$(cat $(OUT)/fuzz.rc)" = 0 ]
 
 clean:
 	rm -rf $(BUILD) $(VENV)

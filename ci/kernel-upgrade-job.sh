@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI job for a kernel upgrade: run a corpus sample on the new kernel (QEMU
 # guest, --backend vm) and on the runner's own kernel, and diff the verdicts
-# and latency. Exit 1 if a verdict differs, 2 on an error.
+# and latency; a short fuzz campaign on the new kernel. Exit 1 if a verdict
+# differs or the campaign found something, 2 on an error.
 #   KERNEL   the kernel to test, e.g. debian:linux-image-6.12-amd64 (required)
 #   ENTRIES  corpus entries, comma-separated globs (default: make's sample)
 #   ROWS     matrix rows (default ext4-ordered)
@@ -21,6 +22,15 @@ args=(KERNEL="$KERNEL" OUT="$OUT")
 [ -n "${PREV_KERNEL:-}" ] && args+=(PREV_KERNEL="$PREV_KERNEL")
 make ci-kernel "${args[@]}"
 rc=$?
-# make exits 2 on any failure; the diff's own status says whether a verdict changed.
-if [ -f "$OUT/diff.rc" ]; then exit "$(cat "$OUT/diff.rc")"; fi
-[ "$rc" = 0 ] && exit 0 || exit 2
+# make exits 2 on any failure; the steps' own statuses say what happened:
+# 2 if one failed (the bisection included), else 1 if the diff changed or the campaign found something.
+[ "$rc" = 0 ] && exit 0
+[ -f "$OUT/diff.rc" ] && [ -f "$OUT/fuzz.rc" ] || exit 2
+status=0
+for step in fuzz diff bisect; do
+    [ -f "$OUT/$step.rc" ] || continue
+    s=$(cat "$OUT/$step.rc")
+    if [ "$s" -ge 2 ]; then exit 2; fi
+    if [ "$step" != bisect ] && [ "$s" = 1 ]; then status=1; fi
+done
+exit "$status"

@@ -32,7 +32,7 @@ from harness.pipeline.run import RunConfig, terminate_as_exception
 from fuzz.layout import CampaignDir, Totals
 from fuzz.status import StatusLine, clock
 from fuzz.store import FindingStore
-from fuzz.worker import Stopped, Worker
+from fuzz.worker import Stopped, Worker, WorkloadBudget
 from workloads import exhaustive
 
 ENGINES = {"hypothesis": "fuzz.engine_hypothesis", "exhaustive": "fuzz.engine_exhaustive", "afl": "fuzz.engine_afl"}
@@ -52,7 +52,7 @@ class CampaignSpec:
 
 
 def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline: float,
-                 stop: multiprocessing.synchronize.Event, parent: int) -> None:
+                 stop: multiprocessing.synchronize.Event, parent: int, budget: WorkloadBudget | None) -> None:
     os.setsid()  # Ctrl-C goes to the campaign process only; it stops workers with one SIGTERM
 
     def on_term(signum: int, frame: object) -> None:
@@ -63,7 +63,8 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
     signal_on_parent_death(signal.SIGTERM)
     if os.getppid() != parent:
         return
-    w = Worker(CampaignDir(path), cfg, f"w{n}", n, spec.jobs, spec.seed, deadline, stop, spec.options)
+    w = Worker(CampaignDir(path), cfg, f"w{n}", n, spec.jobs, spec.seed, deadline, stop, spec.options,
+               budget=budget)
     try:
         if cfg.backend == "vm":
             _run_in_live_guest(w)
@@ -105,9 +106,10 @@ class Campaign:
         self.cdir.clear_work()
         ctx = multiprocessing.get_context("fork")
         stop = ctx.Event()
+        budget = WorkloadBudget(ctx, self.spec.max_workloads) if self.spec.max_workloads else None
         deadline = self.start + self.spec.duration_s
         procs = [ctx.Process(target=_worker_main, name=f"powercut-fuzz-w{n}",
-                             args=(self.cdir.path, self.cfg, self.spec, n, deadline, stop, os.getpid()))
+                             args=(self.cdir.path, self.cfg, self.spec, n, deadline, stop, os.getpid(), budget))
                  for n in range(self.spec.jobs)]
         interrupted = False
         with StatusLine() as status:
@@ -115,7 +117,7 @@ class Campaign:
                 with terminate_as_exception():
                     for p in procs:
                         p.start()
-                    self._watch(procs, stop, status, deadline)
+                    self._watch(procs, stop, status, deadline, budget)
             except (KeyboardInterrupt, Terminated):
                 interrupted, self.stop_reason = True, "interrupted"
                 status.show("powercut fuzz: stopping, tearing down the workers' devices ...", force=True)
@@ -138,7 +140,7 @@ class Campaign:
         return 1 if report["saved_findings"] else 0
 
     def _watch(self, procs: list[multiprocessing.process.BaseProcess], stop: Any, status: StatusLine,
-               deadline: float) -> None:
+               deadline: float, budget: WorkloadBudget | None) -> None:
         while any(p.is_alive() for p in procs):
             t = self.cdir.totals()
             status.show(self.status_text(t))
@@ -151,7 +153,10 @@ class Campaign:
             if time.time() >= deadline:
                 stop.set()
             time.sleep(POLL_S)
-        if not stop.is_set():
+        if self.stop_reason == "duration" and budget is not None and budget.spent():
+            # a worker found the budget spent and stopped them all before the totals showed it
+            self.stop_reason = "max-workloads"
+        elif not stop.is_set():
             self.stop_reason = "exhausted" if self.spec.engine == "exhaustive" else "workers-exited"
 
     def _stop_workers(self, procs: list[multiprocessing.process.BaseProcess], terminate: bool) -> None:

@@ -27,6 +27,25 @@ from fuzz.trial import Signature, Trial, run_doc
 MAX_CONSECUTIVE_ERRORS = 3
 
 
+class WorkloadBudget:
+    """--max-workloads N across all workers: each new workload claims one of N slots before it
+    starts (shrink runs do not), so a campaign runs N workloads, not N plus one per busy worker."""
+
+    def __init__(self, ctx: Any, limit: int) -> None:
+        self.limit = limit
+        self.started = ctx.Value("q", 0)
+
+    def claim(self) -> bool:
+        with self.started.get_lock():
+            if self.started.value >= self.limit:
+                return False
+            self.started.value += 1
+            return True
+
+    def spent(self) -> bool:
+        return bool(self.started.value >= self.limit)
+
+
 class Stopped(BaseException):
     """The worker was told to stop (SIGTERM). A BaseException, so it unwinds through
     Hypothesis, which would take the pipeline's Terminated (an Exception) for a
@@ -46,6 +65,7 @@ class Worker:
     options: dict[str, Any] = field(default_factory=dict)
     errors: int = 0
     opener: BackendOpener | None = None   # the worker's live vm guest (--backend vm)
+    budget: WorkloadBudget | None = None  # --max-workloads, shared by all workers
 
     def __post_init__(self) -> None:
         self.store = FindingStore(self.campaign.sub("findings"))
@@ -57,6 +77,9 @@ class Worker:
     def run(self, doc: dict[str, Any], *, inspect_extra: Inspect | None = None,
             **journal: Any) -> Trial | None:
         """Run DOC and journal it; None if the harness failed (journaled too; repeated failures stop the worker)."""
+        if not journal.get("shrink") and self.budget is not None and not self.budget.claim():
+            self.stop.set()
+            raise Stopped()
         try:
             trial = run_doc(doc, self.cfg, self.work, inspect_extra, self.opener)
         except Terminated as e:  # the run has torn down: now stop the worker

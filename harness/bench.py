@@ -13,7 +13,9 @@ meaningful on a busy box even when absolute times do not:
   image (checkers/recovery.py FsckMemo), so it can beat the floor.
 - overhead_ratio: a one-worker walk's time per checked state / the floor.
 - recorder_fsync_p50_ratio: p50 of a 4 KiB append + fsync on ext4 through
-  the FUSE recorder / the same on a plain loop device.
+  the FUSE recorder / the same on a plain loop device, both mounted at once and
+  measured in turns; the median of 3 such calibrations (`--only recorder`:
+  just this; docs/recorder-overhead.md).
 - seq1_workloads_per_min: 1-3 operation workloads (creat, write, rename, each
   with fsync), each a whole run (harness/pipeline/run.py run_workload: mkfs,
   recorder, workload, every entry a crash point, default reorder) in this
@@ -218,9 +220,26 @@ def bench_walk(state: RunState, quick: bool) -> dict[str, Any]:
     }
 
 
+def _recorder_overhead(state: RunState, reps: int, fsyncs: int) -> dict[str, Any]:
+    """The recorder's fsync calibration REPS times; the median run by ratio, and all of them."""
+    runs = sorted((recorder_vs_loop(state, fsyncs) for _ in range(reps)), key=lambda r: r["ratio"])
+    return {**runs[len(runs) // 2], "runs": runs}
+
+
+def bench_recorder(quick: bool) -> dict[str, Any]:
+    state = RunState.create("bench")
+    try:
+        fsync = _recorder_overhead(state, 1 if quick else 3, 200 if quick else 1000)
+    finally:
+        state.teardown_or_warn()
+    return {"recorder_fsync_p50_ratio": fsync["ratio"], "details": {"fsync": fsync}}
+
+
 def bench(quick: bool, kernel: str | None = None, only: str = "all") -> dict[str, Any]:
     if only == "oracle":
         return bench_oracle(quick)
+    if only == "recorder":
+        return bench_recorder(quick)
     reps = 1 if quick else 3
     load_before = os.getloadavg()[0]
     state = RunState.create("bench")
@@ -230,7 +249,7 @@ def bench(quick: bool, kernel: str | None = None, only: str = "all") -> dict[str
             return {**walk, "details": {"jobs": default_jobs(), "quick": quick, "kernel": os.uname().release,
                                         "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
                                         **walk["details"]}}
-        fsync = recorder_vs_loop(state, 200 if quick else 1000)
+        fsync = _recorder_overhead(state, reps, 200 if quick else 1000)
         seq1 = _seq1(state.scratch, reps)
         oracle = bench_oracle(quick)
         vm = bench_vm(kernel, state.scratch, VM_WORKLOADS_QUICK if quick else VM_WORKLOADS) if kernel else None

@@ -26,8 +26,8 @@ import os
 from collections.abc import Callable, Iterator
 
 from harness.foundation.errors import UsageError
-from harness.foundation.ownership import require_owned
-from harness.foundation.sparse import punch_hole, pwrite_sparse
+from harness.foundation.ownership import create_file, require_owned
+from harness.foundation.sparse import first_difference, punch_hole, pwrite_sparse
 from replay.logformat import Closing, Entry, LogReader
 
 
@@ -160,3 +160,21 @@ def find_mark(reader: LogReader, text: str, start: int = 0) -> int:
         if entry.index >= start and entry.is_mark and entry.mark == text:
             return entry.index
     raise UsageError(f"{reader.path}: no mark {text!r} in the log")
+
+
+def log_differs_from(reader: LogReader, image: str, scratch: str) -> int | None:
+    """Where the whole log, replayed onto a zeroed device the size of IMAGE, differs from IMAGE
+    (a SYNC_CHUNK-aligned byte offset), or None if it rebuilds IMAGE exactly. SCRATCH is a
+    new file for the replay, removed afterwards."""
+    fd = create_file(scratch)
+    try:
+        with open(image, "rb") as img:
+            size = os.fstat(img.fileno()).st_size
+            os.ftruncate(fd, size)
+            with Replayer(reader, fd, sparse=True) as replayer:
+                if reader.nr_entries:
+                    replayer.replay_through(reader.nr_entries - 1)
+            return first_difference(img.fileno(), fd, size)
+    finally:
+        os.close(fd)
+        os.unlink(scratch)

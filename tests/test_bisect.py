@@ -83,3 +83,40 @@ def test_changed_corpus_cases_map_to_their_run_directories(tmp_path: Path) -> No
     (tmp_path / "k/results.json").write_text(json.dumps(kernel))
     assert changed_runs(str(tmp_path / "k/results.json"), str(tmp_path / "host.json")) == [
         ("b@ext4", str(tmp_path / "k/ext4/b"))]
+
+
+FAKE_POWERCUT = """#!/bin/sh
+# powercut's steps, each exiting with the status the test gives it (the steps are tested elsewhere)
+case "$1" in
+corpus) [ "$2" = diff ] && exit "$DIFF"; exit 0 ;;
+fuzz) exit "$FUZZ" ;;
+bisect) echo bisected; exit "$BISECT" ;;
+esac
+exit 3
+"""
+
+
+@pytest.mark.parametrize("fuzz,diff,bisect,job", [
+    (0, 0, 0, 0),   # nothing changed, nothing found
+    (1, 0, 0, 1),   # the campaign on the new kernel found something
+    (0, 1, 0, 1),   # a verdict changed; bisected, no change inside the range
+    (0, 1, 1, 1),   # a verdict changed; bisected to a first kernel
+    (0, 1, 2, 2),   # the bisection failed: an error, not a verdict change
+    (2, 0, 0, 2),   # the campaign failed
+])
+def test_kernel_upgrade_job_status_folds_every_step(tmp_path: Path, fuzz: int, diff: int, bisect: int,
+                                                    job: int) -> None:
+    """ci/kernel-upgrade-job.sh through the real `make ci-kernel` recipe, powercut replaced (MAKEFLAGS)."""
+    fake = tmp_path / "powercut"
+    fake.write_text(FAKE_POWERCUT)
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    env = {"PATH": "/usr/bin:/bin", "MAKEFLAGS": f"PC={fake}", "KERNEL": "debian:k2", "PREV_KERNEL": "debian:k1",
+           "OUT": str(out), "FUZZ": str(fuzz), "DIFF": str(diff), "BISECT": str(bisect)}
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.run(["bash", str(root / "ci/kernel-upgrade-job.sh")], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == job, p.stdout + p.stderr
+    assert ("bisected" in p.stdout) == (diff == 1 and fuzz < 2)
+    if diff == 1 and fuzz < 2:
+        assert (out / "bisect.rc").read_text().strip() == str(bisect) and "bisected" in (out / "bisect.txt").read_text()

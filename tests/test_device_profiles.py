@@ -5,11 +5,12 @@ profile reaches the recorder and the report, and what the calibration says."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import WORKLOADS, PcEnv, needs_root_stack
+from conftest import ROOT, WORKLOADS, PcEnv, needs_root_stack
 from harness.backends.fuse.profiles import PROFILES, recorder_arg, resolve
 from harness.foundation.errors import UsageError
 from harness.pipeline.run import CALIBRATION_FSYNCS
@@ -32,6 +33,25 @@ def test_named_profiles_and_json_files(tmp_path: Path) -> None:
         resolve("floppy")
     with pytest.raises(UsageError):
         resolve(str(tmp_path / "missing.json"))
+
+
+@pytest.mark.parametrize("case", ["behind-flush", "excl-flush", "shared-queue"])
+def test_what_requests_wait_for_in_the_device_model(tmp_path: Path, case: str) -> None:
+    """Queued requests wait behind a cache flush (qd 1; flush_excl also with a deeper
+    queue) and not without flush_excl: seen through the model's own counters of requests
+    in service and waiting (tests/c/devmodel_check.c), never through elapsed time."""
+    src = ROOT / "harness" / "backends" / "fuse"
+    exe = tmp_path / "devmodel_check"
+    subprocess.run(["cc", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", f"-I{src}", "-o", str(exe),
+                    str(ROOT / "tests" / "c" / "devmodel_check.c"), str(src / "devmodel.c"), "-lpthread"], check=True)
+    # A case whose request does not wait as it should hangs in its wait for the counters.
+    p = subprocess.run([str(exe), case], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.startswith("ok: "), p.stdout + p.stderr
+
+
+def test_sata_flush_is_exclusive_and_emmc_serves_one_at_a_time() -> None:
+    assert resolve("sata-hdd")["flush_excl"] == 1 and "flush_excl=1" in recorder_arg(resolve("sata-hdd"))[1]
+    assert resolve("emmc")["qd"] == 1 and "flush_excl" not in resolve("emmc")
 
 
 @pytest.mark.e2e

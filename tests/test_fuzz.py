@@ -83,7 +83,8 @@ def test_a_finding_is_shrunk_to_its_end_even_when_the_campaign_stops_meanwhile(p
     --shrink-seconds), the finding is saved shrunk, and the campaign exits 1."""
     report, out, text = campaign(pc, "--fs", "ext4", "--mkfs-opts", "-O ^has_journal", "--crash-points", "write",
                                  "--max-workloads", "1", "--min-ops", "8", "--duration", "5m", rc=1)
-    assert report["stop_reason"] == "max-workloads" and report["workloads"] >= 1  # others may finish first
+    # exactly one: the other worker may not start a second workload meanwhile
+    assert report["stop_reason"] == "max-workloads" and report["workloads"] == 1
     assert report["findings_by_kind"] and report["saved_findings"]
     s = report["saved_findings"][0]
     d, f = saved_finding(out, s["kind"])
@@ -187,6 +188,16 @@ def test_minimize_shrinks_a_given_workload(pc: PcEnv) -> None:
     assert len(shrunk) < len(ops) and "still a fsck finding" in p.stdout
     p = pc.run("minimize", str(wl), "--fs", "ext4", "--out", str(pc.tmp / "min2"))
     assert p.returncode == 2 and "nothing to minimize" in p.stderr
+
+
+def test_max_workloads_is_exact_with_several_workers(pc: PcEnv) -> None:
+    """Each worker claims a slot before it starts a workload: 3 means 3, not 3 plus
+    one more per worker that was busy when the campaign saw the count reached."""
+    report, out, _ = campaign(pc, "--fs", "ext4", "--engine", "exhaustive", "--seq", "1", "--jobs", "2",
+                              "--max-workloads", "3", "--duration", "5m", rc=0)
+    assert report["stop_reason"] == "max-workloads" and report["workloads"] == 3
+    journal = [line for f in (out / "journal").iterdir() for line in f.read_text().splitlines() if line.strip()]
+    assert len(journal) == 3
 
 
 def test_recovery_crash_campaign_counts_inner_states_and_saves_a_reproducible_finding(pc: PcEnv) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 import subprocess
 
@@ -80,13 +82,21 @@ def test_recorder_structure_follows_the_design() -> None:
     p = recorder.params(0.01)
     doc = recorder.generate(p)
     created = [o["path"] for o in ops_of(doc, "open") if o["thread"] == "recorder"]
+    assert created[0] == recorder.WARMUP  # the allocator's metadata is read in before the quiet phase
+    created = created[1:]
     assert created == recorder.recording_paths(p) == doc["invariants"]["records"]["path"]
     assert len(set(created)) == len(created) == 2 * p.recordings
     assert doc["invariants"]["records"]["record_bytes"] == p.write_bytes
     assert doc["invariants"]["records"]["period_us"] == p.period_us
     truncs = ops_of(doc, "ftruncate")
     assert sum(t["length"] for t in truncs if t["thread"] == "post") == 2 * p.writes * p.write_bytes
-    assert {t["thread"] for t in ops_of(doc, "fsync")} == {"post", "background"}
+    assert {t["thread"] for t in ops_of(doc, "fsync")} == {"recorder", "post", "background"}
+    # Table 1's "none": a quiet recording starts only after the previous one's ftruncate + fsync
+    posted = [o["thread"] for o in ops_of(doc, "barrier") if o["name"] == "posted"]
+    assert sorted(posted) == sorted(["recorder", "post"] * p.recordings)
+    overlapping = recorder.generate(replace(p, quiet_overlap=1, warmup=0))
+    assert not [o for o in ops_of(overlapping, "barrier") if o["name"] == "posted"]
+    assert recorder.WARMUP not in [o["path"] for o in ops_of(overlapping, "open")]
     sfr = ops_of(doc, "sync_file_range")
     assert {s["thread"] for s in sfr} == {"syncer"} and {s["length"] for s in sfr} == {s["stride"] for s in sfr}
     per_rec = p.writes // p.recordings

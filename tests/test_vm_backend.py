@@ -127,6 +127,26 @@ def test_json_workload_runs_in_the_guest(pc: PcEnv) -> None:
     assert pc.leftovers() == []
 
 
+def test_a_real_kernel_warning_during_the_workload_is_a_kernel_finding(pc: PcEnv) -> None:
+    """Not scripted console text: a genuine WARN_ON in Debian 6.12's jbd2 (start_this_handle: an
+    ea_inode xattr on a 1024-block journal asks for more credits than one transaction holds; see
+    the workload's description). It is a `kernel` finding of the workload with the console excerpt,
+    and the run goes on to check the crash states."""
+    out = pc.tmp / "out"
+    pc.run("run", str(WORKLOADS / "ea_inode_xattr_warning.json"), "--fs", "ext4", "--backend", "vm",
+           "--kernel", KERNEL_612, "--mkfs-opts", "-b 1024 -O ea_inode -J size=1", "--max-states", "1",
+           "--out", str(out), check_rc=1)
+    r = report(out)
+    kernel = [f for f in r["findings"] if f["kind"] == "kernel"]
+    assert len(kernel) == 1, r["findings"]
+    ev = kernel[0]["evidence"]
+    assert ev["phase"] == "workload" and ev["event"] == "warning"
+    assert re.search(r"WARNING: CPU: \d+ PID: \d+ at fs/jbd2/transaction\.c:\d+ start_this_handle", ev["console"])
+    assert "wants too many credits" in ev["console"] and "ext4_xattr_set" in ev["console"]
+    assert r["crash_states_checked"] > 0 and len(r["vm"]["boot_seconds"]) == 2
+    assert pc.leftovers() == []
+
+
 def test_unjournaled_ext4_fsck_and_unreadable_images_are_findings_through_the_guest(pc: PcEnv) -> None:
     """The guest kernel recovers torn unjournaled states (one recovery boot: < 200 images); fsck
     fails on some, and the host's read-only content checks hit EBADMSG on some: findings, never a crash."""

@@ -18,7 +18,7 @@ from harness.foundation.sparse import copy_range, data_extents
 from harness.backends.vm import cpio, packages
 from harness.backends.vm.kernel import Kernel
 from harness.backends.vm.console import died_event, first_event
-from harness.backends.vm.qemu import Disk, Outcome
+from harness.backends.vm.qemu import BatchDisk, Disk, Outcome
 from checkers.crash_check import verdict_findings
 from replay.logformat import FLUSH, FUA, LogReader, LogWriter
 from replay.logsplice import image_prefix, splice
@@ -99,8 +99,6 @@ class FakeGuest:
         self.outcomes = outcomes
         self.envs: list[dict[str, str]] = []
 
-    batch_device = "/dev/vda"
-
     def run_job(self, job: str, env: dict[str, str], disks: list[Disk], *, timeout: float,
                 on_line: Callable[[str], None] | None = None) -> Outcome:
         assert job == "recover" and len(disks) == 1
@@ -110,10 +108,10 @@ class FakeGuest:
             on_line(line)
         return outcome
 
-    def batch_file(self, state: SimpleNamespace, tag: str = "") -> str:
-        path = os.path.join(state.scratch, f"batch{tag}.img")
+    def batch_disk(self, state: SimpleNamespace, engine: int) -> BatchDisk:
+        path = os.path.join(state.scratch, f"batch{engine}.img")
         open(path, "wb").close()
-        return path
+        return BatchDisk(path, "/dev/vda")
 
     def batch_bytes(self, needed: int) -> int:
         return needed

@@ -24,6 +24,15 @@ from harness.backends.session import FAULTS, DeviceBackend, Recording
 from workloads.runner import WorkloadRunner
 
 BACKENDS = ("fuse", "dm", "vm", "auto")
+NEEDS_KERNEL = "--backend vm needs --kernel debian:PACKAGE (e.g. debian:linux-image-6.12-amd64) or --kernel PATH"
+
+
+def check_kernel_args(name: str, kernel: str | None, kernel_modules: str | None) -> None:
+    """--kernel and --kernel-modules go with --backend vm, and vm needs --kernel."""
+    if name == "vm" and not kernel:
+        raise UsageError(NEEDS_KERNEL)
+    if name != "vm" and (kernel or kernel_modules):
+        raise UsageError("--kernel and --kernel-modules need --backend vm")
 
 
 @dataclass(frozen=True)
@@ -91,11 +100,10 @@ def open_backend(name: str, fs: FsType, workload: WorkloadRunner, *, fault: str 
         raise UsageError("--device-profile is played by the fuse recorder: it needs --backend fuse")
     if name != "dm" and devices.given():
         raise UsageError("--data-dev, --log-dev and --i-know-this-erases need --backend dm")
+    check_kernel_args(name, kernel, kernel_modules)
     if name == "vm":
         from harness.backends.vm.backend import VmBackend
         return VmBackend(fs, workload, kernel, kernel_modules, fault)
-    if kernel or kernel_modules:
-        raise UsageError("--kernel and --kernel-modules need --backend vm")
     if name == "dm":
         from harness.backends.dm import devices as dm_devices, support
         if fault:

@@ -11,12 +11,12 @@ from pathlib import Path
 
 from checkers.fsrules import TIERS
 from harness.foundation.jsondoc import write_json
-from harness.commands.options import add_semantics_option
+from harness.commands.options import add_backend_options, add_semantics_option, check_backend_options
 from harness.foundation import internal_error, ownership
 from harness.corpus.entries import CORPUS_DIR, VERDICT_KINDS, Row, entry_doc, load_corpus, load_matrix
 from harness.corpus.diff import diff, markdown as corpus_markdown_diff
 from harness.corpus.report import junit, markdown
-from harness.backends import BACKENDS, require as require_backend, resolve as resolve_backend
+from harness.backends import require as require_backend, resolve as resolve_backend
 from harness.commands.run import add_recovery_args, recovery_kwargs
 from harness.corpus.run import Backend, compare_baseline, host_cannot_run, load_results, results_doc, run_cases
 from harness.foundation.errors import UsageError
@@ -47,10 +47,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not entries:
         raise UsageError(f"no corpus entry matches {args.entries!r} in {args.corpus}")
     rows = _rows(args)
-    if (args.kernel or args.kernel_modules) and args.backend != "vm":
-        raise UsageError("--kernel and --kernel-modules need --backend vm")
-    if args.backend not in BACKENDS:
-        raise UsageError(f"unknown --backend {args.backend!r}: available: {', '.join(BACKENDS)}")
+    check_backend_options(args)
     if args.semantics not in TIERS:
         raise UsageError(f"--semantics {args.semantics}: choose {' or '.join(TIERS)}")
     # auto is resolved once: every case, and results.json, name the backend that recorded.
@@ -149,9 +146,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="a p99 or max worse than FACTOR x the baseline is a regression (default 2)")
     r.add_argument("--latency-floor-us", type=float, default=200.0,
                    help="ignore latency regressions below this many microseconds (default 200)")
-    r.add_argument("--backend", default="fuse", help=f"recording backend of every case: {', '.join(BACKENDS)} (default: fuse)")
-    r.add_argument("--kernel", default="", help="--backend vm: debian:PACKAGE or a kernel image path")
-    r.add_argument("--kernel-modules", default="", help="--backend vm: the kernel's lib/modules/VERSION directory")
+    add_backend_options(r)
     add_recovery_args(r)
     r.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="cases run in parallel, each in its own process (default 1)")

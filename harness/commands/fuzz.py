@@ -11,7 +11,7 @@ from typing import Any
 
 from harness.foundation.jsondoc import write_json
 from checkers.findings import KINDS
-from harness.commands.options import add_semantics_option
+from harness.commands.options import add_backend_options, add_semantics_option, check_backend_options
 from harness.foundation import internal_error, ownership
 from harness.foundation.errors import UsageError
 from harness.backends import require as require_backend, resolve as resolve_backend
@@ -51,6 +51,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 def _run_config(args: argparse.Namespace) -> RunConfig:
     if not args.fs:
         raise UsageError("--fs is required (ext4, xfs or btrfs), unless --resume DIR")
+    check_backend_options(args)
     args.backend = resolve_backend(args.backend)  # auto: the campaign records (and says) dm or fuse
     cfg = RunConfig(fs=args.fs, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts, size_mib=args.size, quiet=True,
                     crash_points=args.crash_points, reorder=args.reorder, states_per_point=args.states_per_point,
@@ -59,15 +60,11 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
     cfg.check()
     require_backend(args.backend)
     if args.backend == "vm":
-        if not args.kernel:
-            raise UsageError("--backend vm needs --kernel debian:PACKAGE (e.g. debian:linux-image-6.12-amd64) or --kernel PATH")
         if getattr(args, "engine", "") == "afl":
             raise UsageError("--engine afl runs every workload in a new process and cannot keep a vm guest: "
                              "use --engine hypothesis or exhaustive with --backend vm")
         if args.fault and args.fault not in VM_FAULTS:
             raise UsageError(f"--fault {args.fault}: the vm backend knows {', '.join(VM_FAULTS)}")
-    elif args.kernel or args.kernel_modules:
-        raise UsageError("--kernel and --kernel-modules need --backend vm")
     elif args.fault and args.fault not in FAULTS:
         raise UsageError(f"--fault {args.fault} needs --backend vm")
     return cfg
@@ -169,12 +166,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                         "recovery is recorded for --recovery-crash; recovery-panic (vm): the guest kernel crashes "
                         "at the first recovery mount of every batch; recovery-hang (vm): that mount waits for I/O "
                         "that never completes (the live guest's hang watchdog, POWERCUT_VM_HANG_S)")
-    p.add_argument("--backend", choices=["fuse", "dm", "vm", "auto"], default="fuse",
-                   help="fuse: the host kernel through the userspace recorder (default); dm: the host kernel's "
-                        "own dm-log-writes on loop devices; vm: the kernel under test (--kernel) in a QEMU guest "
-                        "with its own dm-log-writes, one guest per worker; auto: dm where the host has it, else fuse")
-    p.add_argument("--kernel", metavar="debian:PACKAGE|PATH", help="--backend vm: the kernel under test")
-    p.add_argument("--kernel-modules", metavar="DIR", help="--backend vm with --kernel PATH: its lib/modules/VERSION")
+    add_backend_options(p)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from checkers.crash_check import default_jobs
-from harness.backends import BACKENDS
 from checkers.recovery_modes import CHOICES
 from harness.backends.session import FAULTS
 from harness.backends.vm.backend import FAULTS as VM_FAULTS
@@ -13,7 +12,7 @@ from harness.backends.dm.devices import CONFIRM_FLAG
 from harness.pipeline.compare import run_matrix
 from harness.pipeline.run import RunConfig, default_out_dir, recheck, run_workload
 from harness.reports.report import summary
-from harness.commands.options import add_semantics_option
+from harness.commands.options import add_backend_options, add_semantics_option
 from workloads.runner import load_runner
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS
 from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER
@@ -73,19 +72,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("workload", help="a workload: a powercut-workload/1 .json file or scenario:NAME (run by the "
                                     "timing executor), or an executable, .sh or .py program run in the mounted directory")
     p.add_argument("--fs", required=True, help="ext4, xfs or btrfs")
-    p.add_argument("--backend", default="fuse",
-                   help=f"recorded-device backend: {', '.join(BACKENDS)} (default: fuse; auto: dm where this "
-                        "kernel has dm-log-writes, else fuse)")
+    add_backend_options(p)
     p.add_argument("--data-dev", default=None, metavar="DEV",
                    help="--backend dm: record on this block device (erased; default: a loop device on a new file)")
     p.add_argument("--log-dev", default=None, metavar="DEV", help="--backend dm with --data-dev: the log's block device (erased)")
     p.add_argument(CONFIRM_FLAG, dest="erase_ok", action="append", default=[], metavar="DEV",
                    help="confirm that DEV (--data-dev or --log-dev) may be erased; needed for each")
-    p.add_argument("--kernel", default=None, metavar="debian:PACKAGE|PATH",
-                   help="--backend vm: the kernel under test, a Debian kernel package "
-                        "(e.g. debian:linux-image-6.12-amd64) or a vmlinux/bzImage file")
-    p.add_argument("--kernel-modules", default=None, metavar="DIR",
-                   help="--backend vm with --kernel PATH: its lib/modules/VERSION directory (with modules.dep)")
     p.add_argument("--mkfs-opts", default="", help="extra mkfs options, e.g. \"-O ^has_journal\"")
     add_semantics_option(p)
     p.add_argument("--mount-opts", default=None,

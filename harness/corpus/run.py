@@ -34,7 +34,7 @@ from harness.corpus.entries import load_doc, VERDICT_KINDS, Entry, Row
 from harness.foundation.errors import EnvError, KernelFailure, PowercutError, Terminated, UsageError
 from harness.foundation.filesystems import get_fs
 from harness.foundation.parentdeath import signal_on_parent_death
-from harness.pipeline.live import live_guest, opener, why_not_live
+from harness.pipeline.live import live_guest, opener
 from harness.pipeline.run import RunConfig, check_tools, run_checked
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ def run_config(entry: Entry, row: Row, backend: Backend = Backend()) -> RunConfi
 
 
 def run_case(entry: Entry, row: Row, out_dir: str, backend: Backend = Backend(), live: LiveVm | None = None) -> Case:
-    """One case; with LIVE (--backend vm) in that live guest, unless the case needs what one refuses."""
+    """One case; with LIVE (--backend vm) in that live guest."""
     case = Case(entry.name, row.name, row.fs, row.mkfs_opts, row.mount_opts, entry.expected(row),
                 may=entry.allowed(row))
     case_dir = ownership.make_dir(os.path.join(out_dir, row.name, entry.name))
@@ -129,10 +129,7 @@ def run_case(entry: Entry, row: Row, out_dir: str, backend: Backend = Backend(),
     write_json(wl, entry.workload, indent=1)
     try:
         cfg = run_config(entry, row, backend)
-        if live is not None and (why := why_not_live(cfg)):
-            print(f"powercut corpus: {case.key} runs in guests of its own, not the live one: {why}",
-                  file=sys.stderr, flush=True)
-        report = run_checked(wl, cfg, os.path.join(case_dir, "run"), opener=opener(live, cfg)).report
+        report = run_checked(wl, cfg, os.path.join(case_dir, "run"), opener=opener(live)).report
     except PowercutError as e:
         case.error = str(e)
         return case

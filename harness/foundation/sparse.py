@@ -121,3 +121,16 @@ def sync_sparse(src_fd: int, dst_fd: int, size: int) -> int:
             rewritten += 1
             pwrite_sparse(dst_fd, a, off)
     return rewritten
+
+
+def first_difference(a_fd: int, b_fd: int, size: int) -> int | None:
+    """Offset of the first SYNC_CHUNK in which A and B (SIZE bytes each) differ, or None if equal.
+
+    Holes read as zeros: only the data extents of either file are read.
+    """
+    for start, end in _merged_chunks(data_extents(a_fd, size) + data_extents(b_fd, size), size):
+        for off in range(start, end, SYNC_CHUNK):
+            n = min(SYNC_CHUNK, end - off)
+            if os.pread(a_fd, n, off) != os.pread(b_fd, n, off):
+                return off
+    return None

@@ -4,7 +4,8 @@ A one-job guest boot costs 20-40 s under TCG; a fuzz worker or a corpus job
 runs many workloads, so with `--backend vm` each keeps one LiveVm
 (harness/backends/vm/backend.py) and hands `opener(...)` to every run. The
 guest boots on first use, and again only after its kernel died or hung.
-Runs a live guest cannot serve (`why_not_live`) fall back to one-job boots.
+Every run option a vm run takes works in a live guest (`--recovery both`
+too: the guest has a batch disk per recovery mode).
 """
 
 from __future__ import annotations
@@ -33,13 +34,6 @@ def live_guest(cfg: RunConfig, fs_names: Iterable[str]) -> Iterator["LiveVm | No
         yield live
 
 
-def why_not_live(cfg: RunConfig) -> str:
-    """Why a run under CFG cannot share a live guest ("" if it can)."""
-    if len(cfg.recovery_modes()) > 1:
-        return f"--recovery {cfg.recovery} needs two recovery engines and a live guest has one batch disk"
-    return ""
-
-
-def opener(live: "LiveVm | None", cfg: RunConfig) -> BackendOpener | None:
-    """The backend opener for one run under CFG: LIVE's, or None (the run boots its own guests)."""
-    return live.open if live is not None and not why_not_live(cfg) else None
+def opener(live: "LiveVm | None") -> BackendOpener | None:
+    """The backend opener for one run: LIVE's, or None (not --backend vm: the run opens its own)."""
+    return live.open if live is not None else None

@@ -1,6 +1,7 @@
 """How much the FUSE recorder itself adds to a latency: fsync p50 on ext4 through
 pc-recorder (no device profile) over the same on a plain loop device, both on
-files in the same scratch directory. Measured in the invocation whose
+files in the same scratch directory, both mounted at once and measured in
+turns (one fsync on each per round). Measured in the invocation whose
 latencies it qualifies (a short calibration: the machine's load changes)."""
 
 from __future__ import annotations
@@ -41,40 +42,50 @@ def mount_point(state: RunState, name: str) -> Iterator[str]:
         state.released(res)
 
 
-def fsync_p50_us(directory: str, n: int) -> float:
-    """p50 of a 4 KiB append + fsync in DIRECTORY."""
-    block, times = os.urandom(4096), []
-    fd = os.open(os.path.join(directory, "fsync-bench"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        for i in range(n):
-            t0 = time.perf_counter_ns()
-            os.pwrite(fd, block, i * 4096)
-            os.fsync(fd)
-            times.append(time.perf_counter_ns() - t0)
-    finally:
-        os.close(fd)
-    return statistics.median(times) / 1000
+WARMUP = 20  # first fsyncs of a fresh file system (block allocation, journal start) not counted
 
 
-def _fsync_on_ext4(state: RunState, dev: str, name: str, n: int) -> float:
+def _ext4_on(state: RunState, stack: contextlib.ExitStack, dev: str, name: str) -> int:
+    """A fresh ext4 on DEV, mounted; an fd of an empty file in it (closed by STACK)."""
     fs = get_fs("ext4")
     # Inode tables and journal written now: otherwise ext4lazyinit zeroes them in
     # the background during the measurement, through the recorder.
     sysres.run(fs.mkfs_cmd(dev, "-E lazy_itable_init=0,lazy_journal_init=0"))
-    with mount_point(state, name) as mnt:
-        kmount.mount(dev, mnt, fs.name)
-        return fsync_p50_us(mnt, n)
+    mnt = stack.enter_context(mount_point(state, name))
+    kmount.mount(dev, mnt, fs.name)
+    fd = os.open(os.path.join(mnt, "fsync-bench"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    stack.callback(os.close, fd)
+    return fd
+
+
+def fsync_p50s_us(fds: list[int], n: int) -> list[float]:
+    """p50 of a 4 KiB append + fsync on each of FDS, taken in turn (one on each, then
+    the next round): load that comes and goes hits all of them alike."""
+    block, times = os.urandom(4096), [[] for _ in fds]
+    for i in range(WARMUP + n):
+        for fd, ts in zip(fds, times):
+            t0 = time.perf_counter_ns()
+            os.pwrite(fd, block, i * 4096)
+            os.fsync(fd)
+            if i >= WARMUP:
+                ts.append(time.perf_counter_ns() - t0)
+    return [statistics.median(ts) / 1000 for ts in times]
 
 
 def recorder_vs_loop(state: RunState, n: int) -> dict[str, float]:
     """fsync p50 through the recorder and on a plain loop device, and their ratio."""
     t0 = time.perf_counter()
-    with FuseRecordedDevice(state, SIZE, os.path.join(state.scratch, "calibrate.log")) as device:
-        recorder = _fsync_on_ext4(state, device.block_device, "calibrate-fuse", n)
-        device.stop()
     image = os.path.join(state.scratch, "calibrate-plain.img")
-    with owned_file(image, SIZE), recorded_loop(state, image) as loop:
-        plain = _fsync_on_ext4(state, loop.path, "calibrate-loop", n)
+    # Teardown in reverse: file systems, then the recorder (loop, FUSE, daemon) and the plain loop.
+    with contextlib.ExitStack() as stack:
+        device = stack.enter_context(FuseRecordedDevice(state, SIZE, os.path.join(state.scratch, "calibrate.log")))
+        stack.enter_context(owned_file(image, SIZE))
+        loop = stack.enter_context(recorded_loop(state, image))
+        with contextlib.ExitStack() as mounted:
+            fds = [_ext4_on(state, mounted, device.block_device, "calibrate-fuse"),
+                   _ext4_on(state, mounted, loop.path, "calibrate-loop")]
+            recorder, plain = fsync_p50s_us(fds, n)
+        device.stop()
     for leftover in ("calibrate.log", "calibrate-plain.img"):
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(state.scratch, leftover))

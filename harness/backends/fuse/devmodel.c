@@ -14,7 +14,10 @@ static struct {
 	uint64_t cost_ns[4];   /* per request, by kind */
 	double ns_per_byte;    /* 0: no bandwidth limit */
 	unsigned qd;           /* 0: no queue limit */
-	unsigned busy;
+	bool flush_excl;       /* a flush waits for the queue to drain and holds the device alone */
+	unsigned busy;         /* requests in service */
+	unsigned waiting;      /* requests waiting to enter service */
+	bool excl;             /* an exclusive flush waits or is in service: nothing else enters */
 	uint64_t channel_free; /* CLOCK_MONOTONIC ns when the channel is next free */
 	pthread_mutex_t lock;
 	pthread_cond_t slot;
@@ -38,7 +41,8 @@ static void sleep_until(uint64_t t)
 
 int devmodel_parse(const char *spec, const char **why)
 {
-	static const char *keys[] = { "read_us", "write_us", "flush_us", "discard_us", "mbps", "qd" };
+	static const char *keys[] = { "read_us", "write_us", "flush_us", "discard_us", "mbps", "qd",
+				      "flush_excl" };
 	char *copy, *save = NULL, *item;
 	int rc = 0;
 
@@ -75,8 +79,10 @@ int devmodel_parse(const char *spec, const char **why)
 			M.ns_per_byte = v > 0 ? 1000.0 / v : 0; /* MB/s = bytes/us */
 		else if (k == 5)
 			M.qd = (unsigned)v;
+		else if (k == 6)
+			M.flush_excl = v != 0;
 		else {
-			*why = "unknown key (known: read_us, write_us, flush_us, discard_us, mbps, qd)";
+			*why = "unknown key (known: read_us, write_us, flush_us, discard_us, mbps, qd, flush_excl)";
 			rc = -1;
 		}
 	}
@@ -85,15 +91,43 @@ int devmodel_parse(const char *spec, const char **why)
 	return rc;
 }
 
+bool devmodel_active(void)
+{
+	return M.on;
+}
+
+unsigned devmodel_parallel(unsigned cap)
+{
+	return M.qd && M.qd < cap ? M.qd : cap;
+}
+
+/* May a request enter service now? An exclusive flush (which holds M.excl
+ * from when it is queued until it is done, keeping every other request out)
+ * waits for the requests in service to finish. */
+static bool may_enter(bool excl_flush)
+{
+	if (excl_flush)
+		return M.busy == 0;
+	return !M.excl && !(M.qd && M.busy >= M.qd);
+}
+
 void devmodel_serve(enum dm_kind kind, size_t bytes)
 {
 	uint64_t start, done;
+	bool excl_flush = kind == DM_FLUSH && M.flush_excl;
 
 	if (!M.on)
 		return;
 	pthread_mutex_lock(&M.lock);
-	while (M.qd && M.busy >= M.qd)
+	M.waiting++;
+	if (excl_flush) {
+		while (M.excl) /* one exclusive flush at a time */
+			pthread_cond_wait(&M.slot, &M.lock);
+		M.excl = true;
+	}
+	while (!may_enter(excl_flush))
 		pthread_cond_wait(&M.slot, &M.lock);
+	M.waiting--;
 	M.busy++;
 	start = now_ns();
 	if (M.ns_per_byte > 0 && bytes && kind != DM_DISCARD) {
@@ -107,6 +141,18 @@ void devmodel_serve(enum dm_kind kind, size_t bytes)
 	sleep_until(done);
 	pthread_mutex_lock(&M.lock);
 	M.busy--;
-	pthread_cond_signal(&M.slot);
+	if (excl_flush)
+		M.excl = false;
+	/* Waiters wait for different things (a slot, a drained queue, the end
+	 * of a flush): wake them all to look again. */
+	pthread_cond_broadcast(&M.slot);
+	pthread_mutex_unlock(&M.lock);
+}
+
+void devmodel_counts(unsigned *in_service, unsigned *waiting)
+{
+	pthread_mutex_lock(&M.lock);
+	*in_service = M.busy;
+	*waiting = M.waiting;
 	pthread_mutex_unlock(&M.lock);
 }

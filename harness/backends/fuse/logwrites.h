@@ -31,6 +31,7 @@ struct lw_log {
 	uint64_t off;        /* byte offset where the next entry goes */
 	uint64_t nr_entries;
 	unsigned char *hdr;  /* one zeroed block reused for every entry header */
+	unsigned char *super; /* block 0 mapped shared, or NULL */
 };
 
 /* Longest mark text: the header block must also hold the 32-byte header and,

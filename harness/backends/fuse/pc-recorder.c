@@ -13,7 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <fuse.h>
+#include <fuse_lowlevel.h>
 #include <getopt.h>
 #include <limits.h>
 #include <pthread.h>
@@ -37,8 +37,15 @@
 /* Worker threads do little on their stacks; with mlockall(MCL_FUTURE) the
  * default 8 MiB stack per worker would all be pinned in RAM. */
 #define WORKER_STACK "262144"
+/* Requests served at once under a device model with a deep queue (nvme: 1024):
+ * beyond this many the model's queue would only add threads, not realism. */
+#define MAX_PARALLEL 64u
+/* The kernel's limit on background requests unless we raise it
+ * (FUSE_DEFAULT_MAX_BACKGROUND in fs/fuse). */
+#define KERNEL_MAX_BACKGROUND 12u
 
 enum node { N_NONE, N_ROOT, N_DISK, N_CONTROL };
+enum { INO_DISK = 2, INO_CONTROL = 3 }; /* FUSE_ROOT_ID is 1 */
 
 static struct recorder {
 	int img_fd;
@@ -91,17 +98,6 @@ static int fail(const char *what, int err)
 	return -EIO;
 }
 
-static enum node node_of(const char *path)
-{
-	if (strcmp(path, "/") == 0)
-		return N_ROOT;
-	if (strcmp(path, "/" DISK_NAME) == 0)
-		return N_DISK;
-	if (strcmp(path, "/" CONTROL_NAME) == 0)
-		return N_CONTROL;
-	return N_NONE;
-}
-
 /* Block-device rules: whole sectors only, nothing past the end. */
 static int check_range(off_t off, uint64_t len)
 {
@@ -127,96 +123,10 @@ static int pwrite_all(int fd, const char *buf, size_t len, off_t off)
 	return 0;
 }
 
-static void *rec_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
-{
-	(void)cfg;
-	/* With writeback caching the kernel would acknowledge writes itself
-	 * and send them later: the log would no longer see the order in which
-	 * the loop device completed them. */
-	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
-	conn->max_write = MAX_WRITE;
-	if (R.ready_fd >= 0) {
-		if (write(R.ready_fd, "ready\n", 6) != 6)
-			msg("cannot write to --ready-fd: %s", strerror(errno));
-		close(R.ready_fd);
-		R.ready_fd = -1;
-	}
-	return fuse_get_context()->private_data;
-}
-
-static int rec_getattr(const char *path, struct stat *st, struct fuse_file_info *fi)
-{
-	(void)fi;
-	memset(st, 0, sizeof *st);
-	st->st_uid = getuid();
-	st->st_gid = getgid();
-	st->st_atime = st->st_mtime = st->st_ctime = R.start;
-	switch (node_of(path)) {
-	case N_ROOT:
-		st->st_mode = S_IFDIR | 0755;
-		st->st_nlink = 2;
-		return 0;
-	case N_DISK:
-		st->st_mode = S_IFREG | 0600;
-		st->st_nlink = 1;
-		st->st_size = (off_t)R.img_size;
-		st->st_blksize = R.ss;
-		st->st_blocks = (blkcnt_t)(R.img_size / 512);
-		return 0;
-	case N_CONTROL:
-		st->st_mode = S_IFREG | 0200;
-		st->st_nlink = 1;
-		return 0;
-	case N_NONE:
-		break;
-	}
-	return -ENOENT;
-}
-
-static int rec_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t off,
-		       struct fuse_file_info *fi, enum fuse_readdir_flags flags)
-{
-	(void)off;
-	(void)fi;
-	(void)flags;
-	if (node_of(path) != N_ROOT)
-		return -ENOTDIR;
-	fill(buf, ".", NULL, 0, 0);
-	fill(buf, "..", NULL, 0, 0);
-	fill(buf, DISK_NAME, NULL, 0, 0);
-	fill(buf, CONTROL_NAME, NULL, 0, 0);
-	return 0;
-}
-
-static int rec_open(const char *path, struct fuse_file_info *fi)
-{
-	switch (node_of(path)) {
-	case N_DISK:
-		/* No FUSE page cache: every block I/O must reach us as it
-		 * happens. */
-		fi->direct_io = 1;
-		return 0;
-	case N_CONTROL:
-		if ((fi->flags & O_ACCMODE) != O_WRONLY)
-			return -EACCES;
-		fi->direct_io = 1; /* one write() = one request = one mark */
-		return 0;
-	case N_ROOT:
-		return -EISDIR;
-	case N_NONE:
-		break;
-	}
-	return -ENOENT;
-}
-
-static int rec_read(const char *path, char *buf, size_t size, off_t off,
-		    struct fuse_file_info *fi)
+static int read_img(char *buf, size_t size, off_t off)
 {
 	size_t done = 0;
 
-	(void)fi;
-	if (node_of(path) != N_DISK)
-		return -EBADF;
 	devmodel_serve(DM_READ, size);
 	while (done < size) {
 		ssize_t n = pread(R.img_fd, buf + done, size - done, off + (off_t)done);
@@ -260,20 +170,10 @@ static int write_mark(const char *buf, size_t size)
 	return rc ? rc : (int)size;
 }
 
-static int rec_write(const char *path, const char *buf, size_t size, off_t off,
-		     struct fuse_file_info *fi)
+static int write_disk(const char *buf, size_t size, off_t off)
 {
 	int rc;
 
-	(void)fi;
-	switch (node_of(path)) {
-	case N_CONTROL:
-		return write_mark(buf, size);
-	case N_DISK:
-		break;
-	default:
-		return -EBADF;
-	}
 	if ((rc = check_range(off, size)) != 0)
 		return rc;
 	if (size == 0)
@@ -292,14 +192,10 @@ static int rec_write(const char *path, const char *buf, size_t size, off_t off,
 
 /* FUSE FSYNC is the block layer's cache flush. IMG and LOG are deliberately
  * not synced: their own durability is not what is being tested. */
-static int rec_fsync(const char *path, int datasync, struct fuse_file_info *fi)
+static int flush_disk(void)
 {
 	int rc = 0;
 
-	(void)datasync;
-	(void)fi;
-	if (node_of(path) != N_DISK)
-		return 0;
 	devmodel_serve(DM_FLUSH, 0);
 	if (R.drop_flush)
 		return 0;
@@ -310,21 +206,6 @@ static int rec_fsync(const char *path, int datasync, struct fuse_file_info *fi)
 		rc = fail("append FLUSH to LOG", rc);
 	pthread_mutex_unlock(&R.lock);
 	return rc;
-}
-
-/* FUSE FLUSH comes from close(), not from a cache flush. */
-static int rec_flush(const char *path, struct fuse_file_info *fi)
-{
-	(void)path;
-	(void)fi;
-	return 0;
-}
-
-static int rec_release(const char *path, struct fuse_file_info *fi)
-{
-	(void)path;
-	(void)fi;
-	return 0;
 }
 
 /* Zero a range of IMG; tmpfs has no ZERO_RANGE but a hole reads as zeros. */
@@ -343,16 +224,12 @@ static int zero_img(off_t off, off_t len)
  * ZERO_RANGE (or PUNCH_HOLE without REQ_NOUNMAP). dm-log-writes has no
  * write-zeroes entry: the block layer would fall back to writing zeros, so
  * that is what gets logged. */
-static int rec_fallocate(const char *path, int mode, off_t off, off_t len,
-			 struct fuse_file_info *fi)
+static int fallocate_disk(int mode, off_t off, off_t len)
 {
 	bool punch = mode == (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE);
 	uint64_t sector = (uint64_t)off / R.ss, nr = (uint64_t)len / R.ss;
 	int rc;
 
-	(void)fi;
-	if (node_of(path) != N_DISK)
-		return -EOPNOTSUPP;
 	if (off < 0 || len <= 0)
 		return -EINVAL;
 	if ((uint64_t)off > R.img_size || (uint64_t)len > R.img_size - (uint64_t)off)
@@ -384,48 +261,298 @@ static int rec_fallocate(const char *path, int mode, off_t off, off_t len,
 	return rc;
 }
 
-static int rec_truncate(const char *path, off_t size, struct fuse_file_info *fi)
+/* ---- FUSE low-level glue: inode numbers instead of paths (no path
+ * resolution per request), attributes that never change cached by the
+ * kernel for good. */
+
+/* The files never change size or kind: the kernel may keep their entries
+ * and attributes (no LOOKUP/GETATTR on the I/O path). */
+#define ATTR_TIMEOUT 86400.0
+
+static enum node node_of_ino(fuse_ino_t ino)
 {
-	(void)size;
-	(void)fi;
-	switch (node_of(path)) {
-	case N_CONTROL:
-		return 0; /* shell redirection (O_TRUNC) must work on control */
-	case N_DISK:
-		return -EPERM; /* a block device has a fixed size */
+	switch (ino) {
+	case FUSE_ROOT_ID:
+		return N_ROOT;
+	case INO_DISK:
+		return N_DISK;
+	case INO_CONTROL:
+		return N_CONTROL;
+	}
+	return N_NONE;
+}
+
+static void fill_stat(enum node n, struct stat *st)
+{
+	memset(st, 0, sizeof *st);
+	st->st_uid = getuid();
+	st->st_gid = getgid();
+	st->st_atime = st->st_mtime = st->st_ctime = R.start;
+	switch (n) {
 	case N_ROOT:
-		return -EISDIR;
+		st->st_ino = FUSE_ROOT_ID;
+		st->st_mode = S_IFDIR | 0755;
+		st->st_nlink = 2;
+		break;
+	case N_DISK:
+		st->st_ino = INO_DISK;
+		st->st_mode = S_IFREG | 0600;
+		st->st_nlink = 1;
+		st->st_size = (off_t)R.img_size;
+		st->st_blksize = R.ss;
+		st->st_blocks = (blkcnt_t)(R.img_size / 512);
+		break;
+	case N_CONTROL:
+		st->st_ino = INO_CONTROL;
+		st->st_mode = S_IFREG | 0200;
+		st->st_nlink = 1;
+		break;
 	case N_NONE:
 		break;
 	}
-	return -ENOENT;
 }
 
-static int rec_statfs(const char *path, struct statvfs *st)
+static void ll_init(void *userdata, struct fuse_conn_info *conn)
 {
-	(void)path;
-	memset(st, 0, sizeof *st);
-	st->f_bsize = R.ss;
-	st->f_frsize = R.ss;
-	st->f_blocks = R.img_size / R.ss;
-	st->f_files = 2;
-	st->f_namemax = NAME_MAX;
-	return 0;
+	(void)userdata;
+	/* With writeback caching the kernel would acknowledge writes itself
+	 * and send them later: the log would no longer see the order in which
+	 * the loop device completed them. */
+	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+	conn->max_write = MAX_WRITE;
+	/* The loop device's direct I/O reaches us as background requests, at
+	 * most max_background at once (12 by default): a device model must see
+	 * up to its queue depth of them. */
+	if (devmodel_active() && devmodel_parallel(MAX_PARALLEL) > KERNEL_MAX_BACKGROUND) {
+		conn->max_background = devmodel_parallel(MAX_PARALLEL);
+		conn->congestion_threshold = conn->max_background;
+	}
+	if (R.ready_fd >= 0) {
+		if (write(R.ready_fd, "ready\n", 6) != 6)
+			msg("cannot write to --ready-fd: %s", strerror(errno));
+		close(R.ready_fd);
+		R.ready_fd = -1;
+	}
 }
 
-static const struct fuse_operations rec_ops = {
-	.init = rec_init,
-	.getattr = rec_getattr,
-	.readdir = rec_readdir,
-	.open = rec_open,
-	.read = rec_read,
-	.write = rec_write,
-	.fsync = rec_fsync,
-	.flush = rec_flush,
-	.release = rec_release,
-	.fallocate = rec_fallocate,
-	.truncate = rec_truncate,
-	.statfs = rec_statfs,
+static void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fuse_entry_param e;
+	enum node n = N_NONE;
+
+	if (parent == FUSE_ROOT_ID && strcmp(name, DISK_NAME) == 0)
+		n = N_DISK;
+	else if (parent == FUSE_ROOT_ID && strcmp(name, CONTROL_NAME) == 0)
+		n = N_CONTROL;
+	if (n == N_NONE) {
+		fuse_reply_err(req, parent == FUSE_ROOT_ID ? ENOENT : ENOTDIR);
+		return;
+	}
+	memset(&e, 0, sizeof e);
+	fill_stat(n, &e.attr);
+	e.ino = e.attr.st_ino;
+	e.attr_timeout = e.entry_timeout = ATTR_TIMEOUT;
+	fuse_reply_entry(req, &e);
+}
+
+static void ll_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct stat st;
+	enum node n = node_of_ino(ino);
+
+	(void)fi;
+	if (n == N_NONE) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	fill_stat(n, &st);
+	fuse_reply_attr(req, &st, ATTR_TIMEOUT);
+}
+
+/* Only a size change means anything here (shell redirection truncates
+ * control; a block device has a fixed size); other attributes stay. */
+static void ll_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+		       struct fuse_file_info *fi)
+{
+	struct stat st;
+	enum node n = node_of_ino(ino);
+
+	(void)attr;
+	(void)fi;
+	if (n == N_NONE) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		if (n == N_DISK) {
+			fuse_reply_err(req, EPERM);
+			return;
+		}
+		if (n == N_ROOT) {
+			fuse_reply_err(req, EISDIR);
+			return;
+		}
+	}
+	fill_stat(n, &st);
+	fuse_reply_attr(req, &st, ATTR_TIMEOUT);
+}
+
+static void ll_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	static const char *names[] = { ".", "..", DISK_NAME, CONTROL_NAME };
+	static const fuse_ino_t inos[] = { FUSE_ROOT_ID, FUSE_ROOT_ID, INO_DISK, INO_CONTROL };
+	char buf[512];
+	size_t used = 0;
+
+	(void)fi;
+	if (node_of_ino(ino) != N_ROOT) {
+		fuse_reply_err(req, ENOTDIR);
+		return;
+	}
+	if (size > sizeof buf)
+		size = sizeof buf;
+	/* Entry i's offset is i + 1: the offset to continue after it. */
+	for (off_t i = off < 0 ? 0 : off; i < 4; i++) {
+		struct stat st = { .st_ino = inos[i], .st_mode = i < 2 ? S_IFDIR : S_IFREG };
+		size_t need = fuse_add_direntry(req, NULL, 0, names[i], NULL, 0);
+
+		if (used + need > size)
+			break;
+		fuse_add_direntry(req, buf + used, size - used, names[i], &st, i + 1);
+		used += need;
+	}
+	fuse_reply_buf(req, buf, used);
+}
+
+static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	switch (node_of_ino(ino)) {
+	case N_DISK:
+		/* No FUSE page cache: every block I/O must reach us as it
+		 * happens. */
+		fi->direct_io = 1;
+		fi->noflush = 1; /* close() is not a cache flush */
+		fuse_reply_open(req, fi);
+		return;
+	case N_CONTROL:
+		if ((fi->flags & O_ACCMODE) != O_WRONLY) {
+			fuse_reply_err(req, EACCES);
+			return;
+		}
+		fi->direct_io = 1; /* one write() = one request = one mark */
+		fi->noflush = 1;
+		fuse_reply_open(req, fi);
+		return;
+	case N_ROOT:
+		fuse_reply_err(req, EISDIR);
+		return;
+	case N_NONE:
+		break;
+	}
+	fuse_reply_err(req, ENOENT);
+}
+
+static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	static _Thread_local char *buf;
+	int rc;
+
+	(void)fi;
+	if (node_of_ino(ino) != N_DISK) {
+		fuse_reply_err(req, EBADF);
+		return;
+	}
+	if (!buf && !(buf = malloc(MAX_WRITE))) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if (size > MAX_WRITE)
+		size = MAX_WRITE;
+	rc = read_img(buf, size, off);
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_buf(req, buf, (size_t)rc);
+}
+
+static void reply_count(fuse_req_t req, int rc)
+{
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_write(req, (size_t)rc);
+}
+
+static void ll_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	(void)fi;
+	switch (node_of_ino(ino)) {
+	case N_CONTROL:
+		reply_count(req, write_mark(buf, size));
+		return;
+	case N_DISK:
+		reply_count(req, write_disk(buf, size, off));
+		return;
+	default:
+		fuse_reply_err(req, EBADF);
+	}
+}
+
+static void ll_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	(void)datasync;
+	(void)fi;
+	fuse_reply_err(req, node_of_ino(ino) == N_DISK ? -flush_disk() : 0);
+}
+
+/* FUSE FLUSH comes from close(), not from a cache flush. */
+static void ll_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)fi;
+	fuse_reply_err(req, 0);
+}
+
+static void ll_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+			 struct fuse_file_info *fi)
+{
+	(void)fi;
+	if (node_of_ino(ino) != N_DISK)
+		fuse_reply_err(req, EOPNOTSUPP);
+	else
+		fuse_reply_err(req, -fallocate_disk(mode, off, len));
+}
+
+static void ll_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct statvfs st;
+
+	(void)ino;
+	memset(&st, 0, sizeof st);
+	st.f_bsize = R.ss;
+	st.f_frsize = R.ss;
+	st.f_blocks = R.img_size / R.ss;
+	st.f_files = 2;
+	st.f_namemax = NAME_MAX;
+	fuse_reply_statfs(req, &st);
+}
+
+static const struct fuse_lowlevel_ops rec_ops = {
+	.init = ll_init,
+	.lookup = ll_lookup,
+	.getattr = ll_getattr,
+	.setattr = ll_setattr,
+	.readdir = ll_readdir,
+	.open = ll_open,
+	.read = ll_read,
+	.write = ll_write,
+	.fsync = ll_fsync,
+	.flush = ll_flush,
+	.fallocate = ll_fallocate,
+	.statfs = ll_statfs,
 };
 
 struct opts {
@@ -435,7 +562,7 @@ struct opts {
 static _Noreturn void usage_error(const char *why)
 {
 	die("%s (usage: pc-recorder --image IMG --log LOG [--sector-size 512|4096] "
-	    "[--ready-fd N] [--fault drop-flush] [--device read_us=N,write_us=N,flush_us=N,mbps=N,qd=N] MOUNTPOINT)", why);
+	    "[--ready-fd N] [--fault drop-flush] [--device read_us=N,write_us=N,flush_us=N,mbps=N,qd=N,flush_excl=0|1] MOUNTPOINT)", why);
 }
 
 static long parse_num(const char *s, const char *opt)
@@ -532,8 +659,7 @@ int main(int argc, char **argv)
 	struct opts o = { 0 };
 	struct stat st;
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
-	struct fuse_loop_config *lcfg;
-	struct fuse *f;
+	struct fuse_session *se;
 	int rc, status;
 
 	parse_args(argc, argv, &o);
@@ -558,27 +684,40 @@ int main(int argc, char **argv)
 	    fuse_opt_add_arg(&args, "-o") ||
 	    fuse_opt_add_arg(&args, "fsname=pc-recorder,subtype=pc-recorder"))
 		die("out of memory");
-	f = fuse_new(&args, &rec_ops, sizeof rec_ops, NULL);
-	if (!f)
-		die("cannot create FUSE instance");
-	if (fuse_mount(f, o.mnt) != 0)
-		die("cannot mount FUSE at '%s'", o.mnt);
-	if (fuse_set_signal_handlers(fuse_get_session(f)) != 0)
+	se = fuse_session_new(&args, &rec_ops, sizeof rec_ops, NULL);
+	if (!se)
+		die("cannot create FUSE session");
+	if (fuse_set_signal_handlers(se) != 0)
 		die("cannot install signal handlers");
+	if (fuse_session_mount(se, o.mnt) != 0)
+		die("cannot mount FUSE at '%s'", o.mnt);
 
-	lcfg = fuse_loop_cfg_create();
-	if (!lcfg)
-		die("out of memory");
 	/* Returns on unmount (fusermount3 -u) or SIGTERM/SIGINT/SIGHUP, after
 	 * all in-flight requests have been answered; a positive value is the
-	 * number of the signal that ended it. */
-	rc = fuse_loop_mt(f, lcfg);
-	fuse_loop_cfg_destroy(lcfg);
+	 * number of the signal that ended it. Without a device model one
+	 * thread serves everything: the loop device sends one request at a
+	 * time on the paths that matter (a flush waits for its writes), and
+	 * each request is mostly spent under R.lock anyway, so worker threads
+	 * only add hand-offs. A device model sleeps per request and must let
+	 * up to qd of them wait at once. */
+	if (devmodel_active()) {
+		struct fuse_loop_config *lcfg = fuse_loop_cfg_create();
+
+		if (!lcfg)
+			die("out of memory");
+		/* qd requests may sleep at once; marks and everything else
+		 * keep libfuse's default of 10 threads besides. */
+		fuse_loop_cfg_set_max_threads(lcfg, devmodel_parallel(MAX_PARALLEL) + 10);
+		rc = fuse_session_loop_mt(se, lcfg);
+		fuse_loop_cfg_destroy(lcfg);
+	} else {
+		rc = fuse_session_loop(se);
+	}
 	if (rc < 0)
 		msg("FUSE loop failed: %s", strerror(-rc));
-	fuse_remove_signal_handlers(fuse_get_session(f));
-	fuse_unmount(f);
-	fuse_destroy(f);
+	fuse_session_unmount(se);
+	fuse_remove_signal_handlers(se);
+	fuse_session_destroy(se);
 	fuse_opt_free_args(&args);
 
 	status = 0;

@@ -25,7 +25,8 @@ from harness.foundation.errors import UsageError
 KEYS = {"read_us": "service time of a read request", "write_us": "service time of a write request",
         "flush_us": "cost of a cache flush", "discard_us": "service time of a discard",
         "mbps": "bandwidth in MB/s shared by all transfers (0: unlimited)",
-        "qd": "queue depth: requests beyond it wait (0: unlimited)"}
+        "qd": "queue depth: requests beyond it wait (0: unlimited)",
+        "flush_excl": "1: a cache flush is not queued: it waits for the requests in service and holds the device alone"}
 
 PROFILES: dict[str, dict[str, float]] = {
     # eMMC as on the recorder paper's board (Linux 4.4): no command queue engine
@@ -33,7 +34,10 @@ PROFILES: dict[str, dict[str, float]] = {
     "emmc": {"read_us": 150, "write_us": 300, "flush_us": 3000, "discard_us": 500, "mbps": 40, "qd": 1},
     # 7200 rpm SATA disk with its write cache on: writes land in the cache, a
     # read waits for seek + half a turn (4.17 ms), a flush writes the cache out.
-    "sata-hdd": {"read_us": 8300, "write_us": 100, "flush_us": 12000, "discard_us": 0, "mbps": 150, "qd": 32},
+    # FLUSH CACHE EXT is not an NCQ command: libata issues it only once the
+    # queued commands are done and queues nothing behind it (ata_std_qc_defer).
+    "sata-hdd": {"read_us": 8300, "write_us": 100, "flush_us": 12000, "discard_us": 0, "mbps": 150, "qd": 32,
+                 "flush_excl": 1},
     # UFS 2.x/3.x: 32-entry command queue.
     "ufs": {"read_us": 80, "write_us": 60, "flush_us": 1000, "discard_us": 200, "mbps": 500, "qd": 32},
     # Consumer NVMe SSD without power-loss protection (flushes cost something).

@@ -36,6 +36,7 @@ from harness.foundation.errors import EnvError, KernelFailure, UsageError
 from harness.foundation.filesystems import FsType
 from harness.foundation.runstate import RunState
 from harness.foundation.sparse import copy_range
+from harness.backends import NEEDS_KERNEL
 from harness.backends.session import Recording
 from workloads.marks import MARK_MKFS, MARK_MOUNTED, MARK_WORKLOAD_END
 from harness.backends.vm import initramfs, kernel as vmkernel, packages
@@ -43,7 +44,9 @@ from harness.backends.vm.live import LiveGuest
 from harness.backends.vm.qemu import Disk, Guest, Outcome
 from workloads.runner import (RECORDS_FILE, SYSCTLS, ExecutorWorkload, ExternalProgram, WorkloadRunner,
                                      check_executor_exit)
+from replay.logformat import LogReader
 from replay.logsplice import image_prefix, splice
+from replay.replayer import log_differs_from
 
 # Every guest boot must end within this (seconds); override with POWERCUT_VM_TIMEOUT.
 BOOT_TIMEOUT_S = float(os.environ.get("POWERCUT_VM_TIMEOUT", "900"))
@@ -92,7 +95,7 @@ class LiveVm:
     def __init__(self, kernel: str | None, kernel_modules: str | None, fss: Sequence[FsType],
                  fault: str | None) -> None:
         if not kernel:
-            raise UsageError("--backend vm needs --kernel debian:PACKAGE (e.g. debian:linux-image-6.12-amd64) or --kernel PATH")
+            raise UsageError(NEEDS_KERNEL)
         packages.ensure(packages.VM_HOST_PACKAGES, "--backend vm")
         self.kernel = vmkernel.resolve(kernel, kernel_modules)
         self.fs_names = sorted({f.name for f in fss})
@@ -171,7 +174,7 @@ class VmBackend:
             self.kernel, self.base_initrd = live.kernel, live.base_initrd
         else:
             if not kernel:
-                raise UsageError("--backend vm needs --kernel debian:PACKAGE (e.g. debian:linux-image-6.12-amd64) or --kernel PATH")
+                raise UsageError(NEEDS_KERNEL)
             packages.ensure(packages.VM_HOST_PACKAGES, "--backend vm")
             self.kernel = vmkernel.resolve(kernel, kernel_modules)
             self.base_initrd = initramfs.build(self.kernel, fs)
@@ -223,6 +226,7 @@ class VmBackend:
             splice(prefix, guest_log, log_path, drop_flush=self.fault == "drop-flush")
             if guest_log != log_path and self.live is None:
                 os.unlink(guest_log)
+        check_log_rebuilds_disk(log_path, data, state.scratch)
         return self._recording(outcome, out_dir, output, records_disk, log_path, device_bytes, data)
 
     def _recording(self, outcome: Outcome, out_dir: str, output: str, records_disk: str | None,
@@ -271,10 +275,10 @@ class VmBackend:
         if self.guest is None:  # recheck: recovery only, in one-job boots
             self.guest = self._guest(state, state.scratch)
         fault = self.fault if self.fault in RECOVERY_FAULTS else None
-        # One engine per recovery mode (--recovery both): each has its own files.
+        # One engine per recovery mode (--recovery both): each has its own batch disk and files.
         self._engines += 1
         return VmRecovery(self.guest, fs, mount_opts, state, timeout=BOOT_TIMEOUT_S, inspect=inspect, fault=fault,
-                          tag=f"-{self._engines}" if self._engines > 1 else "")
+                          engine=self._engines - 1)
 
     def recovery_recorder(self, fs: FsType, state: RunState, device_bytes: int) -> None:
         raise UsageError("--recovery-crash records recovery mounts on the fuse recorder, not in the vm guest")
@@ -288,6 +292,18 @@ class VmBackend:
         if isinstance(self.workload, ExecutorWorkload):
             vm["content_checks"] = CONTENT_CHECKS
         return {"vm": vm}
+
+
+def check_log_rebuilds_disk(log_path: str, disk: str, scratch_dir: str) -> None:
+    """The recording's log, replayed onto a zeroed device, must be the guest's data disk byte
+    for byte. A live guest keeps its disks and its kernel from case to case: this check is what
+    shows that a finding comes from what the kernel wrote in this recording, not from state an
+    earlier case left on the disk or from writes the log missed."""
+    with LogReader(log_path) as reader:
+        at = log_differs_from(reader, disk, os.path.join(scratch_dir, "log-check.img"))
+    if at is not None:
+        raise EnvError(f"the recorded log does not rebuild the guest's data disk (they differ in the 64 KiB "
+                       f"at byte {at}): the recording cannot be trusted")
 
 
 def _refill(path: str, image: str | None, size: int) -> None:

@@ -9,7 +9,8 @@ on request. Its disks are fixed at boot and reused by every job:
     vdb  log disk      dm-log-writes' log, zeroed by the host before each recording
     vdc  records disk  the executor's records (JSON workloads)
     vdd  input disk    files the host hands the guest (job.env, the plan, a program)
-    vde  batch disk    crash images to recover, back to back (sparse, MAX slots)
+    vde  batch disks   crash images to recover, back to back (sparse, MAX slots each):
+    vdf                one per recovery mode (--recovery both runs two engines)
 
 Serial ports: ttyS0 console (a file), ttyS1 the workload's output (a file),
 ttyS2 the control channel (a Unix socket QEMU serves; the host connects).
@@ -33,18 +34,21 @@ from dataclasses import dataclass, field
 
 from harness.foundation import ownership
 from harness.foundation.parentdeath import signal_on_parent_death
-from harness.foundation.errors import EnvError, UsageError
+from harness.foundation.errors import EnvError
 from harness.foundation.runstate import RunState, spawn_recorded
 from harness.backends.vm import initramfs
 from harness.backends.vm.kernel import Kernel
-from harness.backends.vm.qemu import Disk, Outcome, kvm_usable, last_line, qemu_command
+from harness.backends.vm.qemu import BatchDisk, Disk, Outcome, kvm_usable, last_line, qemu_command
+from checkers.recovery_modes import MODES
 
 # A command with no answer for this long means a hung guest (seconds; POWERCUT_VM_HANG_S).
 HANG_S = float(os.environ.get("POWERCUT_VM_HANG_S", "300"))
 BOOT_S = float(os.environ.get("POWERCUT_VM_TIMEOUT", "900"))
 IN_DISK_BYTES = 64 << 20
 RECORDS_DISK_BYTES = 1 << 30
-DATA, LOG, RECORDS, INPUT, BATCH = "/dev/vda", "/dev/vdb", "/dev/vdc", "/dev/vdd", "/dev/vde"
+DATA, LOG, RECORDS, INPUT = "/dev/vda", "/dev/vdb", "/dev/vdc", "/dev/vdd"
+# One batch disk per recovery mode (vde, vdf): the engines of --recovery both stage side by side.
+BATCHES = tuple(f"/dev/vd{chr(ord('e') + i)}" for i in range(len(MODES)))
 
 
 def _die_with_parent() -> None:
@@ -57,7 +61,7 @@ class LiveDisks:
     log: str
     records: str
     input: str
-    batch: str
+    batches: list[str]
 
 
 @dataclass
@@ -80,18 +84,16 @@ class LiveGuest:
     _buf: bytes = b""
     _console: str = ""
 
-    batch_device = BATCH
-
     # -- lifetime ---------------------------------------------------------------
     def _ensure_state(self) -> RunState:
         if self.state is None:
             self.state = RunState.create(f"vm guest {self.kernel.label}")
             s = self.state.scratch
-            self.disks = LiveDisks(*(os.path.join(s, n) for n in ("data.img", "log.img", "records.img", "input.img",
-                                                                  "batch.img")))
+            self.disks = LiveDisks(*(os.path.join(s, n) for n in ("data.img", "log.img", "records.img", "input.img")),
+                                   [os.path.join(s, f"batch-{i}.img") for i in range(len(BATCHES))])
             for path, size in ((self.disks.data, self.device_bytes), (self.disks.log, self.log_bytes),
                                (self.disks.records, RECORDS_DISK_BYTES), (self.disks.input, IN_DISK_BYTES),
-                               (self.disks.batch, self.batch_slots * self.device_bytes)):
+                               *((b, self.batch_slots * self.device_bytes) for b in self.disks.batches)):
                 os.close(ownership.create_file(path, size))
         return self.state
 
@@ -115,7 +117,7 @@ class LiveGuest:
         self._console = os.path.join(work, f"console-{len(self.boots)}.log")
         serials = [f"file:{self._console}", f"file:{self.output_path()}", "chardev:ctl"]
         d = self.disks
-        disks = [Disk(d.data, discard=True), Disk(d.log), Disk(d.records), Disk(d.input), Disk(d.batch)]
+        disks = [Disk(d.data, discard=True), Disk(d.log), Disk(d.records), Disk(d.input), *map(Disk, d.batches)]
         cmd = qemu_command(self.kernel, self.accel, initrd, serials, disks)
         cmd[1:1] = ["-chardev", f"socket,id=ctl,path={sock_path},server=on,wait=on"]
         t0 = time.monotonic()
@@ -259,13 +261,12 @@ class LiveGuest:
         return Outcome(self.release, body, completed, last_line(self._console), console=text, hung=hung)
 
     # -- the recovery engine's view (harness/backends/vm/recovery.py) ----------------------------
-    def batch_file(self, state: RunState, tag: str = "") -> str:
-        if tag:  # one batch disk: the engines of --recovery both would interleave their images on it
-            raise UsageError("--recovery both needs two recovery engines; a live vm guest has one batch disk: "
-                             "fuzz --backend vm with --recovery rw or ro")
+    def batch_disk(self, state: RunState, engine: int) -> BatchDisk:
         self._ensure_state()
         assert self.disks is not None
-        return self.disks.batch
+        if engine >= len(BATCHES):
+            raise EnvError(f"recovery engine {engine}: a live guest has {len(BATCHES)} batch disks")
+        return BatchDisk(self.disks.batches[engine], BATCHES[engine])
 
     def batch_bytes(self, needed: int) -> int:
         size = self.batch_slots * self.device_bytes

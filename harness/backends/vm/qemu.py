@@ -15,6 +15,7 @@ import shlex
 import subprocess
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from harness.foundation import ownership
 from harness.foundation.errors import EnvError
@@ -103,6 +104,13 @@ class Outcome:
                 "rule": f"{phase}:{event.rule()}", **({} if self.completed else {"died": "yes"})}
 
 
+class BatchDisk(NamedTuple):
+    """A recovery engine's batch disk (harness/backends/vm/recovery.py)."""
+
+    path: str     # the host file
+    device: str   # the same disk inside the guest
+
+
 @dataclass
 class Guest:
     """A kernel plus its initramfs for one file system, booted as often as needed."""
@@ -153,18 +161,16 @@ class Guest:
         return parse_results(results, console)
 
     # The recovery engine's view (harness/backends/vm/recovery.py): one boot per job,
-    # the batch disk is a scratch file sized to the batch.
-    batch_device = "/dev/vda"
-
+    # the batch disk is a scratch file sized to the batch (the boot's only disk).
     def run_job(self, job: str, env: dict[str, str], disks: list[Disk], *, timeout: float,
                 on_line: Callable[[str], None] | None = None) -> Outcome:
         # Results are read after the boot: ON_LINE is not called (the caller checks afterwards).
         return self.boot(job, env, disks, timeout=timeout)
 
-    def batch_file(self, state: RunState, tag: str = "") -> str:
-        path = os.path.join(state.scratch, f"recovery-batch{tag}.img")
+    def batch_disk(self, state: RunState, engine: int) -> BatchDisk:
+        path = os.path.join(state.scratch, f"recovery-batch{f'-{engine + 1}' if engine else ''}.img")
         os.close(ownership.create_file(path))
-        return path
+        return BatchDisk(path, "/dev/vda")
 
     def batch_bytes(self, needed: int) -> int:
         return needed

@@ -15,8 +15,10 @@ batch goes to a fresh boot. A kernel WARNING/BUG report on the console
 between "pc: mount I" and the next mount is a `kernel` finding of image I.
 
 The guest is either a one-job-per-boot `Guest` (harness/backends/vm/qemu.py) or a
-`LiveGuest` (harness/backends/vm/live.py) that serves many batches; both give the
-batch disk (`batch_file`, `batch_bytes`) and run the job (`run_job`).
+`LiveGuest` (harness/backends/vm/live.py) that serves many batches; both give each
+recovery engine its batch disk (`batch_disk`, `batch_bytes`) and run the job
+(`run_job`). `--recovery both` makes one engine per mode, each with its own
+batch disk (engine 0, 1): a live guest has one per mode, so both modes run in it.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from harness.foundation.filesystems import FsType, join_opts
 from harness.foundation.runstate import RunState
 from harness.foundation.sparse import copy_range
 from harness.backends.vm import console as vmconsole
-from harness.backends.vm.qemu import Disk, Outcome
+from harness.backends.vm.qemu import BatchDisk, Disk, Outcome
 
 # A batch is booted when it holds this many images or this many allocated bytes
 # (it lives in the scratch dir, normally tmpfs).
@@ -47,9 +49,7 @@ _MOUNT_LINE = re.compile(r"^pc: mount (\d+)\s*$", re.M)
 
 
 class RecoveryGuest(Protocol):
-    batch_device: str   # the batch disk inside the guest
-
-    def batch_file(self, state: RunState, tag: str = "") -> str: ...
+    def batch_disk(self, state: RunState, engine: int) -> BatchDisk: ...
 
     def batch_bytes(self, needed: int) -> int: ...
 
@@ -60,12 +60,13 @@ class RecoveryGuest(Protocol):
 class VmRecovery:
     def __init__(self, guest: RecoveryGuest, fs: FsType, mount_opts: str, state: RunState, *, timeout: float,
                  inspect: PointInspect | None = None, fault: str | None = None,
-                 max_images: int = MAX_IMAGES_PER_BOOT, tag: str = "") -> None:
+                 max_images: int = MAX_IMAGES_PER_BOOT, engine: int = 0) -> None:
         self.guest, self.fs, self.state, self.timeout, self.inspect = guest, fs, state, timeout, inspect
         self.fault, self.max_images = fault, max_images
+        tag = f"-{engine + 1}" if engine else ""  # each engine has its own files
         self.mnt = state.subdir(f"inspect-mnt{tag}") if inspect else ""
         self.mount_opts = join_opts(mount_opts, fs.recovery_opts)
-        self.batch_path = guest.batch_file(state, tag)
+        self.batch_path, self.batch_device = guest.batch_disk(state, engine)
         self.batch_fd = os.open(self.batch_path, os.O_RDWR)
         self._clear_batch()
         # Host checks of a batch run in parallel (fsck is a process); the inspector one at a time.
@@ -139,7 +140,7 @@ class VmRecovery:
         """One guest job over slots FIRST..N-1; returns the first slot it did not finish."""
         env = {"PC_FS": self.fs.name, "PC_MOUNT_OPTS": self.mount_opts, "PC_FIRST": str(first),
                "PC_IMAGES": str(n), "PC_IMAGE_SECTORS": str(self.image_bytes // 512),
-               "PC_BATCH_DISK": self.guest.batch_device, **({"PC_FAULT": self.fault} if self.fault else {})}
+               "PC_BATCH_DISK": self.batch_device, **({"PC_FAULT": self.fault} if self.fault else {})}
         outcome = self.guest.run_job("recover", env, [Disk(self.batch_path)], timeout=self.timeout, on_line=on_line)
         begun = first - 1
         for line in outcome.lines:
