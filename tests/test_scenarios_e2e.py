@@ -109,12 +109,14 @@ def test_fsync_loop_across_mount_options_in_one_report(pc: PcEnv) -> None:
     # In-order crash states: this compares latency. With reordering, barrier=0 loses fsync'd data
     # (test_explore.py::test_the_content_oracle_finds_a_missing_flush).
     pc.run("run", "scenario:fsync-loop", "--fs", "ext4", "--scale", "0.005", "--reorder", "none",
-           "--mount-opts-matrix", "barrier=1;barrier=0", "--out", str(out), check_rc=0)
+           "--mount-opts-matrix", "barrier=1;barrier=0", "--device-profile", "nvme", "--out", str(out), check_rc=0)
     c = report(out)
+    assert c["device_profile"]["name"] == "nvme"  # the comparison says which device every variant played
     assert [v["label"] for v in c["variants"]] == ["barrier=1", "barrier=0"] and c["dimension"] == "mount options"
     for v in c["variants"]:
         own = report(out / v["dir"])
         assert own["mount_opts"] == v["label"] and own["findings"] == [] and v["findings"] == 0
+        assert own["device_profile"] == c["device_profile"]
         # One in-order state per crash point; those whose image an earlier one had are skipped.
         assert own["crash_states_checked"] + own["crash_states_duplicate"] == own["crash_points"]
         assert own["crash_states_checked"] == v["crash_states_checked"]
@@ -124,6 +126,7 @@ def test_fsync_loop_across_mount_options_in_one_report(pc: PcEnv) -> None:
     assert with_barriers["crash_points"] > without["crash_points"]  # barrier=0: no flushes in the log
     md = (out / "report.md").read_text()
     assert "| barrier=1 | barrier=1 |" in md and "## fsync" in md and "| 4096 iterations s |" in md
+    assert "Device profile `nvme` played by the recorder" in md
     assert (out / c["plots"]["fsync"]).read_bytes().startswith(PNG_MAGIC)
 
 

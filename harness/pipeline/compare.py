@@ -20,6 +20,7 @@ from harness.foundation.jsondoc import write_json
 from harness.foundation import internal_error, ownership
 from harness.foundation.errors import UsageError
 from harness.pipeline.run import RunConfig, default_out_dir, run_workload
+from harness.reports.markdown import profile_lines
 from harness.reports.plots import NOT_PLOTTED, PLOT_DIR, cdf, slug
 from harness.reports.report import summary
 from harness.foundation.mdtable import table
@@ -91,7 +92,8 @@ def render(compare: dict[str, Any]) -> str:
              *table(["variant", "mount options", "crash states checked", "findings", "workload s", "report"],
                     [[v["label"], v["mount_opts"] or "defaults", f"{v['crash_states_checked']} at {v['crash_points']} points",
                       ", ".join(f"{k} {n}" for k, n in sorted(v["finding_kinds"].items())) or "none",
-                      v["workload_s"], f"[report.md]({v['dir']}/report.md)"] for v in vs])]
+                      v["workload_s"], f"[report.md]({v['dir']}/report.md)"] for v in vs]),
+             *profile_lines(compare.get("device_profile"))]
     kinds = sorted({k for v in vs for k in v["latency"]})
     for kind in kinds:
         lines += ["", f"## {kind}", "",
@@ -128,6 +130,7 @@ def run_matrix(spec: str, cfg: RunConfig, scale: float | None, params: list[str]
         "powercut_compare": 1, "workload": runners[0].name, "fs": cfg.fs, "dimension": dimension,
         "variants": [_variant_summary(v, report, out_dir, run_dir) for v, _, report, run_dir in runs],
         "plots": _overlay_cdfs(out_dir, runs),
+        "device_profile": runs[0][2].get("device_profile"),  # one --device-profile for every variant
     }
     write_json(os.path.join(out_dir, "report.json"), compare)
     with open(os.path.join(out_dir, "report.md"), "w") as f:

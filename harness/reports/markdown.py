@@ -114,11 +114,15 @@ def _device_lines(lat: dict[str, Any]) -> list[str]:
         out += ["", f"Recorder overhead, measured in this invocation ({cal['fsyncs']} fsyncs of 4 KiB on ext4, "
                 f"load {cal['load_avg_1min']}): fsync p50 {cal['recorder_p50_us']} us through the FUSE recorder vs "
                 f"{cal['loop_p50_us']} us on a plain loop device, {cal['ratio']}x."]
-    prof = lat.get("device_profile")
-    if prof:
-        keys = ", ".join(f"{k} {v}" for k, v in prof.items() if k != "name")
-        out += ["", f"Device profile `{prof['name']}` played by the recorder ({keys}): latencies include it on purpose."]
-    return out
+    return out + profile_lines(lat.get("device_profile"))
+
+
+def profile_lines(prof: dict[str, Any] | None) -> list[str]:
+    """The device profile the recorder played (a run's or a comparison's), if any."""
+    if not prof:
+        return []
+    keys = ", ".join(f"{k} {v}" for k, v in prof.items() if k != "name")
+    return ["", f"Device profile `{prof['name']}` played by the recorder ({keys}): latencies include it on purpose."]
 
 
 def _records_section(records: dict[str, Any]) -> list[str]:
