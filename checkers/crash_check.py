@@ -352,7 +352,7 @@ class _HostWorkers:
                 t.join()
 
     def _feed(self) -> None:
-        states: Iterator[tuple[int, CrashState]] | None = self.walk.unique_states()
+        states: Iterator[tuple[int, CrashState, int]] | None = self.walk.unique_states()
         inflight = 0
         while True:
             # Keep every worker busy with one state queued behind the current one.
