@@ -27,7 +27,7 @@ from contextlib import ExitStack
 
 from checkers.devchanges import DeviceChanges
 from harness.foundation import kmount, ownership
-from harness.foundation.blockwrites import open_tracker, syncfs
+from harness.foundation.blockwrites import WriteTracker, syncfs
 from harness.foundation.intervals import merge_ranges
 from harness.foundation.loopdev import LoopDevice, recorded_loop
 from harness.foundation.runstate import RunState
@@ -52,11 +52,9 @@ class CheckSlot:
                                                       track_changes=supplied is None and track))
             self._image_fd = self._create(stack, f"{name}.img")
             self.loop = stack.enter_context(recorded_loop(state, self.image, block_size=reader.sectorsize))
-            # TRACK: follow the kernel's writes (setting a tracer up and down costs ~40 ms:
-            # worth it only for walks of more than a few dozen states per worker)
-            self.tracker = open_tracker(state, self.loop.path, name) if supplied is None and track else None
-            if self.tracker is not None:
-                stack.callback(self.tracker.close)
+            # TRACK: the kernel's writes will be followed (attach_tracker); the reference keeps
+            # account of what it moves through meanwhile.
+            self.tracker: WriteTracker | None = None
             # One record for every mount on this mount point: the releaser
             # unmounts only if something is still mounted there.
             res = state.record("mount", path=self.mnt)
@@ -65,7 +63,7 @@ class CheckSlot:
             self._stack = stack.pop_all()
         # Ranges where the crash image may differ from the reference (None: anywhere), and
         # where the device may differ from what the last inspection saw (None: unknown).
-        self._dirty: list[tuple[int, int]] | None = [] if self.tracker else None
+        self._dirty: list[tuple[int, int]] | None = None
         self._since_inspect: list[tuple[int, int]] | None = None
         # What the kernel wrote since the last load() (None: unknown), for recovered_hash().
         self._since_load: list[tuple[int, int]] | None = None
@@ -74,6 +72,13 @@ class CheckSlot:
         self._token = uuid.uuid4().hex
         self._inspections = 0
         self.restores = {"ranges": 0, "compared": 0}   # how states were loaded (bench, report)
+
+    def attach_tracker(self, tracker: WriteTracker) -> None:
+        """Follow the kernel's writes to this slot's device with TRACKER (shared by a walk's
+        slots, which owns it), from before the first load on."""
+        assert self.ref.changed is not None and self.ref.state is None, "CheckSlot(track=True), before any load"
+        self.tracker = tracker
+        self._dirty = []
 
     def _create(self, stack: ExitStack, name: str) -> int:
         fd = ownership.create_file(os.path.join(os.path.dirname(self.image), name), self.device_bytes)
@@ -87,7 +92,7 @@ class CheckSlot:
         if self.supplied is not None:
             with open(self.supplied, "rb") as f:
                 return self.load_image(f.fileno())
-        moved = self.ref.take_changed() if self.tracker is not None else []
+        moved = self.ref.take_changed() if self.ref.changed is not None else []
         self._note_kernel_writes()
         if self._dirty is None:
             sync_sparse(self.ref.fd, self._image_fd, self.device_bytes)
@@ -126,7 +131,7 @@ class CheckSlot:
         """Add what the kernel wrote to the device since the last look to both accounts."""
         if self.tracker is None:
             return
-        written = self.tracker.drain()
+        written = self.tracker.drain(self.loop.path)
         if written is None:
             self._dirty = self._since_inspect = self._since_load = None
             return

@@ -36,6 +36,7 @@ from checkers.recovery_crash import (LOG_DIR, RecordRecovery, RecoveryCrashSpec,
                                      recovery_plan, split_id, states_of)
 from checkers.recovery_modes import mode_opts
 from harness.foundation import ownership
+from harness.foundation.blockwrites import WriteTracker, open_tracker
 from harness.foundation.errors import UsageError
 from harness.foundation.loopdev import LoopDevice
 from harness.foundation.filesystems import FsType
@@ -49,8 +50,9 @@ Progress = Callable[[int, int, int], None]  # (done, total, findings so far)
 Inspect = Callable[[str, CrashState], list[Finding]]
 BeforeMount = Callable[[str, CrashState], None]  # (loop device, state), e.g. to hash what the kernel will read
 _POLL_S = 0.2
-# Follow the kernel's writes to each worker's device (checkers/checkslot.py) only in walks
-# with at least this many states per worker: below, setting the tracer up costs more than it saves.
+# Follow the kernel's writes to the workers' devices (checkers/checkslot.py) only in walks
+# with at least this many states per worker: below, setting the tracer up and down costs
+# more than it saves.
 TRACK_MIN_STATES = 48
 
 
@@ -453,16 +455,23 @@ def check_crash_states(log_path: str, points: list[int], *, fs: FsType, mount_op
                     engine.close()
         else:
             slots: list[CheckSlot] = []
+            tracker: WriteTracker | None = None
             try:
                 n = max(1, min(jobs or default_jobs(), result.states_total))
-                track = result.states_total >= TRACK_MIN_STATES * n
+                track = result.states_total >= TRACK_MIN_STATES * n and image is None
                 for i in range(n):
                     slots.append(CheckSlot(state, reader, device_bytes, f"worker{i}", image, track))
+                # One tracer for all workers' devices (removing one costs ~50 ms).
+                tracker = open_tracker(state, [s.loop.path for s in slots], "walk") if track else None
+                for slot in slots if tracker is not None else []:
+                    slot.attach_tracker(tracker)
                 _HostWorkers(walk, slots, mount_opts, inspect, before_mount, recovery, reorder).run()
             finally:
                 for slot in slots:
                     for k, n in slot.restores.items():
                         result.image_loads[k] = result.image_loads.get(k, 0) + n
                     slot.close()
+                if tracker is not None:
+                    tracker.close()
         walk.finish()
     return result

@@ -67,6 +67,25 @@ def test_write_tracker_sees_every_write_to_its_device(pc: PcEnv, monkeypatch: py
                 assert tracker.drain() == []
             finally:
                 tracker.close()
+            # One tracer for two devices (a walk's workers): each drain gets its own device's writes.
+            other = os.path.join(state.scratch, "img2")
+            with open(other, "wb") as f:
+                f.truncate(8 << 20)
+            with recorded_loop(state, other) as loop2:
+                tracker = open_tracker(state, [loop.path, loop2.path], "t2")
+                assert tracker is not None
+                try:
+                    for dev, off in ((loop.path, 2 << 20), (loop2.path, 4 << 20)):
+                        fd = os.open(dev, os.O_RDWR | os.O_DIRECT)
+                        try:
+                            os.pwrite(fd, mmap.mmap(-1, 4096), off)
+                        finally:
+                            os.close(fd)
+                    assert tracker.drain(loop2.path) == [(4 << 20, (4 << 20) + 4096)]
+                    assert tracker.drain(loop.path) == [(2 << 20, (2 << 20) + 4096)]
+                    assert tracker.drain(loop.path) == tracker.drain(loop2.path) == []
+                finally:
+                    tracker.close()
     finally:
         state.teardown_or_warn()
 
