@@ -11,7 +11,9 @@ reports (harness/foundation/blockwrites.py). Where that is unavailable or
 not sure to be complete, the two images are compared over their data
 extents instead, which also undoes whatever the recovery wrote, wherever.
 The same accounting tells an inspector what changed on the device since its
-previous inspection (checkers/devchanges.py).
+previous inspection (checkers/devchanges.py), and gives the hash of the image
+the recovery left behind (recovered_hash), so that fsck, which reads nothing
+but that image, runs once per distinct recovered image.
 
 Everything is recorded in the run's resource journal before it is created,
 so `powercut cleanup` removes it after a kill -9.
@@ -32,6 +34,7 @@ from harness.foundation.runstate import RunState
 from harness.foundation.sparse import pwrite_sparse, sync_sparse
 from replay.crashstates import CrashState
 from replay.logformat import LogReader
+from replay.statehash import rewrite_delta
 from replay.stateimage import StateImage
 
 
@@ -64,6 +67,10 @@ class CheckSlot:
         # where the device may differ from what the last inspection saw (None: unknown).
         self._dirty: list[tuple[int, int]] | None = [] if self.tracker else None
         self._since_inspect: list[tuple[int, int]] | None = None
+        # What the kernel wrote since the last load() (None: unknown), for recovered_hash().
+        self._since_load: list[tuple[int, int]] | None = None
+        self.hashed_bytes = 0   # what the last recovered_hash() read and compared
+        self.sectorsize = reader.sectorsize
         self._token = uuid.uuid4().hex
         self._inspections = 0
         self.restores = {"ranges": 0, "compared": 0}   # how states were loaded (bench, report)
@@ -93,6 +100,8 @@ class CheckSlot:
                 self._since_inspect += todo
             self.restores["ranges"] += 1
         self._dirty = [] if self.tracker else None
+        # The image is now exactly the state in the reference: from here on, the tracker says what changes.
+        self._since_load = [] if self.tracker else None
         # The file changed behind the device's back: its cached blocks are stale.
         self.loop.drop_caches()
         return self.loop
@@ -104,6 +113,7 @@ class CheckSlot:
         # Neither the reference nor an inspector knows this image.
         self._dirty = None
         self._since_inspect = None
+        self._since_load = None
         return self.loop
 
     def _copy_from_ref(self, ranges: list[tuple[int, int]], chunk: int = 1 << 20) -> None:
@@ -118,12 +128,32 @@ class CheckSlot:
             return
         written = self.tracker.drain()
         if written is None:
-            self._dirty = self._since_inspect = None
+            self._dirty = self._since_inspect = self._since_load = None
             return
         if self._dirty is not None:
             self._dirty += written
         if self._since_inspect is not None:
             self._since_inspect += written
+        if self._since_load is not None:
+            self._since_load += written
+
+    def recovered_hash(self, state_hash: int, chunk: int = 1 << 20) -> int | None:
+        """The content hash (replay/statehash.py) of the image after the kernel's recovery,
+        or None if not exactly known. STATE_HASH is the hash of the state load() put on the
+        device; every range the kernel wrote since then moves it from the reference's bytes
+        (still that state) to the image's. Call it once the device is unmounted and written back."""
+        self._note_kernel_writes()
+        self.hashed_bytes = 0
+        if self._since_load is None:
+            return None
+        ss, value = self.sectorsize, state_hash
+        for start, end in merge_ranges(self._since_load):
+            start, end = start - start % ss, min(end + (-end) % ss, self.device_bytes)
+            self.hashed_bytes += end - start
+            for off in range(start, end, chunk):
+                n = min(chunk, end - off)
+                value ^= rewrite_delta(os.pread(self.ref.fd, n, off), os.pread(self._image_fd, n, off), off // ss, ss)
+        return value
 
     def changes_for_inspection(self, mnt: str) -> DeviceChanges:
         """Before an inspection of the image mounted at MNT: what may differ on the device

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from checkers import devchanges
 from checkers.checkslot import CheckSlot
 from checkers.findings import Finding, kernel_finding
-from checkers.recovery import RecoveryEngine, Verdict, first_problem, recover_and_check
+from checkers.recovery import FsckMemo, FsckVerdicts, RecoveryEngine, Verdict, first_problem, recover_and_check
 from checkers.recovery_crash import (LOG_DIR, RecordRecovery, RecoveryCrashSpec, RecoveryImages, join_id, log_name,
                                      recovery_plan, split_id, states_of)
 from checkers.recovery_modes import mode_opts
@@ -79,6 +79,8 @@ class CrashCheckResult:
     # How worker images moved between states: by the ranges the log and the kernel
     # changed ("ranges", checkers/checkslot.py), or by comparing whole images ("compared").
     image_loads: dict[str, int] = field(default_factory=dict)
+    # Recovered images identical to one fsck had already checked: its verdict, fsck not run again.
+    fsck_reused: int = 0
 
 
 @dataclass
@@ -145,12 +147,16 @@ class _Walk:
             else:
                 self.result.recovery_crash_recorded += 1
 
+    def count_fsck_reused(self) -> None:
+        with self._count_lock:
+            self.result.fsck_reused += 1
+
     def count_recovery_state(self) -> None:
         with self._count_lock:
             self.result.recovery_crash_states += 1
 
-    def unique_states(self) -> Iterator[tuple[int, CrashState]]:
-        """(sequence number, state), skipping states whose image was already handed out."""
+    def unique_states(self) -> Iterator[tuple[int, CrashState, int]]:
+        """(sequence number, state, its image's hash), skipping states whose image was already handed out."""
         seen: set[tuple[int, int | None]] = set()
         for seq, cs in enumerate(self.only or self.plan.states()):
             if self.stop.is_set():
@@ -160,7 +166,7 @@ class _Walk:
                 self.result.states_duplicate += 1
                 continue
             seen.add(key)
-            yield seq, cs
+            yield seq, cs, key[0]
 
     def checked(self, seq: int, cs: CrashState, findings: list[Finding], count: bool = True) -> None:
         if count:
@@ -183,6 +189,7 @@ class _Walk:
 class _Item:
     seq: int
     state: CrashState
+    image_hash: int
     recovery_only: tuple[str, ...] = ()   # re-check just these states inside its saved recovery logs
     findings: list[Finding] = field(default_factory=list)
     checked: bool = False
@@ -199,39 +206,50 @@ class _HostWorkers:
         self.inspect, self.before_mount = inspect, before_mount
         self.recovery, self.reorder = recovery, reorder
         self._inspect_lock = threading.Lock()
+        self.fsck_verdicts = FsckVerdicts()   # shared by the workers
         self.todo: queue.Queue[_Item | None] = queue.Queue()
         self.done: queue.Queue[_Item] = queue.Queue()
 
-    def check(self, slot: CheckSlot, cs: CrashState) -> list[Finding]:
+    def check(self, slot: CheckSlot, cs: CrashState, image_hash: int) -> list[Finding]:
         findings: list[Finding] = []
         rec = self.recovery
+        def recovered_hash() -> int | None:
+            value = slot.recovered_hash(image_hash)
+            self.fsck_verdicts.hashed_bytes += slot.hashed_bytes   # (approximate: threads, only a budget)
+            return value
+
+        memo = FsckMemo(recovered_hash, self.fsck_verdicts)
         for mode in rec.modes:
-            verdict = self._recover(lambda: slot.load(cs), slot, cs, mode)
+            verdict = self._recover(lambda: slot.load(cs), slot, cs, mode, memo)
             findings += verdict_findings(verdict, cs, self.walk.fs, mode)
             self.walk.count_recovery(mode)
             if rec.crash and verdict.mount_ok and rec.crash.chosen(cs.id, mode):
                 findings += self.crash_in_recovery(slot, cs, mode)
         return findings
 
-    def _recover(self, load: Callable[[], LoopDevice], slot: CheckSlot, cs: CrashState, mode: str) -> Verdict:
-        """Recover the image LOAD puts on SLOT's device in MODE and check it (the oracle sees CS)."""
+    def _recover(self, load: Callable[[], LoopDevice], slot: CheckSlot, cs: CrashState, mode: str,
+                 memo: FsckMemo | None = None) -> Verdict:
+        """Recover the image LOAD puts on SLOT's device in MODE and check it (the oracle sees CS).
+        MEMO: fsck verdicts by recovered image, for a LOAD whose image's hash it knows."""
         loop = load()
         if self.before_mount:
             self.before_mount(loop.path, cs)
         inspect = (lambda mnt: self.inspect_one(mnt, cs, slot)) if self.inspect else None
         fs, opts = self.walk.fs, mode_opts(self.mount_opts, mode)
-        verdict = recover_and_check(loop, fs, opts, slot.mnt, inspect)
+        verdict = recover_and_check(loop, fs, opts, slot.mnt, inspect, memo)
         self._log_waits(verdict, cs)
         if not verdict.mount_ok:
             # Mountability is a function of the image's bytes: mount the same
             # state once more, rebuilt from the log (undoing anything the failed
             # recovery wrote). Only a failure that repeats is a finding.
             first = verdict.mount_error
-            verdict = recover_and_check(load(), fs, opts, slot.mnt, inspect)
+            verdict = recover_and_check(load(), fs, opts, slot.mnt, inspect, memo)
             self._log_waits(verdict, cs)
             if verdict.mount_ok:  # (list.append is atomic: workers are threads)
                 self.walk.result.mount_retries.append({"state_id": cs.id, "error": first,
                                                        **({"recovery": mode} if mode != "rw" else {})})
+        if verdict.fsck_reused:
+            self.walk.count_fsck_reused()
         return verdict
 
     def crash_in_recovery(self, slot: CheckSlot, cs: CrashState, mode: str,
@@ -312,7 +330,7 @@ class _HostWorkers:
                     if item.recovery_only:
                         item.findings = self.recheck_in_recovery(slot, item.state, item.recovery_only)
                     else:
-                        item.findings = self.check(slot, item.state)
+                        item.findings = self.check(slot, item.state, item.image_hash)
                     item.checked = True
                 except BaseException as e:  # reported by the main thread, which stops the walk
                     item.error = e
@@ -378,7 +396,7 @@ def _check_with_engine(walk: _Walk, engines: dict[str, RecoveryEngine], reader: 
 
     try:
         with StateImage(reader, fd) as image:
-            for seq, cs in walk.unique_states():
+            for seq, cs, _ in walk.unique_states():
                 image.load(cs)
                 for mode, engine in engines.items():
                     pending[(mode, id(cs))] = (seq, cs)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ class Verdict:
     fsck_code: int = 0
     fsck_failed: bool = False
     fsck_output: str = ""
+    fsck_reused: bool = False   # the verdict of an identical recovered image (FsckMemo), fsck not run again
     content: list[Finding] = field(default_factory=list)   # the inspector's findings
     # The kernel reported a bug of its own (panic, oops, BUG, WARNING, hang)
     # while recovering this image: {"event", "line", "console", "phase"}.
@@ -90,11 +92,83 @@ def first_problem(output: str) -> str:
     return (serious or lines or [""])[0]
 
 
-def fsck_verdict(image: str, fs: FsType, content: list[Finding] | None = None) -> Verdict:
+class FsckVerdicts:
+    """fsck verdicts by the content hash of the recovered image they were given (one walk's,
+    shared by its workers).
+
+    fsck reads the image and nothing else that changes within a walk (same
+    file system, same command), so an image identical to one already checked
+    gets that check's exit code and output without running fsck again. A
+    worker whose image is being checked by another one right now waits for
+    that verdict. Hashing a recovered image costs what the recovery wrote: on
+    a file system whose recoveries never leave the same image twice (xfs
+    writes 2 MB of log with a new ticket id each time), the walk stops hashing
+    once it has hashed GIVE_UP_BYTES without a single repeat; fsck then runs
+    for every state, as without a memo.
+    """
+
+    GIVE_UP_BYTES = 32 << 20
+
+    def __init__(self) -> None:
+        self._done: dict[int, tuple[int, str, str]] = {}   # hash -> (code, output, the image path it names)
+        self._pending: dict[int, threading.Event] = {}
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.hashed_bytes = 0
+
+    @property
+    def worth_hashing(self) -> bool:
+        return self.hits > 0 or self.hashed_bytes < self.GIVE_UP_BYTES
+
+    def claim(self, key: int) -> tuple[int, str, str] | None:
+        """The verdict for KEY (waiting for one in the making), or None: then the caller runs
+        fsck and must call settle() with what it found (or None if it found nothing)."""
+        with self._lock:
+            if key in self._done:
+                self.hits += 1
+                return self._done[key]
+            event = self._pending.get(key)
+            if event is None:
+                self._pending[key] = threading.Event()
+                return None
+        event.wait()
+        return self.claim(key)
+
+    def settle(self, key: int, verdict: tuple[int, str, str] | None) -> None:
+        with self._lock:
+            if verdict is not None:
+                self._done[key] = verdict
+            event = self._pending.pop(key, None)
+        if event is not None:
+            event.set()
+
+
+@dataclass
+class FsckMemo:
+    """One recovery's way to the walk's FsckVerdicts: KEY gives the hash of the image now on
+    the device (called after the unmount), or None when it is not exactly known (fsck runs)."""
+
+    key: Callable[[], int | None]
+    verdicts: FsckVerdicts
+
+
+def fsck_verdict(image: str, fs: FsType, content: list[Finding] | None = None,
+                 memo: FsckMemo | None = None) -> Verdict:
     """The verdict on an image the kernel has already recovered."""
-    code, out = fsck(image, fs)
+    key = memo.key() if memo is not None and memo.verdicts.worth_hashing else None
+    known = memo.verdicts.claim(key) if memo is not None and key is not None else None
+    if known is None:
+        found = None
+        try:
+            code, out = fsck(image, fs)
+            found = (code, out, image)
+        finally:
+            if memo is not None and key is not None:
+                memo.verdicts.settle(key, found)
+    else:  # (another worker's image has another name, which fsck prints)
+        code, out = known[0], known[1].replace(known[2], image)
     return Verdict(mount_ok=True, fsck_ran=True, fsck_code=code, fsck_failed=fs.fsck_failed(code),
-                   fsck_output=out, content=content or [])
+                   fsck_output=out, fsck_reused=known is not None, content=content or [])
 
 
 def guarded_inspect(inspect: MountInspect, mnt: str) -> list[Finding]:
@@ -161,8 +235,10 @@ def mount_for_recovery(loop: LoopDevice, fs: FsType, opts: str, mnt: str, *,
 
 
 def recover_and_check(loop: LoopDevice, fs: FsType, mount_opts: str, mnt: str,
-                      inspect: Callable[[str], list[Finding]] | None = None) -> Verdict:
-    """Mount LOOP's image (the kernel recovers it), inspect it, unmount, fsck the backing file.
+                      inspect: Callable[[str], list[Finding]] | None = None,
+                      fsck_memo: FsckMemo | None = None) -> Verdict:
+    """Mount LOOP's image (the kernel recovers it), inspect it, unmount, fsck the backing file
+    (or take the verdict FSCK_MEMO has for an identical recovered image).
 
     After the unmount, the device's block cache is written back and dropped
     so that fsck, which reads the file, sees everything the recovery wrote.
@@ -177,7 +253,7 @@ def recover_and_check(loop: LoopDevice, fs: FsType, mount_opts: str, mnt: str,
         kmount.umount(mnt)
         loop.wait_unclaimed()
         loop.drop_caches()
-    verdict = fsck_verdict(loop.backing, fs, content)
+    verdict = fsck_verdict(loop.backing, fs, content, fsck_memo)
     verdict.device_waits = waits
     return verdict
 

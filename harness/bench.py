@@ -6,8 +6,11 @@ meaningful on a busy box even when absolute times do not:
 - crash_states_per_s[_xfs]: states mounted + fsck'ed per second of crash walk
   (tests/workloads/mixed.sh, every write entry a crash point, the default
   reorder mode, one worker per CPU); duplicates skipped by hash do not count.
-- floor_ms_per_state: kernel mount + umount (system calls, journal recovery
-  included) plus fsck, alone, on crash images spread over the workload.
+- floor_ms_per_state[_xfs]: kernel mount + umount (system calls, journal recovery
+  included) plus fsck (the walk's own command), alone, on crash images spread
+  over the workload; crash_states_per_s_over_floor[_xfs]: the walk's rate over
+  that floor's on all workers. The walk runs fsck once per distinct recovered
+  image (checkers/recovery.py FsckMemo), so it can beat the floor.
 - overhead_ratio: a one-worker walk's time per checked state / the floor.
 - recorder_fsync_p50_ratio: p50 of a 4 KiB append + fsync on ext4 through
   the FUSE recorder / the same on a plain loop device, both mounted at once and
@@ -27,12 +30,13 @@ from __future__ import annotations
 
 import os
 import statistics
+import subprocess
 import time
 from typing import Any
 
 from checkers.crash_check import check_crash_states, default_jobs
 from fuzz.bench_vm import bench_vm
-from checkers.recovery import fsck
+from checkers.recovery import FSCK_TIMEOUT_S, fsck
 from harness.foundation import kmount, ownership, paths, sysres
 from harness.bench_oracle import BUDGET, SCALES, bulk_vs_sector, incremental_vs_full, oracle_scale_curve
 from harness.backends.fuse.calibrate import mount_point, owned_file, recorder_vs_loop
@@ -74,30 +78,39 @@ def _write_points(log: str) -> tuple[LogReader, list[int]]:
 
 def _walk(log: str, fs: FsType, device_bytes: int, state: RunState, jobs: int) -> dict[str, float]:
     _, points = _write_points(log)
+    load = os.getloadavg()[0]
     t0 = time.perf_counter()
     r = check_crash_states(log, points, fs=fs, mount_opts="", device_bytes=device_bytes, state=state, jobs=jobs)
     seconds = time.perf_counter() - t0
     if r.findings:
         raise EnvError(f"bench: {fs.name} walk of mixed.sh found {r.findings[0].kind} at {r.findings[0].state_id}")
     return {"states_checked": r.states_checked, "states_duplicate": r.states_duplicate, "seconds": round(seconds, 3),
+            "fsck_reused": r.fsck_reused, "image_loads": r.image_loads,
             "states_per_s": round(r.states_checked / seconds, 1),
-            "ms_per_state": round(1000 * seconds / r.states_checked, 2)}
+            "ms_per_state": round(1000 * seconds / r.states_checked, 2), "load_avg_1min": round(load, 2)}
 
 
 FLOOR_IMAGES = 5
 
 
+def _fsck_plain(image: str, fs: FsType) -> None:
+    """fsck without the speed options of FsType.fsck_cmd (xfs_repair -o bhash), for comparison."""
+    subprocess.run(fs.fsck + [image], capture_output=True, timeout=FSCK_TIMEOUT_S)
+
+
 def _floor(log: str, fs: FsType, device_bytes: int, state: RunState, reps: int) -> dict[str, float]:
     """Kernel mount+umount and fsck alone, nothing else: the median of REPS runs on each of
-    FLOOR_IMAGES crash images spread over the workload (recovery work differs between them), averaged."""
+    FLOOR_IMAGES crash images spread over the workload (recovery work differs between them), averaged.
+    Where the walk's fsck command has speed options, the plain command is timed too."""
     reader, points = _write_points(log)
     src, image = os.path.join(state.scratch, "floor-src.img"), os.path.join(state.scratch, "floor.img")
-    mount_ms, fsck_ms = [], []
+    plain = fs.fsck_cmd(image) != fs.fsck + [image]
+    mount_ms, fsck_ms, plain_ms = [], [], []
     with (owned_file(image, device_bytes) as fd, recorded_loop(state, image) as loop,
           mount_point(state, "floor-mnt") as mnt):
         for k in range(1, FLOOR_IMAGES + 1):
             build_crash_image(reader, f"p{points[k * len(points) // (FLOOR_IMAGES + 1)]}", device_bytes, src)
-            mount_s, fsck_s = [], []
+            mount_s, fsck_s, plain_s = [], [], []
             with open(src, "rb") as s:
                 for _ in range(reps):
                     sync_sparse(s.fileno(), fd, device_bytes)  # the unrecovered image again
@@ -111,10 +124,27 @@ def _floor(log: str, fs: FsType, device_bytes: int, state: RunState, reps: int) 
                     t0 = time.perf_counter()
                     fsck(image, fs)
                     fsck_s.append(time.perf_counter() - t0)
+                    if plain:
+                        t0 = time.perf_counter()
+                        _fsck_plain(image, fs)
+                        plain_s.append(time.perf_counter() - t0)
             mount_ms.append(1000 * statistics.median(mount_s))
             fsck_ms.append(1000 * statistics.median(fsck_s))
+            if plain:
+                plain_ms.append(1000 * statistics.median(plain_s))
     m, f = statistics.mean(mount_ms), statistics.mean(fsck_ms)
-    return {"mount_umount_ms": round(m, 2), "fsck_ms": round(f, 2), "ms": round(m + f, 2), "images": FLOOR_IMAGES}
+    out = {"mount_umount_ms": round(m, 2), "fsck_ms": round(f, 2), "ms": round(m + f, 2), "images": FLOOR_IMAGES,
+           "load_avg_1min": round(os.getloadavg()[0], 2),
+           "fsck_cmd": " ".join(fs.fsck_cmd("IMAGE"))}
+    if plain:
+        out["fsck_plain_ms"] = round(statistics.mean(plain_ms), 2)   # without the speed options
+        out["fsck_plain_cmd"] = " ".join(fs.fsck + ["IMAGE"])
+    return out
+
+
+def _over_floor(walk: dict[str, float], floor: dict[str, float]) -> float:
+    """The walk's states/s over the floor's rate on all workers: the best a bare walk does on this machine now."""
+    return round(walk["states_per_s"] / (default_jobs() * 1000 / floor["ms"]), 2)
 
 
 def _seq1(scratch: str, reps: int) -> dict[str, float]:
@@ -162,6 +192,34 @@ def bench_oracle(quick: bool) -> dict[str, Any]:
                         "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)]}}
 
 
+def bench_walk(state: RunState, quick: bool) -> dict[str, Any]:
+    """The crash walk on ext4 and xfs, each next to its floor measured here and now."""
+    reps = 1 if quick else 3
+    ext4, xfs = get_fs("ext4"), get_fs("xfs")
+    log, size = _record(ext4, state.scratch, "ext4")
+    ext4_walk = max((_walk(log, ext4, size, state, default_jobs()) for _ in range(reps)),
+                    key=lambda w: w["states_per_s"])
+    one_job = min((_walk(log, ext4, size, state, 1) for _ in range(reps)), key=lambda w: w["ms_per_state"])
+    floor = _floor(log, ext4, size, state, 1 if quick else 5)
+    xlog, xsize = _record(xfs, state.scratch, "xfs")
+    xfs_walk = max((_walk(xlog, xfs, xsize, state, default_jobs()) for _ in range(reps)),
+                   key=lambda w: w["states_per_s"])
+    xfs_floor = _floor(xlog, xfs, xsize, state, 1 if quick else 3)
+    return {
+        "crash_states_per_s": ext4_walk["states_per_s"],
+        "crash_states_per_s_xfs": xfs_walk["states_per_s"],
+        "floor_ms_per_state": floor["ms"],
+        "floor_ms_per_state_xfs": xfs_floor["ms"],
+        "overhead_ratio": round(one_job["ms_per_state"] / floor["ms"], 2),
+        "crash_states_per_s_over_floor": _over_floor(ext4_walk, floor),
+        "crash_states_per_s_over_floor_xfs": _over_floor(xfs_walk, xfs_floor),
+        "crash_states_per_s_target_ratio": {"ext4": round(ext4_walk["states_per_s"] / 180, 2),
+                                            "xfs": round(xfs_walk["states_per_s"] / 70, 2)},
+        "details": {"ext4_walk": ext4_walk, "ext4_walk_one_job": one_job, "xfs_walk": xfs_walk,
+                    "floor": floor, "floor_xfs": xfs_floor},
+    }
+
+
 def _recorder_overhead(state: RunState, reps: int, fsyncs: int) -> dict[str, Any]:
     """The recorder's fsync calibration REPS times; the median run by ratio, and all of them."""
     runs = sorted((recorder_vs_loop(state, fsyncs) for _ in range(reps)), key=lambda r: r["ratio"])
@@ -186,14 +244,11 @@ def bench(quick: bool, kernel: str | None = None, only: str = "all") -> dict[str
     load_before = os.getloadavg()[0]
     state = RunState.create("bench")
     try:
-        ext4, xfs = get_fs("ext4"), get_fs("xfs")
-        log, size = _record(ext4, state.scratch, "ext4")
-        walks = [_walk(log, ext4, size, state, default_jobs()) for _ in range(reps)]
-        ext4_walk = max(walks, key=lambda w: w["states_per_s"])
-        one_job = min((_walk(log, ext4, size, state, 1) for _ in range(reps)), key=lambda w: w["ms_per_state"])
-        floor = _floor(log, ext4, size, state, 1 if quick else 5)
-        xlog, xsize = _record(xfs, state.scratch, "xfs")
-        xfs_walk = _walk(xlog, xfs, xsize, state, default_jobs())
+        walk = bench_walk(state, quick)
+        if only == "walk":
+            return {**walk, "details": {"jobs": default_jobs(), "quick": quick, "kernel": os.uname().release,
+                                        "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+                                        **walk["details"]}}
         fsync = _recorder_overhead(state, reps, 200 if quick else 1000)
         seq1 = _seq1(state.scratch, reps)
         oracle = bench_oracle(quick)
@@ -207,16 +262,9 @@ def bench(quick: bool, kernel: str | None = None, only: str = "all") -> dict[str
                  "vm_crash_states_per_s": vm["vm"]["crash_states_per_s"],
                  "vm_over_fuse_states_ratio": vm["vm_over_fuse_states_ratio"]}
     return {**extra,
-        "crash_states_per_s": ext4_walk["states_per_s"],
-        "crash_states_per_s_xfs": xfs_walk["states_per_s"],
-        "floor_ms_per_state": floor["ms"],
-        "overhead_ratio": round(one_job["ms_per_state"] / floor["ms"], 2),
+        **{k: v for k, v in walk.items() if k != "details"},
         "recorder_fsync_p50_ratio": fsync["ratio"],
         "seq1_workloads_per_min": seq1["per_min"],
-        # the floor as a rate on all workers: the best a walk can do on this machine now
-        "crash_states_per_s_over_floor": round(ext4_walk["states_per_s"] / (default_jobs() * 1000 / floor["ms"]), 2),
-        "crash_states_per_s_target_ratio": {"ext4": round(ext4_walk["states_per_s"] / 180, 2),
-                                            "xfs": round(xfs_walk["states_per_s"] / 70, 2)},
         "oracle_ms_per_state_by_scale": oracle["oracle_ms_per_state_by_scale"],
         "oracle_growth_ratio": oracle["oracle_growth_ratio"],
         "oracle_bulk_speedup": oracle["oracle_bulk_speedup"],
@@ -226,6 +274,6 @@ def bench(quick: bool, kernel: str | None = None, only: str = "all") -> dict[str
         "oracle_incremental_speedup": oracle["oracle_incremental_speedup"],
         "details": {"jobs": default_jobs(), "quick": quick, "kernel": os.uname().release,
                     "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-                    "ext4_walk": ext4_walk, "ext4_walk_one_job": one_job, "xfs_walk": xfs_walk,
-                    "floor": floor, "fsync": fsync, "seq1": seq1, "oracle": oracle["details"], **({"vm": vm} if vm else {})},
+                    **walk["details"], "fsync": fsync, "seq1": seq1, "oracle": oracle["details"],
+                    **({"vm": vm} if vm else {})},
     }

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
+from harness.foundation.sparse import is_zero
 from replay.crashstates import CrashState
 from replay.logformat import Entry, LogReader
 
@@ -25,16 +26,32 @@ def sector_hashes(reader: LogReader, entry: Entry) -> list[int]:
     if entry.is_discard:
         return [0] * entry.nr_sectors
     ss = reader.sectorsize
-    data = memoryview(reader.read_data(entry))
-    out = []
-    for i in range(entry.nr_sectors):
-        chunk = data[i * ss:(i + 1) * ss]
-        if _ZERO.startswith(chunk):
-            out.append(0)
-        else:
-            salt = (entry.sector + i).to_bytes(16, "little")
-            out.append(int.from_bytes(hashlib.blake2b(chunk, digest_size=16, salt=salt).digest(), "little"))
-    return out
+    raw = reader.read_data(entry)
+    if is_zero(raw):  # mkfs zeroing a log: no per-sector work
+        return [0] * entry.nr_sectors
+    data = memoryview(raw)
+    return [sector_hash(data[i * ss:(i + 1) * ss], entry.sector + i) for i in range(entry.nr_sectors)]
+
+
+def sector_hash(chunk: bytes | memoryview, sector: int) -> int:
+    """The position-bound hash of one sector's content (0 for zeros)."""
+    if _ZERO.startswith(chunk):
+        return 0
+    salt = sector.to_bytes(16, "little")
+    return int.from_bytes(hashlib.blake2b(chunk, digest_size=16, salt=salt).digest(), "little")
+
+
+def rewrite_delta(old: bytes, new: bytes, first_sector: int, sectorsize: int) -> int:
+    """What to XOR into an image's hash when its sectors from FIRST_SECTOR on, holding OLD,
+    come to hold NEW (same length, whole sectors); sectors left as they were cost a compare."""
+    delta = 0
+    o, n = memoryview(old), memoryview(new)
+    for i in range(0, len(o), sectorsize):
+        a, b = o[i:i + sectorsize], n[i:i + sectorsize]
+        if a != b:
+            sector = first_sector + i // sectorsize
+            delta ^= sector_hash(a, sector) ^ sector_hash(b, sector)
+    return delta
 
 
 class _Epoch:
@@ -70,12 +87,24 @@ class StateHasher:
             if not (entry.is_write or entry.is_discard):
                 continue
             hashes = self._cache.pop(entry.index, None) or sector_hashes(self.reader, entry)
+            if not any(hashes):  # a discard or zeros: only the sectors the base holds change
+                self._clear_base(entry.sector, entry.sector + entry.nr_sectors)
+                continue
             for s, h in enumerate(hashes, entry.sector):
                 old = self._base.pop(s, 0)
                 self._base_hash ^= old ^ h
                 if h:
                     self._base[s] = h
         self._base_end = end
+
+    def _clear_base(self, lo: int, hi: int) -> None:
+        """Sectors [LO, HI) become zeros in the base image (mkfs discards whole devices)."""
+        if hi - lo > len(self._base):
+            gone = [s for s in self._base if lo <= s < hi]
+        else:
+            gone = [s for s in range(lo, hi) if s in self._base]
+        for s in gone:
+            self._base_hash ^= self._base.pop(s)
 
     def _epoch_for(self, state: CrashState) -> _Epoch:
         ep = self._epoch

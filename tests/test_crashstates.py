@@ -154,6 +154,33 @@ def test_images_and_hashes_by_delta_equal_fresh_builds(log: Path, tmp_path: Path
     assert hashes["p5-d3"] != hashes["p5"]
 
 
+def test_hashes_through_whole_device_discards_and_zero_writes(tmp_path: Path) -> None:
+    """The base image's hash moves through discards and all-zero writes (mkfs discarding the
+    device and zeroing its log) by range, without a step per sector: still the image's hash."""
+    path = tmp_path / "zeros.log"
+    n = SIZE // SS
+    with LogWriter(str(path)) as w:
+        w.discard(0, n)                    # 0  mkfs: the whole device
+        w.write(0, fill(1, 4096))          # 1
+        w.write(16, bytes(8192))           # 2  zeros over nothing
+        w.flush()                          # 3
+        w.mark("pc:mkfs-done")             # 4
+        w.write(40, fill(2, 4096))         # 5
+        w.write(0, bytes(1024))            # 6  zeros over part of entry 1
+        w.flush()                          # 7
+        w.discard(0, n)                    # 8  everything again
+        w.write(8, fill(3, 512))           # 9
+        w.flush()                          # 10
+        w.write(48, fill(4, 512))          # 11
+    p = plan(path, "drop-one")
+    reader = LogReader(str(path))
+    hasher = StateHasher(reader, p.entries)
+    fresh = tmp_path / "fresh.img"
+    for s in p.states():
+        build_crash_image(reader, s.id, SIZE, str(fresh))
+        assert hasher.hash(s) == image_hash(fresh), s.id
+
+
 def test_mark_range_limits_crash_points(log: Path) -> None:
     reader = LogReader(str(log))
     first, last = mark_range(reader, "pc:mkfs-done", "m")

@@ -4,6 +4,9 @@
 - A worker that restores its crash image from the ranges the log and the
   kernel changed (instead of comparing whole images) holds exactly the
   reference image at every state, recovery writes included (ext4, xfs).
+- The hash it keeps of each recovered image (by which fsck verdicts are
+  reused) is the hash of that image's bytes, and a reused verdict is what
+  fsck says when run again on the image.
 - The content oracle that reuses the bytes and verdicts of files unchanged
   since the worker's previous state gives the same findings and loss-window
   rows as one that reads and checks every file at every state, on real
@@ -68,6 +71,18 @@ def test_write_tracker_sees_every_write_to_its_device(pc: PcEnv, monkeypatch: py
         state.teardown_or_warn()
 
 
+def _image_hash(path: str, sectorsize: int) -> int:
+    """The content hash of replay/statehash.py, from scratch over the image's data."""
+    from replay.statehash import sector_hash
+    value = 0
+    with open(path, "rb") as f:
+        for off, n in data_extents(f.fileno(), os.fstat(f.fileno()).st_size):
+            data = memoryview(os.pread(f.fileno(), n, off))
+            for i in range(0, n, sectorsize):
+                value ^= sector_hash(data[i:i + sectorsize], (off + i) // sectorsize)
+    return value
+
+
 def _same_image(a: str, b: str) -> bool:
     with open(a, "rb") as fa, open(b, "rb") as fb:
         size = os.fstat(fa.fileno()).st_size
@@ -125,7 +140,7 @@ def _workload(tmp: Path) -> Path:
 ])
 def test_incremental_walk_matches_the_full_one(pc: PcEnv, monkeypatch: pytest.MonkeyPatch, fs: str,
                                                workload: str | None, opts: dict[str, Any], kinds: set[str] | None) -> None:
-    from checkers import checkslot, crash_check
+    from checkers import checkslot, crash_check, recovery
     from harness.pipeline.run import RunConfig, run_checked
     from workloads.runner import load_runner
 
@@ -143,6 +158,28 @@ def test_incremental_walk_matches_the_full_one(pc: PcEnv, monkeypatch: pytest.Mo
         return dev
 
     monkeypatch.setattr(checkslot.CheckSlot, "load", checked_load)
+    # Every recovered image's hash must be its bytes' hash; every reused fsck verdict what fsck says.
+    hashed = {"known": 0, "reused": 0}
+    recovered_hash = checkslot.CheckSlot.recovered_hash
+
+    def checked_hash(self: checkslot.CheckSlot, state_hash: int) -> int | None:
+        value = recovered_hash(self, state_hash)
+        if value is not None:
+            assert value == _image_hash(self.image, self.sectorsize), "recovered image hash"
+            hashed["known"] += 1
+        return value
+
+    monkeypatch.setattr(checkslot.CheckSlot, "recovered_hash", checked_hash)
+    fsck_verdict = recovery.fsck_verdict
+
+    def checked_fsck(image: str, fs_: Any, content: Any = None, memo: Any = None) -> Any:
+        v = fsck_verdict(image, fs_, content, memo)
+        if v.fsck_reused:
+            assert (v.fsck_code, v.fsck_output) == recovery.fsck(image, fs_), "reused fsck verdict"
+            hashed["reused"] += 1
+        return v
+
+    monkeypatch.setattr(recovery, "fsck_verdict", checked_fsck)
     monkeypatch.setattr(crash_check, "TRACK_MIN_STATES", 0)  # follow the kernel's writes even in short walks
     runner = load_runner(str(WORKLOADS / workload) if workload else str(_workload(pc.tmp)))
     out = pc.tmp / "out"
@@ -166,5 +203,7 @@ def test_incremental_walk_matches_the_full_one(pc: PcEnv, monkeypatch: pytest.Mo
     if loads["by_ranges"] == 0:
         pytest.skip("no block tracepoints here: the walk compared whole images")
     assert loads["states"] >= pair.compared
+    assert hashed["known"] > 0
+    assert result.report["crash_walk"]["fsck_reused"] == hashed["reused"]
     assert pair.inc.files.reused > 0  # the incremental path was taken, not only the full one
     assert pair.full.files.reused == 0

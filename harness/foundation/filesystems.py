@@ -5,6 +5,7 @@ Everything else in powercut is file-system agnostic and looks things up here.
 
 from __future__ import annotations
 
+import os
 import shlex
 from dataclasses import dataclass, field
 
@@ -33,7 +34,26 @@ class FsType:
         return self.mkfs + shlex.split(extra) + [dev]
 
     def fsck_cmd(self, image: str) -> list[str]:
-        return self.fsck + [image]
+        """FSCK on IMAGE, with the options that change how fast it runs, never what it checks."""
+        return self.fsck + _fsck_speed_opts(self.name, image) + [image]
+
+
+def _fsck_speed_opts(fs: str, image: str) -> list[str]:
+    """xfs_repair's speed option (xfs_repair(8)): -o bhash=N sizes its buffer cache (8N
+    buffers). Without it, xfs_repair sizes the cache to most of the machine's memory and
+    sets up every hash bucket first, which on a small image costs about as much as the
+    check itself. It only changes how many buffers stay cached; every phase checks the
+    same. The bucket count here (one per 256 KiB of device, at least 1024) keeps the
+    cache well above the image's metadata; xfs_repair itself goes down to 512 on machines
+    short of memory. (Not -P: with read-ahead off, xfs_repair 6.1 -n missed a directory
+    block with a bad CRC that it reports with read-ahead on.)"""
+    if fs != "xfs":
+        return []
+    try:
+        size = os.stat(image).st_size
+    except OSError:
+        size = 0
+    return ["-o", f"bhash={max(1024, size >> 18)}"]
 
 
 FILESYSTEMS: dict[str, FsType] = {

@@ -283,6 +283,7 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
              "mount_retries": result.mount_retries, "device_waits": result.device_waits, "recovery": cfg.recovery,
              "recovery_checks": result.recovery_checks, "semantics": cfg.semantics,
              "crash_walk": {"seconds": round(walk_s, 3), "image_loads": result.image_loads,
+                            "fsck_reused": result.fsck_reused,
                             "ms_per_state": round(1000 * walk_s / result.states_checked, 2)
                             if result.states_checked else None}}
     if crash_spec:
