@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -16,6 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+# A shell without job control starts a background command (`make test &`) with SIGINT ignored, and
+# every child inherits that: the tests that press Ctrl-C on powercut would wait on runs that never
+# hear it. A handler (unlike SIG_IGN) is reset to the default at exec, so children hear SIGINT again.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 if TYPE_CHECKING:
     from replay.logformat import LogReader
