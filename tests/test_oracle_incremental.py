@@ -49,11 +49,11 @@ def test_write_tracker_sees_every_write_to_its_device(pc: PcEnv, monkeypatch: py
         with open(image, "wb") as f:
             f.truncate(8 << 20)
         with recorded_loop(state, image) as loop:
-            tracker = open_tracker(state, loop.path, "t")
+            tracker = open_tracker(state, [loop.path], "t")
             if tracker is None:
                 pytest.skip("no block tracepoints here (tracefs)")
             try:
-                assert tracker.drain() == []
+                assert tracker.drain(loop.path) == []
                 fd = os.open(loop.path, os.O_RDWR | os.O_DIRECT)
                 try:
                     aligned = mmap.mmap(-1, 8192)  # O_DIRECT wants page-aligned buffers
@@ -63,8 +63,8 @@ def test_write_tracker_sees_every_write_to_its_device(pc: PcEnv, monkeypatch: py
                     os.preadv(fd, [mmap.mmap(-1, 4096)], 5 << 20)  # a read changes nothing
                 finally:
                     os.close(fd)
-                assert tracker.drain() == [(1 << 20, (1 << 20) + 8192), (3 << 20, (3 << 20) + 4096)]
-                assert tracker.drain() == []
+                assert tracker.drain(loop.path) == [(1 << 20, (1 << 20) + 8192), (3 << 20, (3 << 20) + 4096)]
+                assert tracker.drain(loop.path) == []
             finally:
                 tracker.close()
             # One tracer for two devices (a walk's workers): each drain gets its own device's writes.

@@ -78,11 +78,9 @@ class WriteTracker:
     setting an instance up costs a few ms, removing it ~50 ms. drain() may be called from
     several threads; whichever reads the shared pipe sorts the events by device."""
 
-    def __init__(self, state: RunState, dev_paths: str | list[str], name: str) -> None:
-        paths = [dev_paths] if isinstance(dev_paths, str) else list(dev_paths)
-        self._default = paths[0]
+    def __init__(self, state: RunState, dev_paths: list[str], name: str) -> None:
         self._devnums: dict[str, tuple[int, int]] = {}
-        for path in paths:
+        for path in dev_paths:
             st = os.stat(path)
             self._devnums[path] = (os.major(st.st_rdev), os.minor(st.st_rdev))
         self._state = state
@@ -158,10 +156,10 @@ class WriteTracker:
                 dev.ranges.append((sector * _SECTOR, (sector + n) * _SECTOR))
                 dev.traced += n
 
-    def drain(self, dev_path: str | None = None) -> list[tuple[int, int]] | None:
-        """Byte ranges (start, end) written to DEV_PATH (default: the first device) since its
-        last drain, merged; None if some may be missing."""
-        dev = self._devices[self._devnums[dev_path or self._default]]
+    def drain(self, dev_path: str) -> list[tuple[int, int]] | None:
+        """Byte ranges (start, end) written to DEV_PATH since its last drain, merged; None if
+        some may be missing."""
+        dev = self._devices[self._devnums[dev_path]]
         with self._lock:
             self._read_events()
             counted = dev.sectors()
@@ -179,12 +177,12 @@ class WriteTracker:
         self._resources = []
 
 
-def open_tracker(state: RunState, dev_path: str | list[str], name: str) -> WriteTracker | None:
-    """A WriteTracker for DEV_PATH (or several), or None where this kernel or machine has no block tracepoints
+def open_tracker(state: RunState, dev_paths: list[str], name: str) -> WriteTracker | None:
+    """A WriteTracker for DEV_PATHS, or None where this kernel or machine has no block tracepoints
     (then callers compare images instead). POWERCUT_NO_WRITE_TRACKING=1 turns it off."""
     if os.environ.get("POWERCUT_NO_WRITE_TRACKING") == "1":
         return None
     try:
-        return WriteTracker(state, dev_path, name)
+        return WriteTracker(state, dev_paths, name)
     except (OSError, EnvError, kmount.MountError):  # no tracefs, no block events, no permission: compare instead
         return None
