@@ -277,7 +277,7 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
     finish(checks, reader, all_points)
     findings = rec.findings + checks.findings + result.findings
     extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report, **backend.report_extra(),
-             "max_states": str(budget or EVERY_POINT), "reorder": cfg.reorder, "crash_states_total": result.states_total,
+             "max_states": str(budget or EVERY_POINT), "crash_points_all": len(all_points), "reorder": cfg.reorder, "crash_states_total": result.states_total,
              "crash_states_duplicate": result.states_duplicate, "stopped_at_first_failure": result.stopped_early,
              "mount_retries": result.mount_retries, "device_waits": result.device_waits, "recovery": cfg.recovery,
              "recovery_checks": result.recovery_checks, "semantics": cfg.semantics,
