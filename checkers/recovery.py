@@ -76,7 +76,7 @@ def inspect_read_only(image: str, fs: FsType, mnt: str, state: RunState, inspect
 
 def fsck(image: str, fs: FsType) -> tuple[int, str]:
     try:
-        code, out, err = sysres.run_to_files(fs.fsck_cmd(image), FSCK_TIMEOUT_S)
+        code, out, err = sysres.run_to_files(fs.fsck_cmd(image), FSCK_TIMEOUT_S, fs.fsck_env())
     except subprocess.TimeoutExpired:
         return 8, f"{fs.fsck[0]} timed out after {FSCK_TIMEOUT_S}s"
     return code, (out + err).strip()

@@ -1,8 +1,8 @@
 """What makes fsck cheaper in the crash walk must not change a verdict.
 
-- xfs_repair's speed option (FsType.fsck_cmd: -o bhash sized to the image)
-  gives the same exit code and the same messages as plain `xfs_repair -n` on
-  damaged images.
+- xfs_repair's speed options (FsType.fsck_cmd: -o bhash sized to the image,
+  phase2_threads=1; FsType.fsck_env: glibc allocator tunables) give the same
+  exit code and the same messages as plain `xfs_repair -n` on damaged images.
 - fsck() captures the tool's output through memory files and a pidfd (no
   wake-up per line it prints): the same exit code and text as a capture
   through pipes, on damaged ext4 and xfs images.
@@ -28,6 +28,7 @@ from checkers.recovery import FsckVerdicts, fsck
 from harness.foundation.filesystems import get_fs
 from harness.foundation.sparse import data_extents
 
+DAMAGED = 24   # damaged images compared per run (more by hand: DAMAGED=300)
 PROTO = """/dev/null
 0 0
 d--755 0 0
@@ -73,7 +74,8 @@ def test_xfs_repair_speed_option_keeps_the_verdict(tmp_path: Path) -> None:
     with open(clean, "rb") as f:
         extents = data_extents(f.fileno(), 300 << 20)
     codes = set()
-    for _ in range(24):
+    assert xfs.fsck_env() and "GLIBC_TUNABLES" in xfs.fsck_env()  # and the allocator settings
+    for _ in range(DAMAGED):
         with open(clean, "r+b") as f:   # damage it, check, then undo the damage
             undo = []
             for _ in range(rng.randint(1, 4)):
@@ -82,7 +84,7 @@ def test_xfs_repair_speed_option_keeps_the_verdict(tmp_path: Path) -> None:
                 undo.append((pos, os.pread(f.fileno(), len(junk), pos)))
                 os.pwrite(f.fileno(), junk, pos)
             plain = subprocess.run(xfs.fsck + [str(clean)], capture_output=True, text=True)
-            fast = subprocess.run(xfs.fsck_cmd(str(clean)), capture_output=True, text=True)
+            fast = subprocess.run(xfs.fsck_cmd(str(clean)), capture_output=True, text=True, env=xfs.fsck_env())
             code, text = fsck(str(clean), xfs)   # the walk's own call, through memory files
             for pos, old in reversed(undo):
                 os.pwrite(f.fileno(), old, pos)

@@ -31,9 +31,10 @@ def run(cmd: list[str], *, check: bool = True, timeout: float | None = 300,
     return p
 
 
-def run_to_files(cmd: list[str], timeout: float) -> tuple[int, str, str]:
+def run_to_files(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     """Run CMD with stdout and stderr going to two memory files, read once it has exited:
     (exit code, stdout, stderr); TimeoutExpired after TIMEOUT seconds (the process is killed).
+    ENV: its environment (None: ours).
 
     For tools run once per crash state: capturing through pipes wakes the caller at every
     write the tool makes (xfs_repair writes ~30 times per run), and subprocess's wait with a
@@ -41,11 +42,13 @@ def run_to_files(cmd: list[str], timeout: float) -> tuple[int, str, str]:
     """
     out, err = os.memfd_create("stdout", os.MFD_CLOEXEC), os.memfd_create("stderr", os.MFD_CLOEXEC)
     try:
-        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env)
         try:
             pidfd = os.pidfd_open(p.pid)
             try:
-                ready, _, _ = select.select([pidfd], [], [], timeout)
+                waiter = select.poll()   # (not select(): fd numbers may exceed FD_SETSIZE)
+                waiter.register(pidfd, select.POLLIN)
+                ready = waiter.poll(timeout * 1000)
             finally:
                 os.close(pidfd)
             if not ready:
