@@ -138,6 +138,9 @@ def _floor(log: str, fs: FsType, device_bytes: int, state: RunState, reps: int) 
     out = {"mount_umount_ms": round(m, 2), "fsck_ms": round(f, 2), "ms": round(m + f, 2), "images": FLOOR_IMAGES,
            "load_avg_1min": round(os.getloadavg()[0], 2),
            "fsck_cmd": " ".join(fs.fsck_cmd("IMAGE"))}
+    env = fs.fsck_env()
+    if env is not None:
+        out["fsck_env"] = f"GLIBC_TUNABLES={env.get('GLIBC_TUNABLES', '')}"
     if plain:
         out["fsck_plain_ms"] = round(statistics.mean(plain_ms), 2)   # without the speed options
         out["fsck_plain_cmd"] = " ".join(fs.fsck + ["IMAGE"])
