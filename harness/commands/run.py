@@ -14,7 +14,7 @@ from harness.pipeline.run import RunConfig, default_out_dir, recheck, run_worklo
 from harness.reports.report import summary
 from harness.commands.options import add_backend_options, add_semantics_option
 from workloads.runner import load_runner
-from replay.crashpoints import DEFAULT as DEFAULT_POINTS
+from replay.crashpoints import DEFAULT as DEFAULT_POINTS, DEFAULT_BUDGET, EVERY_POINT
 from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER
 
 
@@ -91,10 +91,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--device-profile", default=None, metavar="NAME|FILE.json",
                    help="fuse backend: the recorder plays this device's timing: emmc, sata-hdd, ufs, nvme, none, "
                         "or a JSON file of read_us, write_us, flush_us, discard_us, mbps, qd (docs/device-profiles.md)")
-    p.add_argument("--max-states", type=int, default=0, metavar="N",
-                   help="crash-point budget: check at most N crash points spread evenly over the log, plus the "
-                        "points at and just before every fsync, sync_file_range, ftruncate, open and close "
-                        "(0: every point; the report says which fraction was checked)")
+    p.add_argument("--max-states", default=DEFAULT_BUDGET, metavar="N|design+N|all",
+                   help="crash-point budget: N checks at most N crash points spread evenly over the log, plus the "
+                        "design points (at and just before every fsync, sync_file_range, ftruncate, rename, open and "
+                        f"close); design+N every design point plus N others spread evenly; {EVERY_POINT} every point "
+                        f"(default {DEFAULT_BUDGET}: small runs check every point; the report says which fraction "
+                        "was checked)")
     p.add_argument("--start-mark", metavar="MARK", help="crash points start at the first mark MARK")
     p.add_argument("--end-mark", metavar="MARK", help="crash points end at the first mark MARK after the start")
     p.add_argument("--reorder", default=DEFAULT_REORDER, metavar="MODES",
