@@ -94,8 +94,8 @@ def select_crash_points(entries: Iterable[Entry], spec: str = DEFAULT, first: in
 
 # The default crash-point budget of `powercut run`: every design point plus this many
 # others spread evenly. A run with fewer other points checks them all (CI scales, small
-# workloads); at --scale 1.0 the recorder scenario's 26902 points (766 of them design
-# points) become 1266, about 13 minutes with 2 workers here instead of ~5 hours.
+# workloads); at --scale 1.0 the recorder scenario's 26918 points (758 design points)
+# become 1259, 20 minutes in all with 2 workers here instead of ~6 hours (docs/workloads.md).
 DEFAULT_SPREAD = 500
 DEFAULT_BUDGET = f"design+{DEFAULT_SPREAD}"
 EVERY_POINT = "all"

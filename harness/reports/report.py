@@ -40,10 +40,10 @@ def build_report(*, fs: str, mkfs_opts: str, mount_opts: str, backend: str, kern
 
 def budget_line(b: dict[str, Any]) -> str:
     """One plain sentence on a crash-point budget (report.json `budget`): which, and what it checked."""
-    rule = (f"the default --max-states {b['max_states']}" if b.get("default") else f"--max-states {b['max_states']}")
+    rule = (f"the default, --max-states {b['max_states']}" if b.get("default") else f"--max-states {b['max_states']}")
     if not b.get("applied", True):
-        return f"crash-point budget {rule}: every one of {b['crash_points_all']} crash points checked"
-    return (f"crash-point budget {rule}: {b['crash_points_checked']} of {b['crash_points_all']} crash points checked "
+        return f"crash-point budget ({rule}): every one of {b['crash_points_all']} crash points checked"
+    return (f"crash-point budget ({rule}): {b['crash_points_checked']} of {b['crash_points_all']} crash points checked "
             f"(fraction {b['fraction_checked']:.4f}; all {b['design_points']} design points plus an even spread; "
             f"--max-states all checks every one)")
 
