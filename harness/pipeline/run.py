@@ -65,7 +65,7 @@ class RunConfig:
     end_mark: str | None = None     # ... up to this one
     reorder: str = DEFAULT_REORDER  # crash states per point: replay/crashstates.py
     states_per_point: int = DEFAULT_PER_POINT
-    jobs: int = 0                   # parallel crash checks; 0: one per CPU
+    jobs: int = 0                   # parallel crash checks; 0: one per CPU, plus one
     first_failure: bool = False
     fault: str | None = None        # test-only recorder fault mode
     recovery: str = "rw"            # how crash images are recovered: rw, ro or both (checkers/recovery_modes.py)
@@ -90,7 +90,7 @@ class RunConfig:
         if self.semantics not in TIERS:
             raise UsageError(f"--semantics {self.semantics}: choose {' or '.join(TIERS)}")
         if self.jobs < 0:
-            raise UsageError(f"--jobs {self.jobs}: must be at least 1 (0: one per CPU)")
+            raise UsageError(f"--jobs {self.jobs}: must be at least 1 (0: one per CPU, plus one)")
         return ReorderSpec.parse(self.reorder, self.states_per_point)
 
     def check(self) -> FsType:
