@@ -5,11 +5,12 @@ meaningful on a busy box even when absolute times do not:
 
 - crash_states_per_s[_xfs]: states mounted + fsck'ed per second of crash walk
   (tests/workloads/mixed.sh, every write entry a crash point, the default
-  reorder mode, one worker per CPU); duplicates skipped by hash do not count.
+  reorder mode, the walk's default workers: one per CPU plus one); duplicates
+  skipped by hash do not count.
 - floor_ms_per_state[_xfs]: kernel mount + umount (system calls, journal recovery
   included) plus fsck (the walk's own command), alone, on crash images spread
   over the workload; crash_states_per_s_over_floor[_xfs]: the walk's rate over
-  that floor's on all workers. The walk runs fsck once per distinct recovered
+  that floor's on all CPUs (the floor runs alone on one). The walk runs fsck once per distinct recovered
   image (checkers/recovery.py FsckMemo), so it can beat the floor.
 - overhead_ratio: a one-worker walk's time per checked state / the floor.
 - recorder_fsync_p50_ratio: p50 of a 4 KiB append + fsync on ext4 through
@@ -34,7 +35,7 @@ import subprocess
 import time
 from typing import Any
 
-from checkers.crash_check import check_crash_states, default_jobs
+from checkers.crash_check import check_crash_states, default_jobs, default_walk_workers
 from fuzz.bench_vm import bench_vm
 from checkers.recovery import FSCK_TIMEOUT_S, fsck
 from harness.foundation import kmount, ownership, paths, sysres
@@ -77,6 +78,7 @@ def _write_points(log: str) -> tuple[LogReader, list[int]]:
 
 
 def _walk(log: str, fs: FsType, device_bytes: int, state: RunState, jobs: int) -> dict[str, float]:
+    """One walk of every write crash point of LOG; JOBS workers (0: the walk's default)."""
     _, points = _write_points(log)
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
@@ -85,7 +87,7 @@ def _walk(log: str, fs: FsType, device_bytes: int, state: RunState, jobs: int) -
     if r.findings:
         raise EnvError(f"bench: {fs.name} walk of mixed.sh found {r.findings[0].kind} at {r.findings[0].state_id}")
     return {"states_checked": r.states_checked, "states_duplicate": r.states_duplicate, "seconds": round(seconds, 3),
-            "fsck_reused": r.fsck_reused, "image_loads": r.image_loads,
+            "fsck_reused": r.fsck_reused, "image_loads": r.image_loads, "workers": jobs or default_walk_workers(),
             "states_per_s": round(r.states_checked / seconds, 1),
             "ms_per_state": round(1000 * seconds / r.states_checked, 2), "load_avg_1min": round(load, 2)}
 
@@ -136,6 +138,9 @@ def _floor(log: str, fs: FsType, device_bytes: int, state: RunState, reps: int) 
     out = {"mount_umount_ms": round(m, 2), "fsck_ms": round(f, 2), "ms": round(m + f, 2), "images": FLOOR_IMAGES,
            "load_avg_1min": round(os.getloadavg()[0], 2),
            "fsck_cmd": " ".join(fs.fsck_cmd("IMAGE"))}
+    env = fs.fsck_env()
+    if env is not None:
+        out["fsck_env"] = f"GLIBC_TUNABLES={env.get('GLIBC_TUNABLES', '')}"
     if plain:
         out["fsck_plain_ms"] = round(statistics.mean(plain_ms), 2)   # without the speed options
         out["fsck_plain_cmd"] = " ".join(fs.fsck + ["IMAGE"])
@@ -143,7 +148,8 @@ def _floor(log: str, fs: FsType, device_bytes: int, state: RunState, reps: int) 
 
 
 def _over_floor(walk: dict[str, float], floor: dict[str, float]) -> float:
-    """The walk's states/s over the floor's rate on all workers: the best a bare walk does on this machine now."""
+    """The walk's states/s over the floor's rate on all CPUs: what bare mount+umount+fsck, one
+    state after another on each CPU, does on this machine now."""
     return round(walk["states_per_s"] / (default_jobs() * 1000 / floor["ms"]), 2)
 
 
@@ -197,12 +203,12 @@ def bench_walk(state: RunState, quick: bool) -> dict[str, Any]:
     reps = 1 if quick else 3
     ext4, xfs = get_fs("ext4"), get_fs("xfs")
     log, size = _record(ext4, state.scratch, "ext4")
-    ext4_walk = max((_walk(log, ext4, size, state, default_jobs()) for _ in range(reps)),
+    ext4_walk = max((_walk(log, ext4, size, state, 0) for _ in range(reps)),
                     key=lambda w: w["states_per_s"])
     one_job = min((_walk(log, ext4, size, state, 1) for _ in range(reps)), key=lambda w: w["ms_per_state"])
     floor = _floor(log, ext4, size, state, 1 if quick else 5)
     xlog, xsize = _record(xfs, state.scratch, "xfs")
-    xfs_walk = max((_walk(xlog, xfs, xsize, state, default_jobs()) for _ in range(reps)),
+    xfs_walk = max((_walk(xlog, xfs, xsize, state, 0) for _ in range(reps)),
                    key=lambda w: w["states_per_s"])
     xfs_floor = _floor(xlog, xfs, xsize, state, 1 if quick else 3)
     return {

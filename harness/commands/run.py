@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from checkers.crash_check import default_jobs
+from checkers.crash_check import default_walk_workers
 from checkers.recovery_modes import CHOICES
 from harness.backends.session import FAULTS
 from harness.backends.vm.backend import FAULTS as VM_FAULTS
@@ -108,7 +108,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help=f"at most N states per reorder mode and crash point, a seeded sample beyond "
                         f"(default: {DEFAULT_PER_POINT})")
     p.add_argument("--jobs", type=int, default=0, metavar="N",
-                   help=f"crash states checked in parallel (default: one per CPU, here {default_jobs()})")
+                   help=f"crash states checked in parallel (default: one per CPU plus one, here {default_walk_workers()})")
     p.add_argument("--first-failure", action="store_true", help="stop checking at the first finding")
     p.add_argument("--keep-image", action="store_true",
                    help="save the device's final image as OUT/final.img (sparse)")
