@@ -37,8 +37,9 @@ class IntervalMap:
 
     def _cut(self, start: int, end: int) -> tuple[int, int, list[Piece]]:
         """Index range of pieces overlapping [start, end) and the remnants outside it."""
-        starts = [p[0] for p in self.pieces]
-        i = bisect.bisect_right(starts, start) - 1
+        # bisect on the pieces themselves: a list of their starts per call made each write
+        # O(pieces), hours for fsync-under-load's 2.4 million appends at --scale 1.0
+        i = bisect.bisect_right(self.pieces, start, key=lambda p: p[0]) - 1
         if i < 0 or self.pieces[i][1] <= start:
             i += 1
         j = i
