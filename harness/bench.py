@@ -17,6 +17,10 @@ meaningful on a busy box even when absolute times do not:
   the FUSE recorder / the same on a plain loop device, both mounted at once and
   measured in turns; the median of 3 such calibrations (`--only recorder`:
   just this; docs/recorder-overhead.md).
+- recorder_run_seconds_by_scale / recorder_run_speedup_vs_issue_16: the
+  recorder scenario end to end as `powercut run` runs it, every crash point,
+  at scales 0.01 / 0.02 / 0.04, and issue 16's recorded "before" time over it
+  (harness/bench_oracle.py recorder_whole_runs; the target was 8x at 0.02).
 - seq1_workloads_per_min: 1-3 operation workloads (creat, write, rename, each
   with fsync), each a whole run (harness/pipeline/run.py run_workload: mkfs,
   recorder, workload, every entry a crash point, default reorder) in this
@@ -39,7 +43,8 @@ from checkers.crash_check import check_crash_states, default_jobs, default_walk_
 from fuzz.bench_vm import bench_vm
 from checkers.recovery import FSCK_TIMEOUT_S, fsck
 from harness.foundation import kmount, ownership, paths, sysres
-from harness.bench_oracle import BUDGET, SCALES, bulk_vs_sector, incremental_vs_full, oracle_scale_curve
+from harness.bench_oracle import (BUDGET, SCALES, WHOLE_RUN_SCALES as WHOLE_SCALES, bulk_vs_sector, incremental_vs_full, oracle_scale_curve,
+                                  recorder_whole_runs)
 from harness.backends.fuse.calibrate import mount_point, owned_file, recorder_vs_loop
 from harness.foundation.errors import EnvError
 from harness.foundation.filesystems import FsType, get_fs
@@ -180,6 +185,7 @@ def bench_oracle(quick: bool) -> dict[str, Any]:
             curve = oracle_scale_curve(state.scratch, SCALES, floor=floor)
             ref = bulk_vs_sector(state.scratch, budget=BUDGET)
             inc = incremental_vs_full(state.scratch, budget=BUDGET)
+        whole = recorder_whole_runs(state.scratch, (0.01,) if quick else WHOLE_SCALES)
     finally:
         state.teardown_or_warn()
     ms = [c["oracle_ms_per_state"] for c in curve.values()]
@@ -194,7 +200,9 @@ def bench_oracle(quick: bool) -> dict[str, Any]:
             "state_over_floor_by_scale": {k: c.get("state_over_floor") for k, c in curve.items()},
             "oracle_bulk_speedup": ref["speedup"],
             "oracle_incremental_speedup": inc["speedup"],
-            "details": {"scale_curve": curve, "bulk_vs_sector": ref, "incremental_vs_full": inc,
+            "recorder_run_seconds_by_scale": {k: w["seconds"] for k, w in whole.items()},
+            "recorder_run_speedup_vs_issue_16": {k: w["speedup_vs_issue_16"] for k, w in whole.items()},
+            "details": {"scale_curve": curve, "recorder_whole_runs": whole, "bulk_vs_sector": ref, "incremental_vs_full": inc,
                         "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)]}}
 
 
@@ -278,6 +286,8 @@ def bench(quick: bool, kernel: str | None = None, only: str = "all") -> dict[str
         "state_cost_ratio_by_scale": oracle["state_cost_ratio_by_scale"],
         "state_over_floor_by_scale": oracle["state_over_floor_by_scale"],
         "oracle_incremental_speedup": oracle["oracle_incremental_speedup"],
+        "recorder_run_seconds_by_scale": oracle["recorder_run_seconds_by_scale"],
+        "recorder_run_speedup_vs_issue_16": oracle["recorder_run_speedup_vs_issue_16"],
         "details": {"jobs": default_jobs(), "quick": quick, "kernel": os.uname().release,
                     "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
                     **walk["details"], "fsync": fsync, "seq1": seq1, "oracle": oracle["details"],

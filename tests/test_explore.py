@@ -244,6 +244,9 @@ def test_bench_quick_writes_the_keys(pc: PcEnv) -> None:
                 "oracle_bulk_speedup", "oracle_incremental_speedup"):
         assert result[key] > 0, key
     assert result["oracle_ms_per_state_by_scale"]["0.01"] > 0
+    whole = result["details"]["oracle"]["recorder_whole_runs"]["0.01"]
+    assert result["recorder_run_seconds_by_scale"]["0.01"] == whole["seconds"] > whole["walk_seconds"] > 0
+    assert whole["states_checked"] > 0 and whole["issue_16_before_seconds"] == 36.0
     assert result["state_ms_by_scale"]["0.01"] > 0 and result["state_cost_ratio_by_scale"]["0.01"] == 1.0
     for name in ("bulk_vs_sector", "incremental_vs_full"):
         ref = result["details"]["oracle"][name]

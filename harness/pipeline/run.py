@@ -32,7 +32,7 @@ from harness.foundation import internal_error, ownership, sysres
 from harness.backends import Backend, BackendOpener, DeviceArgs, open_backend, resolve as resolve_backend
 from harness.foundation.errors import KernelFailure, Terminated, UsageError
 from harness.foundation.filesystems import FsType, get_fs
-from harness.reports.plots import latency_plots
+from harness.reports.plots import BackgroundPlots
 from harness.foundation.progress import CrashProgress
 from harness.reports.report import budget_line, build_report, write_report
 from harness.reports.markdown import write_markdown
@@ -266,18 +266,27 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
     recovery = RecoveryOptions(modes, crash_spec, log_dir=os.path.join(out_dir, RECOVERY_LOG_DIR),
                                record=backend.recovery_recorder(fs, state, rec.device_bytes) if crash_spec else None)
     engines = {m: e for m in modes if (e := backend.recovery(fs, mode_opts(mount_opts, m), state, inspect))}
-    walk_t0 = time.perf_counter()
-    with (nullcontext() if cfg.quiet else CrashProgress(f"checking {fs.name}" + _budget_label(checks.report.get("budget")))) as progress:
-        result = check_crash_states(rec.log_path, points, fs=fs, mount_opts=mount_opts,
-                                    device_bytes=rec.device_bytes, state=state, reorder=cfg.reorder_spec(),
-                                    jobs=cfg.jobs, first_failure=cfg.first_failure, inspect=inspect,
-                                    engines=None if image else engines, progress=progress, only=state_ids,
-                                    recovery=recovery, image=image)
-    walk_s = time.perf_counter() - walk_t0
+    plots = None
+    if cfg.markdown and isinstance(workload, ExecutorWorkload):  # drawn while the walk runs
+        limits = {k: b.max_us for k, b in workload.workload.budgets.items() if b.max_us is not None}
+        plots = BackgroundPlots(records_path(out_dir, rec.workload), workload.plan, out_dir, limits)
+    try:
+        walk_t0 = time.perf_counter()
+        with (nullcontext() if cfg.quiet else CrashProgress(f"checking {fs.name}" + _budget_label(checks.report.get("budget")))) as progress:
+            result = check_crash_states(rec.log_path, points, fs=fs, mount_opts=mount_opts,
+                                        device_bytes=rec.device_bytes, state=state, reorder=cfg.reorder_spec(),
+                                        jobs=cfg.jobs, first_failure=cfg.first_failure, inspect=inspect,
+                                        engines=None if image else engines, progress=progress, only=state_ids,
+                                        recovery=recovery, image=image)
+        walk_s = time.perf_counter() - walk_t0
+        figures = plots.result() if plots else None
+    finally:
+        if plots:
+            plots.stop()
     finish(checks, reader, all_points)
     findings = rec.findings + checks.findings + result.findings
     extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report, **backend.report_extra(),
-             "max_states": str(budget or EVERY_POINT), "reorder": cfg.reorder, "crash_states_total": result.states_total,
+             "max_states": str(budget or EVERY_POINT), "crash_points_all": len(all_points), "reorder": cfg.reorder, "crash_states_total": result.states_total,
              "crash_states_duplicate": result.states_duplicate, "stopped_at_first_failure": result.stopped_early,
              "mount_retries": result.mount_retries, "device_waits": result.device_waits, "recovery": cfg.recovery,
              "recovery_checks": result.recovery_checks, "semantics": cfg.semantics,
@@ -297,9 +306,8 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
                                      "torn_writes": checks.report.get("torn_writes")})
         if section:
             extra["scenario"] = section
-        if cfg.markdown:
-            limits = {k: b.max_us for k, b in workload.workload.budgets.items() if b.max_us is not None}
-            extra["latency"]["plots"] = latency_plots(results, out_dir, limits)
+        if figures is not None:
+            extra["latency"]["plots"] = figures
     report = build_report(fs=fs.name, mkfs_opts=cfg.mkfs_opts, mount_opts=mount_opts, backend=cfg.backend,
                           kernel=rec.kernel, workload={"name": workload.name, **rec.workload}, log_path=rec.log_path,
                           log_entries=reader.nr_entries, device_bytes=rec.device_bytes,
