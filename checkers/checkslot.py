@@ -31,7 +31,7 @@ from harness.foundation.blockwrites import WriteTracker, syncfs
 from harness.foundation.intervals import merge_ranges
 from harness.foundation.loopdev import LoopDevice, recorded_loop
 from harness.foundation.runstate import RunState
-from harness.foundation.sparse import pwrite_sparse, sync_sparse
+from harness.foundation.sparse import mirror_range, sync_sparse
 from replay.crashstates import CrashState
 from replay.logformat import LogReader
 from replay.statehash import rewrite_delta
@@ -121,11 +121,10 @@ class CheckSlot:
         self._since_load = None
         return self.loop
 
-    def _copy_from_ref(self, ranges: list[tuple[int, int]], chunk: int = 1 << 20) -> None:
+    def _copy_from_ref(self, ranges: list[tuple[int, int]]) -> None:
         for start, end in ranges:
-            for off in range(start, min(end, self.device_bytes), chunk):
-                n = min(chunk, end - off, self.device_bytes - off)
-                pwrite_sparse(self._image_fd, os.pread(self.ref.fd, n, off), off)
+            if start < self.device_bytes:
+                mirror_range(self.ref.fd, self._image_fd, start, min(end, self.device_bytes))
 
     def _note_kernel_writes(self) -> None:
         """Add what the kernel wrote to the device since the last look to both accounts."""

@@ -51,13 +51,24 @@ Inspect = Callable[[str, CrashState], list[Finding]]
 BeforeMount = Callable[[str, CrashState], None]  # (loop device, state), e.g. to hash what the kernel will read
 _POLL_S = 0.2
 # Follow the kernel's writes to the workers' devices (checkers/checkslot.py) only in walks
-# with at least this many states per worker: below, setting the tracer up and down costs
-# more than it saves.
-TRACK_MIN_STATES = 48
+# with at least this many states per worker: below, setting the tracer up and down (~5 ms
+# of CPU, ~50 ms of waiting for the kernel to remove it) costs more than it saves (1-2 ms
+# of CPU per state, and on ext4 half the fsck runs).
+TRACK_MIN_STATES = 24
 
 
 def default_jobs() -> int:
+    """The CPUs this process may run on."""
     return len(os.sched_getaffinity(0))
+
+
+def default_walk_workers() -> int:
+    """Crash-walk workers when the caller does not say: one more than the CPUs. A worker
+    spends much of each state waiting, not computing: for its synchronous reads through the
+    loop device's kernel worker during the recovery mount, and for fsck's threads handing
+    work to each other (xfs_repair: ~50 threads per run). One worker per CPU left the CPUs
+    idle a quarter of the time (docs/exploration.md, where the time per state goes)."""
+    return default_jobs() + 1
 
 
 @dataclass
@@ -416,7 +427,7 @@ def check_crash_states(log_path: str, points: list[int], *, fs: FsType, mount_op
                        engines: dict[str, RecoveryEngine] | None = None, progress: Progress | None = None,
                        only: Sequence[str] = (), recovery: RecoveryOptions | None = None,
                        image: str | None = None) -> CrashCheckResult:
-    """Check every crash state of POINTS in LOG_PATH (see the module doc); JOBS 0 = one per CPU.
+    """Check every crash state of POINTS in LOG_PATH (see the module doc); JOBS 0 = default_walk_workers().
     ONLY: just the states with these ids (e.g. a finding's, `p57-d3` or `p57/r12`), whatever
     POINTS and REORDER say. RECOVERY: the recovery modes and crashes during recovery.
     IMAGE: check this image (a copy of it) as the crash image of every state, instead of
@@ -457,7 +468,7 @@ def check_crash_states(log_path: str, points: list[int], *, fs: FsType, mount_op
             slots: list[CheckSlot] = []
             tracker: WriteTracker | None = None
             try:
-                n = max(1, min(jobs or default_jobs(), result.states_total))
+                n = max(1, min(jobs or default_walk_workers(), result.states_total))
                 track = result.states_total >= TRACK_MIN_STATES * n and image is None
                 for i in range(n):
                     slots.append(CheckSlot(state, reader, device_bytes, f"worker{i}", image, track))

@@ -5,17 +5,22 @@ meaningful on a busy box even when absolute times do not:
 
 - crash_states_per_s[_xfs]: states mounted + fsck'ed per second of crash walk
   (tests/workloads/mixed.sh, every write entry a crash point, the default
-  reorder mode, one worker per CPU); duplicates skipped by hash do not count.
+  reorder mode, the walk's default workers: one per CPU plus one); duplicates
+  skipped by hash do not count.
 - floor_ms_per_state[_xfs]: kernel mount + umount (system calls, journal recovery
   included) plus fsck (the walk's own command), alone, on crash images spread
   over the workload; crash_states_per_s_over_floor[_xfs]: the walk's rate over
-  that floor's on all workers. The walk runs fsck once per distinct recovered
+  that floor's on all CPUs (the floor runs alone on one). The walk runs fsck once per distinct recovered
   image (checkers/recovery.py FsckMemo), so it can beat the floor.
 - overhead_ratio: a one-worker walk's time per checked state / the floor.
 - recorder_fsync_p50_ratio: p50 of a 4 KiB append + fsync on ext4 through
   the FUSE recorder / the same on a plain loop device, both mounted at once and
   measured in turns; the median of 3 such calibrations (`--only recorder`:
   just this; docs/recorder-overhead.md).
+- recorder_run_seconds_by_scale / recorder_run_speedup_vs_issue_16: the
+  recorder scenario end to end as `powercut run` runs it, every crash point,
+  at scales 0.01 / 0.02 / 0.04, and issue 16's recorded "before" time over it
+  (harness/bench_oracle.py recorder_whole_runs; the target was 8x at 0.02).
 - seq1_workloads_per_min: 1-3 operation workloads (creat, write, rename, each
   with fsync), each a whole run (harness/pipeline/run.py run_workload: mkfs,
   recorder, workload, every entry a crash point, default reorder) in this
@@ -34,11 +39,12 @@ import subprocess
 import time
 from typing import Any
 
-from checkers.crash_check import check_crash_states, default_jobs
+from checkers.crash_check import check_crash_states, default_jobs, default_walk_workers
 from fuzz.bench_vm import bench_vm
 from checkers.recovery import FSCK_TIMEOUT_S, fsck
 from harness.foundation import kmount, ownership, paths, sysres
-from harness.bench_oracle import BUDGET, SCALES, bulk_vs_sector, incremental_vs_full, oracle_scale_curve
+from harness.bench_oracle import (BUDGET, SCALES, WHOLE_RUN_SCALES as WHOLE_SCALES, bulk_vs_sector, incremental_vs_full, oracle_scale_curve,
+                                  recorder_whole_runs)
 from harness.backends.fuse.calibrate import mount_point, owned_file, recorder_vs_loop
 from harness.foundation.errors import EnvError
 from harness.foundation.filesystems import FsType, get_fs
@@ -77,6 +83,7 @@ def _write_points(log: str) -> tuple[LogReader, list[int]]:
 
 
 def _walk(log: str, fs: FsType, device_bytes: int, state: RunState, jobs: int) -> dict[str, float]:
+    """One walk of every write crash point of LOG; JOBS workers (0: the walk's default)."""
     _, points = _write_points(log)
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
@@ -85,7 +92,7 @@ def _walk(log: str, fs: FsType, device_bytes: int, state: RunState, jobs: int) -
     if r.findings:
         raise EnvError(f"bench: {fs.name} walk of mixed.sh found {r.findings[0].kind} at {r.findings[0].state_id}")
     return {"states_checked": r.states_checked, "states_duplicate": r.states_duplicate, "seconds": round(seconds, 3),
-            "fsck_reused": r.fsck_reused, "image_loads": r.image_loads,
+            "fsck_reused": r.fsck_reused, "image_loads": r.image_loads, "workers": jobs or default_walk_workers(),
             "states_per_s": round(r.states_checked / seconds, 1),
             "ms_per_state": round(1000 * seconds / r.states_checked, 2), "load_avg_1min": round(load, 2)}
 
@@ -136,6 +143,9 @@ def _floor(log: str, fs: FsType, device_bytes: int, state: RunState, reps: int) 
     out = {"mount_umount_ms": round(m, 2), "fsck_ms": round(f, 2), "ms": round(m + f, 2), "images": FLOOR_IMAGES,
            "load_avg_1min": round(os.getloadavg()[0], 2),
            "fsck_cmd": " ".join(fs.fsck_cmd("IMAGE"))}
+    env = fs.fsck_env()
+    if env is not None:
+        out["fsck_env"] = f"GLIBC_TUNABLES={env.get('GLIBC_TUNABLES', '')}"
     if plain:
         out["fsck_plain_ms"] = round(statistics.mean(plain_ms), 2)   # without the speed options
         out["fsck_plain_cmd"] = " ".join(fs.fsck + ["IMAGE"])
@@ -143,7 +153,8 @@ def _floor(log: str, fs: FsType, device_bytes: int, state: RunState, reps: int) 
 
 
 def _over_floor(walk: dict[str, float], floor: dict[str, float]) -> float:
-    """The walk's states/s over the floor's rate on all workers: the best a bare walk does on this machine now."""
+    """The walk's states/s over the floor's rate on all CPUs: what bare mount+umount+fsck, one
+    state after another on each CPU, does on this machine now."""
     return round(walk["states_per_s"] / (default_jobs() * 1000 / floor["ms"]), 2)
 
 
@@ -174,6 +185,7 @@ def bench_oracle(quick: bool) -> dict[str, Any]:
             curve = oracle_scale_curve(state.scratch, SCALES, floor=floor)
             ref = bulk_vs_sector(state.scratch, budget=BUDGET)
             inc = incremental_vs_full(state.scratch, budget=BUDGET)
+        whole = recorder_whole_runs(state.scratch, (0.01,) if quick else WHOLE_SCALES)
     finally:
         state.teardown_or_warn()
     ms = [c["oracle_ms_per_state"] for c in curve.values()]
@@ -188,7 +200,9 @@ def bench_oracle(quick: bool) -> dict[str, Any]:
             "state_over_floor_by_scale": {k: c.get("state_over_floor") for k, c in curve.items()},
             "oracle_bulk_speedup": ref["speedup"],
             "oracle_incremental_speedup": inc["speedup"],
-            "details": {"scale_curve": curve, "bulk_vs_sector": ref, "incremental_vs_full": inc,
+            "recorder_run_seconds_by_scale": {k: w["seconds"] for k, w in whole.items()},
+            "recorder_run_speedup_vs_issue_16": {k: w["speedup_vs_issue_16"] for k, w in whole.items()},
+            "details": {"scale_curve": curve, "recorder_whole_runs": whole, "bulk_vs_sector": ref, "incremental_vs_full": inc,
                         "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)]}}
 
 
@@ -197,12 +211,12 @@ def bench_walk(state: RunState, quick: bool) -> dict[str, Any]:
     reps = 1 if quick else 3
     ext4, xfs = get_fs("ext4"), get_fs("xfs")
     log, size = _record(ext4, state.scratch, "ext4")
-    ext4_walk = max((_walk(log, ext4, size, state, default_jobs()) for _ in range(reps)),
+    ext4_walk = max((_walk(log, ext4, size, state, 0) for _ in range(reps)),
                     key=lambda w: w["states_per_s"])
     one_job = min((_walk(log, ext4, size, state, 1) for _ in range(reps)), key=lambda w: w["ms_per_state"])
     floor = _floor(log, ext4, size, state, 1 if quick else 5)
     xlog, xsize = _record(xfs, state.scratch, "xfs")
-    xfs_walk = max((_walk(xlog, xfs, xsize, state, default_jobs()) for _ in range(reps)),
+    xfs_walk = max((_walk(xlog, xfs, xsize, state, 0) for _ in range(reps)),
                    key=lambda w: w["states_per_s"])
     xfs_floor = _floor(xlog, xfs, xsize, state, 1 if quick else 3)
     return {
@@ -272,6 +286,8 @@ def bench(quick: bool, kernel: str | None = None, only: str = "all") -> dict[str
         "state_cost_ratio_by_scale": oracle["state_cost_ratio_by_scale"],
         "state_over_floor_by_scale": oracle["state_over_floor_by_scale"],
         "oracle_incremental_speedup": oracle["oracle_incremental_speedup"],
+        "recorder_run_seconds_by_scale": oracle["recorder_run_seconds_by_scale"],
+        "recorder_run_speedup_vs_issue_16": oracle["recorder_run_speedup_vs_issue_16"],
         "details": {"jobs": default_jobs(), "quick": quick, "kernel": os.uname().release,
                     "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
                     **walk["details"], "fsync": fsync, "seq1": seq1, "oracle": oracle["details"],

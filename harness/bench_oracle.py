@@ -9,6 +9,11 @@
   file at every state (ContentOracle.incremental = False) reads the same
   recovered images right after the incremental one: the ratio of their
   times per state, and whether their verdicts agreed on every state.
+- recorder_whole_runs: `powercut run scenario:recorder --scale S --max-states
+  all` as a user types it (every crash point, report.md and figures), wall
+  time from start to exit, next to what issue 16 measured for the same
+  command before this work (ISSUE_16_BEFORE: a figure recorded then, not
+  measured in this run; the per-state ratios above are same-run).
 - bulk_vs_sector: at one scale, the sector-by-sector reference oracle reads
   the same recovered images right after the bulk one: the ratio of their
   times per state, and whether their verdicts agreed on every state.
@@ -18,6 +23,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +40,9 @@ from workloads.runner import ExecutorWorkload, load_runner
 
 SCALES = (0.01, 0.04, 0.16)
 BUDGET = 60
+WHOLE_RUN_SCALES = (0.01, 0.02, 0.04)
+# Issue 16's table (2026-11-22, this machine, one run each): total seconds, crash states/s.
+ISSUE_16_BEFORE = {"0.01": (36.0, 18.0), "0.02": (145.0, 7.3), "0.04": (319.0, 5.3)}
 
 
 def _recorder(scale: float) -> ExecutorWorkload:
@@ -64,6 +74,31 @@ def oracle_scale_curve(scratch: str, scales: tuple[float, ...] = SCALES, budget:
             f = floor(os.path.join(scratch, f"recorder-{scale}", r["log"]), r["device_bytes"])
             out[str(scale)]["floor_ms"] = f["ms"]
             out[str(scale)]["state_over_floor"] = round(out[str(scale)]["state_ms"] / f["ms"], 2)
+    return out
+
+
+def recorder_whole_runs(scratch: str, scales: tuple[float, ...] = WHOLE_RUN_SCALES) -> dict[str, Any]:
+    """The recorder scenario end to end per scale, as the command line runs it (every crash point)."""
+    out: dict[str, Any] = {}
+    for scale in scales:
+        run_dir = os.path.join(scratch, f"recorder-whole-{scale}")
+        t0 = time.perf_counter()
+        p = subprocess.run([sys.executable, "-m", "harness.commands.cli", "run", "scenario:recorder", "--fs", "ext4",
+                            "--scale", str(scale), "--max-states", "all", "--out", run_dir],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        seconds = time.perf_counter() - t0
+        if p.returncode not in (0, 1):
+            raise RuntimeError(f"recorder scenario at scale {scale}: exit {p.returncode}: {p.stderr.strip()[-500:]}")
+        with open(os.path.join(run_dir, "report.json")) as f:
+            r = json.load(f)
+        before_s, before_rate = ISSUE_16_BEFORE.get(str(scale), (None, None))
+        walk = r["crash_walk"]["seconds"]
+        out[str(scale)] = {"seconds": round(seconds, 2), "walk_seconds": walk,
+                           "states_checked": r["crash_states_checked"],
+                           "states_per_s": round(r["crash_states_checked"] / walk, 1) if walk else None,
+                           "findings": len(r["findings"]), "issue_16_before_seconds": before_s,
+                           "issue_16_before_states_per_s": before_rate,
+                           "speedup_vs_issue_16": round(before_s / seconds, 1) if before_s else None}
     return out
 
 

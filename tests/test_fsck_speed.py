@@ -1,8 +1,11 @@
 """What makes fsck cheaper in the crash walk must not change a verdict.
 
-- xfs_repair's speed option (FsType.fsck_cmd: -o bhash sized to the image)
-  gives the same exit code and the same messages as plain `xfs_repair -n` on
-  damaged images.
+- xfs_repair's speed options (FsType.fsck_cmd: -o bhash sized to the image,
+  phase2_threads=1; FsType.fsck_env: glibc allocator tunables) give the same
+  exit code and the same messages as plain `xfs_repair -n` on damaged images.
+- fsck() captures the tool's output through memory files and a pidfd (no
+  wake-up per line it prints): the same exit code and text as a capture
+  through pipes, on damaged ext4 and xfs images.
 - FsckVerdicts (fsck once per distinct recovered image): a verdict in the
   making is waited for, a failed fsck leaves the key to the next one. That
   reused verdicts are what fsck says on real walks is checked in
@@ -21,10 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from checkers.recovery import FsckVerdicts
+from checkers.recovery import FsckVerdicts, fsck
 from harness.foundation.filesystems import get_fs
 from harness.foundation.sparse import data_extents
 
+DAMAGED = 24   # damaged images compared per run (more by hand: DAMAGED=300)
 PROTO = """/dev/null
 0 0
 d--755 0 0
@@ -70,7 +74,8 @@ def test_xfs_repair_speed_option_keeps_the_verdict(tmp_path: Path) -> None:
     with open(clean, "rb") as f:
         extents = data_extents(f.fileno(), 300 << 20)
     codes = set()
-    for _ in range(24):
+    assert xfs.fsck_env() and "GLIBC_TUNABLES" in xfs.fsck_env()  # and the allocator settings
+    for _ in range(DAMAGED):
         with open(clean, "r+b") as f:   # damage it, check, then undo the damage
             undo = []
             for _ in range(rng.randint(1, 4)):
@@ -79,10 +84,13 @@ def test_xfs_repair_speed_option_keeps_the_verdict(tmp_path: Path) -> None:
                 undo.append((pos, os.pread(f.fileno(), len(junk), pos)))
                 os.pwrite(f.fileno(), junk, pos)
             plain = subprocess.run(xfs.fsck + [str(clean)], capture_output=True, text=True)
-            fast = subprocess.run(xfs.fsck_cmd(str(clean)), capture_output=True, text=True)
+            fast = subprocess.run(xfs.fsck_cmd(str(clean)), capture_output=True, text=True, env=xfs.fsck_env())
+            code, text = fsck(str(clean), xfs)   # the walk's own call, through memory files
             for pos, old in reversed(undo):
                 os.pwrite(f.fileno(), old, pos)
         assert _messages(fast) == _messages(plain), f"{plain.stdout}{plain.stderr}\n---\n{fast.stdout}{fast.stderr}"
+        walk = subprocess.CompletedProcess(fast.args, code, text, "")
+        assert _messages(walk) == _messages(fast), f"{fast.stdout}{fast.stderr}\n---\n{text}"
         codes.add(plain.returncode)
     assert codes == {0, 1}  # damage it finds and damage it does not: both compared
 
@@ -116,3 +124,32 @@ def test_fsck_verdicts_stop_hashing_when_nothing_repeats() -> None:
     assert not memo.worth_hashing
     memo.hits = 1
     assert memo.worth_hashing  # once an image repeated, hashing pays
+
+
+@pytest.mark.skipif(shutil.which("mkfs.ext4") is None, reason="needs e2fsprogs")
+def test_fsck_output_through_memory_files_is_what_pipes_capture(tmp_path: Path) -> None:
+    ext4 = get_fs("ext4")
+    image = tmp_path / "ext4.img"
+    with open(image, "wb") as f:
+        f.truncate(16 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-d", str(Path(__file__).parent / "workloads"), str(image)], check=True)
+    rng = random.Random(11)
+    with open(image, "rb") as f:
+        extents = [(off, n) for off, n in data_extents(f.fileno(), 1 << 20)]  # the metadata at the front
+    codes = set()
+    for _ in range(12):
+        with open(image, "r+b") as f:
+            undo = []
+            for _ in range(rng.randint(0, 3)):
+                off, n = rng.choice(extents)
+                pos = rng.randrange(off, off + n)
+                junk = rng.randbytes(rng.choice([1, 8, 64]))
+                undo.append((pos, os.pread(f.fileno(), len(junk), pos)))
+                os.pwrite(f.fileno(), junk, pos)
+            piped = subprocess.run(ext4.fsck_cmd(str(image)), capture_output=True, text=True)
+            got = fsck(str(image), ext4)
+            for pos, old in reversed(undo):
+                os.pwrite(f.fileno(), old, pos)
+        assert got == (piped.returncode, (piped.stdout + piped.stderr).strip())
+        codes.add(piped.returncode)
+    assert len(codes) > 1  # clean and damaged images both compared

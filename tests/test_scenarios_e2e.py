@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +14,7 @@ import pytest
 from matplotlib.image import imread
 
 from checkers.latency import summarize
-from conftest import PcEnv, needs_root_stack
+from conftest import POWERCUT, PcEnv, needs_root_stack
 from harness.reports.markdown import STAT_COLUMNS
 from workloads import scenarios
 from workloads.format import FORMAT, load_workload
@@ -169,3 +173,37 @@ def test_lprobe_reports_the_write_distribution_and_writeback_settings(pc: PcEnv)
     assert r["crash_states_checked"] + r["crash_states_duplicate"] == r["crash_states_total"] >= r["crash_points"]
     assert r["findings"] == []
     assert "Writeback settings in force: vm.dirty_ratio = " in (out / "report.md").read_text()
+
+
+def _plotter_of(out: Path) -> list[int]:
+    """Processes drawing OUT's figures (harness.reports.plots names OUT in its command line)."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"harness.reports.plots" in argv and str(out).encode() in argv:
+            pids.append(int(pid))
+    return pids
+
+
+def test_ctrl_c_while_the_figures_are_drawn(pc: PcEnv) -> None:
+    """The figures are drawn by a child process during the crash walk; a Ctrl-C at the
+    terminal (SIGINT to the whole process group) ends the run with one line, and the
+    child goes with it."""
+    out = pc.tmp / "out"
+    proc = subprocess.Popen([*POWERCUT, "run", "scenario:recorder", "--fs", "ext4", "--scale", "0.01",
+                             "--out", str(out)], env=pc.env(), cwd=pc.tmp, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not _plotter_of(out):
+        assert proc.poll() is None, "the run ended before its figures were being drawn"
+        assert time.monotonic() < deadline
+        time.sleep(0.02)  # a poll interval: the condition is the child's existence
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "powercut: interrupted" and "Traceback" not in err, err
+    assert _plotter_of(out) == []
+    assert pc.leftovers() == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from checkers.crash_check import default_jobs
+from checkers.crash_check import default_walk_workers
 from checkers.recovery_modes import CHOICES
 from harness.backends.session import FAULTS
 from harness.backends.vm.backend import FAULTS as VM_FAULTS
@@ -14,7 +14,7 @@ from harness.pipeline.run import RunConfig, default_out_dir, recheck, run_worklo
 from harness.reports.report import summary
 from harness.commands.options import add_backend_options, add_semantics_option
 from workloads.runner import load_runner
-from replay.crashpoints import DEFAULT as DEFAULT_POINTS
+from replay.crashpoints import DEFAULT as DEFAULT_POINTS, DEFAULT_BUDGET, EVERY_POINT
 from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER
 
 
@@ -91,10 +91,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--device-profile", default=None, metavar="NAME|FILE.json",
                    help="fuse backend: the recorder plays this device's timing: emmc, sata-hdd, ufs, nvme, none, "
                         "or a JSON file of read_us, write_us, flush_us, discard_us, mbps, qd (docs/device-profiles.md)")
-    p.add_argument("--max-states", type=int, default=0, metavar="N",
-                   help="crash-point budget: check at most N crash points spread evenly over the log, plus the "
-                        "points at and just before every fsync, sync_file_range, ftruncate, open and close "
-                        "(0: every point; the report says which fraction was checked)")
+    p.add_argument("--max-states", default=DEFAULT_BUDGET, metavar="N|design+N|all",
+                   help="crash-point budget: N checks at most N crash points spread evenly over the log, plus the "
+                        "design points (at and just before every fsync, sync_file_range, ftruncate, rename, open and "
+                        f"close); design+N every design point plus N others spread evenly; {EVERY_POINT} every point "
+                        f"(default {DEFAULT_BUDGET}: small runs check every point; the report says which fraction "
+                        "was checked)")
     p.add_argument("--start-mark", metavar="MARK", help="crash points start at the first mark MARK")
     p.add_argument("--end-mark", metavar="MARK", help="crash points end at the first mark MARK after the start")
     p.add_argument("--reorder", default=DEFAULT_REORDER, metavar="MODES",
@@ -106,7 +108,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help=f"at most N states per reorder mode and crash point, a seeded sample beyond "
                         f"(default: {DEFAULT_PER_POINT})")
     p.add_argument("--jobs", type=int, default=0, metavar="N",
-                   help=f"crash states checked in parallel (default: one per CPU, here {default_jobs()})")
+                   help=f"crash states checked in parallel (default: one per CPU plus one, here {default_walk_workers()})")
     p.add_argument("--first-failure", action="store_true", help="stop checking at the first finding")
     p.add_argument("--keep-image", action="store_true",
                    help="save the device's final image as OUT/final.img (sparse)")

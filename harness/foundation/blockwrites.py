@@ -106,8 +106,14 @@ class WriteTracker:
         # resizing it costs more than a whole crash state)
         event = os.path.join(self.instance, "events", *EVENT)
         devs = sorted(set(self._devnums.values()))
-        _write(os.path.join(event, "filter"),  # the kernel's dev_t layout
-               " || ".join(f"dev == {major << 20 | minor}" for major, minor in devs))
+        # Only these devices (the kernel's dev_t layout), and no reads: most bios of a
+        # recovery are reads, which change nothing; the kernel drops them before they reach
+        # the ring buffer (where the filter is refused, the reader skips them itself).
+        ours = " || ".join(f"dev == {major << 20 | minor}" for major, minor in devs)
+        try:
+            _write(os.path.join(event, "filter"), f"({ours}) && !(rwbs ~ \"R*\")")
+        except OSError:
+            _write(os.path.join(event, "filter"), ours)
         _write(os.path.join(event, "enable"), "1")
         self._pipe = os.open(os.path.join(self.instance, "trace_pipe"), os.O_RDONLY | os.O_NONBLOCK)
         # Kept open and re-read with pread: opening them at every drain costs more than the rest.

@@ -4,9 +4,12 @@ A file system explains a refused mount in the kernel log ("JBD2: journal
 recovery failed", "EXT4-fs (loop3): error loading journal"), not in the
 mount call's error. KernelLog marks the end of the log before the call and
 returns the records logged since, keeping those that name the device and
-those that name no device at all (jbd2 prints some without one). On a
-machine where other mounts run at the same time, an untagged line may come
-from another device: the evidence says so.
+those that name no device at all (jbd2 prints some without one). A line
+that names another device by its /dev path ("BTRFS: device fsid ... devid 1
+transid 8 /dev/loop5 scanned by ...", printed when any process scans a
+btrfs device) is about that device. On a machine where other mounts run at
+the same time, an untagged line may still come from another device: the
+evidence says so.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ KMSG = "/dev/kmsg"
 MAX_LINES = 40
 # "EXT4-fs (loop3): ...", "XFS (loop3): ...", "BTRFS error (device loop3): ...", "loop3: ..."
 _DEVICE_TAG = re.compile(r"\((?:device )?([a-z]+[0-9]+(?:p[0-9]+)?)\)|^([a-z]+[0-9]+): ")
+_DEVICE_PATH = re.compile(r"/dev/([a-z]+[0-9]+(?:p[0-9]+)?)\b")
 
 
 class KernelLog:
@@ -67,4 +71,7 @@ class KernelLog:
 
     def _about_us(self, msg: str) -> bool:
         m = _DEVICE_TAG.search(msg)
-        return m is None or self.name in (m.group(1), m.group(2))
+        if m is not None:
+            return self.name in (m.group(1), m.group(2))
+        named = _DEVICE_PATH.findall(msg)
+        return not named or self.name in named

@@ -61,25 +61,43 @@ def data_extents(fd: int, size: int, start: int = 0) -> list[tuple[int, int]]:
     return out
 
 
+def _copy_data(src_fd: int, dst_fd: int, off: int, n: int, dst_offset: int) -> None:
+    """Copy SRC[off, +n) to DST at dst_offset, in the kernel where it can."""
+    done = 0
+    while done < n:
+        src_at, dst_at = off + done, dst_offset + done
+        try:
+            c = os.copy_file_range(src_fd, dst_fd, n - done, src_at, dst_at)
+        except OSError as e:
+            if e.errno != errno.EXDEV:  # kernels before 5.19 copy nothing across file systems
+                raise
+            data = os.pread(src_fd, min(n - done, 1 << 20), src_at)
+            c = os.pwrite(dst_fd, data, dst_at) if data else 0
+        if c == 0:
+            break
+        done += c
+
+
 def copy_range(src_fd: int, dst_fd: int, src_offset: int, length: int, dst_offset: int) -> None:
     """Copy the data regions of SRC[src_offset, +length) to DST at dst_offset.
 
     Holes are skipped, not written: DST must already read as zeros there.
     """
     for off, n in data_extents(src_fd, src_offset + length, src_offset):
-        done = 0
-        while done < n:
-            src_at, dst_at = off + done, dst_offset + off - src_offset + done
-            try:
-                c = os.copy_file_range(src_fd, dst_fd, n - done, src_at, dst_at)
-            except OSError as e:
-                if e.errno != errno.EXDEV:  # kernels before 5.19 copy nothing across file systems
-                    raise
-                data = os.pread(src_fd, min(n - done, 1 << 20), src_at)
-                c = os.pwrite(dst_fd, data, dst_at) if data else 0
-            if c == 0:
-                break
-            done += c
+        _copy_data(src_fd, dst_fd, off, n, dst_offset + off - src_offset)
+
+
+def mirror_range(src_fd: int, dst_fd: int, start: int, end: int) -> None:
+    """Make DST[start, end) read as SRC[start, end): SRC's data regions copied in the kernel
+    (no pass through user space), its holes punched into DST."""
+    pos = start
+    for off, n in data_extents(src_fd, end, start):
+        if off > pos:
+            punch_hole(dst_fd, pos, off - pos)
+        _copy_data(src_fd, dst_fd, off, n, off)
+        pos = off + n
+    if pos < end:
+        punch_hole(dst_fd, pos, end - pos)
 
 
 def sparse_copy(src: str, dst_fd: int) -> None:

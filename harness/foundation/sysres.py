@@ -31,6 +31,45 @@ def run(cmd: list[str], *, check: bool = True, timeout: float | None = 300,
     return p
 
 
+def run_to_files(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """Run CMD with stdout and stderr going to two memory files, read once it has exited:
+    (exit code, stdout, stderr); TimeoutExpired after TIMEOUT seconds (the process is killed).
+    ENV: its environment (None: ours).
+
+    For tools run once per crash state: capturing through pipes wakes the caller at every
+    write the tool makes (xfs_repair writes ~30 times per run), and subprocess's wait with a
+    timeout polls with growing sleeps; a pidfd wakes the caller once, when the tool exits.
+    """
+    out, err = os.memfd_create("stdout", os.MFD_CLOEXEC), os.memfd_create("stderr", os.MFD_CLOEXEC)
+    try:
+        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env)
+        try:
+            pidfd = os.pidfd_open(p.pid)
+            try:
+                waiter = select.poll()   # (not select(): fd numbers may exceed FD_SETSIZE)
+                waiter.register(pidfd, select.POLLIN)
+                ready = waiter.poll(timeout * 1000)
+            finally:
+                os.close(pidfd)
+            if not ready:
+                raise subprocess.TimeoutExpired(cmd, timeout)
+        finally:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        return p.returncode, _read_all(out), _read_all(err)
+    finally:
+        os.close(out)
+        os.close(err)
+
+
+def _read_all(fd: int) -> str:
+    """The text written to FD, newlines translated as subprocess's text mode does."""
+    size = os.fstat(fd).st_size
+    text = os.pread(fd, size, 0).decode(errors="replace") if size else ""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
 def require_tools(*names: str) -> None:
     for n in names:
         if not shutil.which(n):

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -31,9 +32,9 @@ from harness.foundation import internal_error, ownership, sysres
 from harness.backends import Backend, BackendOpener, DeviceArgs, open_backend, resolve as resolve_backend
 from harness.foundation.errors import KernelFailure, Terminated, UsageError
 from harness.foundation.filesystems import FsType, get_fs
-from harness.reports.plots import latency_plots
+from harness.reports.plots import BackgroundPlots
 from harness.foundation.progress import CrashProgress
-from harness.reports.report import build_report, write_report
+from harness.reports.report import budget_line, build_report, write_report
 from harness.reports.markdown import write_markdown
 from harness.foundation.runstate import RunState
 from harness.backends.session import Recording
@@ -41,7 +42,8 @@ from harness.backends.fuse.calibrate import recorder_vs_loop
 from harness.backends.fuse.profiles import resolve as resolve_profile
 from harness.foundation.sparse import sparse_copy
 from workloads.runner import ExecutorWorkload, WorkloadRunner, load_runner, read_document
-from replay.crashpoints import DEFAULT as DEFAULT_POINTS, budget_points, mark_range, parse_spec, select_crash_points
+from replay.crashpoints import DEFAULT as DEFAULT_POINTS, DEFAULT_BUDGET, EVERY_POINT, Budget, mark_range, parse_budget, parse_spec, \
+    select_crash_points
 from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER, RECOVERY_LOG_DIR, CrashState, ReorderSpec
 from replay.logformat import LogReader
 from workloads import scenarios
@@ -63,7 +65,7 @@ class RunConfig:
     end_mark: str | None = None     # ... up to this one
     reorder: str = DEFAULT_REORDER  # crash states per point: replay/crashstates.py
     states_per_point: int = DEFAULT_PER_POINT
-    jobs: int = 0                   # parallel crash checks; 0: one per CPU
+    jobs: int = 0                   # parallel crash checks; 0: one per CPU, plus one
     first_failure: bool = False
     fault: str | None = None        # test-only recorder fault mode
     recovery: str = "rw"            # how crash images are recovered: rw, ro or both (checkers/recovery_modes.py)
@@ -73,7 +75,7 @@ class RunConfig:
     keep_image: bool = False
     calibrate: bool = False         # fuse: measure the recorder's own fsync overhead first (powercut run)
     device_profile: str | None = None  # fuse: the device timing the recorder plays (NAME or FILE.json)
-    max_states: int = 0             # crash-point budget (0: every point): spread evenly + design points
+    max_states: int | str = 0       # crash-point budget (0/all: every point; N; design+N): replay/crashpoints.py
     kernel: str | None = None       # --backend vm: debian:PACKAGE or a kernel image path
     kernel_modules: str | None = None
     data_dev: str | None = None     # --backend dm on the user's block devices (else loop devices)
@@ -88,7 +90,7 @@ class RunConfig:
         if self.semantics not in TIERS:
             raise UsageError(f"--semantics {self.semantics}: choose {' or '.join(TIERS)}")
         if self.jobs < 0:
-            raise UsageError(f"--jobs {self.jobs}: must be at least 1 (0: one per CPU)")
+            raise UsageError(f"--jobs {self.jobs}: must be at least 1 (0: one per CPU, plus one)")
         return ReorderSpec.parse(self.reorder, self.states_per_point)
 
     def check(self) -> FsType:
@@ -97,6 +99,7 @@ class RunConfig:
         if self.size_mib:
             check_size(fs, self.size_mib)
         parse_spec(self.crash_points or DEFAULT_POINTS)
+        parse_budget(self.max_states)
         self.reorder_spec()
         self.recovery_crash_spec()
         return fs
@@ -254,31 +257,36 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
         if checks.oracle is not None:
             inspect = _state_inspector(checks.oracle)
     all_points = points
-    if cfg.max_states and not state_ids:
-        o = checks.oracle
-        must = design_points(o.h, points, o.records.paths if o.records else ()) if o is not None else set()
-        points = budget_points(points, must, cfg.max_states)
-        checks.report["budget"] = {"max_states": cfg.max_states, "crash_points_all": len(all_points),
-                                   "crash_points_checked": len(points), "design_points": len(must),
-                                   "fraction_checked": round(len(points) / max(1, len(all_points)), 6)}
+    budget = parse_budget(cfg.max_states)
+    if budget and not state_ids:
+        points = _apply_budget(budget, points, checks, quiet=cfg.quiet)
     inspect = _combine(inspect, inspect_extra)
     modes = cfg.recovery_modes()
     crash_spec = cfg.recovery_crash_spec()
     recovery = RecoveryOptions(modes, crash_spec, log_dir=os.path.join(out_dir, RECOVERY_LOG_DIR),
                                record=backend.recovery_recorder(fs, state, rec.device_bytes) if crash_spec else None)
     engines = {m: e for m in modes if (e := backend.recovery(fs, mode_opts(mount_opts, m), state, inspect))}
-    walk_t0 = time.perf_counter()
-    with (nullcontext() if cfg.quiet else CrashProgress(f"checking {fs.name}")) as progress:
-        result = check_crash_states(rec.log_path, points, fs=fs, mount_opts=mount_opts,
-                                    device_bytes=rec.device_bytes, state=state, reorder=cfg.reorder_spec(),
-                                    jobs=cfg.jobs, first_failure=cfg.first_failure, inspect=inspect,
-                                    engines=None if image else engines, progress=progress, only=state_ids,
-                                    recovery=recovery, image=image)
-    walk_s = time.perf_counter() - walk_t0
+    plots = None
+    if cfg.markdown and isinstance(workload, ExecutorWorkload):  # drawn while the walk runs
+        limits = {k: b.max_us for k, b in workload.workload.budgets.items() if b.max_us is not None}
+        plots = BackgroundPlots(records_path(out_dir, rec.workload), workload.plan, out_dir, limits)
+    try:
+        walk_t0 = time.perf_counter()
+        with (nullcontext() if cfg.quiet else CrashProgress(f"checking {fs.name}" + _budget_label(checks.report.get("budget")))) as progress:
+            result = check_crash_states(rec.log_path, points, fs=fs, mount_opts=mount_opts,
+                                        device_bytes=rec.device_bytes, state=state, reorder=cfg.reorder_spec(),
+                                        jobs=cfg.jobs, first_failure=cfg.first_failure, inspect=inspect,
+                                        engines=None if image else engines, progress=progress, only=state_ids,
+                                        recovery=recovery, image=image)
+        walk_s = time.perf_counter() - walk_t0
+        figures = plots.result() if plots else None
+    finally:
+        if plots:
+            plots.stop()
     finish(checks, reader, all_points)
     findings = rec.findings + checks.findings + result.findings
     extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report, **backend.report_extra(),
-             "reorder": cfg.reorder, "crash_states_total": result.states_total,
+             "max_states": str(budget or EVERY_POINT), "crash_points_all": len(all_points), "reorder": cfg.reorder, "crash_states_total": result.states_total,
              "crash_states_duplicate": result.states_duplicate, "stopped_at_first_failure": result.stopped_early,
              "mount_retries": result.mount_retries, "device_waits": result.device_waits, "recovery": cfg.recovery,
              "recovery_checks": result.recovery_checks, "semantics": cfg.semantics,
@@ -298,15 +306,36 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
                                      "torn_writes": checks.report.get("torn_writes")})
         if section:
             extra["scenario"] = section
-        if cfg.markdown:
-            limits = {k: b.max_us for k, b in workload.workload.budgets.items() if b.max_us is not None}
-            extra["latency"]["plots"] = latency_plots(results, out_dir, limits)
+        if figures is not None:
+            extra["latency"]["plots"] = figures
     report = build_report(fs=fs.name, mkfs_opts=cfg.mkfs_opts, mount_opts=mount_opts, backend=cfg.backend,
                           kernel=rec.kernel, workload={"name": workload.name, **rec.workload}, log_path=rec.log_path,
                           log_entries=reader.nr_entries, device_bytes=rec.device_bytes,
                           sector_size=rec.sector_size, crash_points=len(points),
                           states_checked=result.states_checked, findings=findings, extra=extra)
     return RunResult(report, findings, checks, rec.log_path, points)
+
+
+def _apply_budget(budget: Budget, points: list[int], checks: WorkloadChecks, quiet: bool) -> list[int]:
+    """The crash points BUDGET keeps (design points from the oracle's model, if any).
+    A budget that cuts, or one the user gave as a number, goes into the report
+    (`budget`) and, unless QUIET, onto stderr before the walk."""
+    o = checks.oracle
+    must = design_points(o.h, points, o.records.paths if o.records else ()) if o is not None else set()
+    kept = budget.choose(points, must)
+    section = {"max_states": str(budget), "default": str(budget) == DEFAULT_BUDGET, "applied": len(kept) < len(points),
+               "crash_points_all": len(points), "crash_points_checked": len(kept),
+               "design_points": len(must & set(points)), "fraction_checked": round(len(kept) / max(1, len(points)), 6)}
+    checks.report["budget"] = section
+    if not quiet and section["applied"]:
+        print(budget_line(section), file=sys.stderr, flush=True)
+    return kept
+
+
+def _budget_label(section: dict[str, Any] | None) -> str:
+    if not section or not section["applied"]:
+        return ""
+    return f" ({section['crash_points_checked']} of {section['crash_points_all']} crash points)"
 
 
 def _combine(a: Inspect | None, b: Inspect | None) -> Inspect | None:

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.foundation.mdtable import table
-from replay.crashpoints import DEFAULT as DEFAULT_POINTS
+from harness.reports.report import budget_line
+from replay.crashpoints import DEFAULT as DEFAULT_POINTS, DEFAULT_BUDGET
 from workloads import scenarios
 
 MAX_FINDINGS = 50
@@ -38,6 +39,8 @@ def reproduce_command(report: dict[str, Any], out_dir: str) -> str | None:
             cmd += [flag, report[key]]
     if report.get("crash_point_kinds", DEFAULT_POINTS) != DEFAULT_POINTS:
         cmd += ["--crash-points", report["crash_point_kinds"]]
+    if report.get("max_states", DEFAULT_BUDGET) != DEFAULT_BUDGET:
+        cmd += ["--max-states", report["max_states"]]
     return shlex.join(cmd)
 
 
@@ -59,6 +62,7 @@ def _run_section(report: dict[str, Any], out_dir: str) -> list[str]:
         ["log", f"{report['log']}: {report['log_entries']} entries"],
         ["crash states checked", f"{report['crash_states_checked']} at {report['crash_points']} crash points "
                                  f"({report.get('crash_point_kinds', 'default')}; reorder: {report.get('reorder', 'none')})"],
+        *([["crash-point budget", budget_line(report["budget"])]] if report.get("budget") else []),
         ["findings", ", ".join(f"{k} {n}" for k, n in sorted(Counter(f["kind"] for f in report["findings"]).items()))
          or "none"],
     ]

@@ -6,8 +6,13 @@ figure state, nothing left open between figures.
 
 from __future__ import annotations
 
+import json
 import os
+import pickle
 import re
+import subprocess
+import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +21,8 @@ import numpy as np
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-from workloads.results import Results
+from workloads.plan import Plan
+from workloads.results import Results, read_records
 
 PLOT_DIR = "plots"
 # Waits by design, not file-system latency: no figures of their own.
@@ -104,3 +110,50 @@ def latency_plots(results: Results, out_dir: str, limits_us: Mapping[str, float]
         over_time(os.path.join(out_dir, rel["time"]), f"{kind}: latency over time", threads, limits_us.get(kind))
         files[kind] = rel
     return files
+
+
+
+class BackgroundPlots:
+    """latency_plots of a records file, drawn by a child process while the crash walk runs:
+    a figure costs matplotlib about half a second of CPU, and the walk's threads wait on
+    mounts and fsck much of the time. The child is a fresh interpreter in its own session
+    (a Ctrl-C at the terminal is the parent's to handle, not a traceback of the child's);
+    it exits by itself when done, and the parent ends it if the run stops first."""
+
+    def __init__(self, records: str, plan: Plan, out_dir: str, limits_us: Mapping[str, float]) -> None:
+        self._err = tempfile.TemporaryFile()  # a file, not a pipe: nothing to drain while the walk runs
+        # OUT_DIR in its command line only names it in ps.
+        self._proc = subprocess.Popen([sys.executable, "-m", __name__, out_dir], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=self._err, start_new_session=True)
+        assert self._proc.stdin is not None
+        with self._proc.stdin:
+            pickle.dump((records, plan, out_dir, dict(limits_us)), self._proc.stdin)
+
+    def result(self) -> dict[str, dict[str, str]]:
+        """The figures (latency_plots' return value), once drawn."""
+        assert self._proc.stdout is not None
+        out = self._proc.stdout.read()
+        if self._proc.wait() != 0:
+            self._err.seek(0)
+            err = self._err.read().decode(errors="replace").strip()
+            raise RuntimeError(f"latency figures: the plotting process exited {self._proc.returncode}: {err[-2000:]}")
+        files: dict[str, dict[str, str]] = json.loads(out)
+        return files
+
+    def stop(self) -> None:
+        """End the child if it is still drawing (the run was interrupted or failed)."""
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.wait()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+        self._err.close()
+
+
+def _child() -> None:
+    records, plan, out_dir, limits_us = pickle.load(sys.stdin.buffer)
+    json.dump(latency_plots(read_records(records, plan), out_dir, limits_us), sys.stdout)
+
+
+if __name__ == "__main__":
+    _child()

@@ -38,6 +38,16 @@ def build_report(*, fs: str, mkfs_opts: str, mount_opts: str, backend: str, kern
     return report
 
 
+def budget_line(b: dict[str, Any]) -> str:
+    """One plain sentence on a crash-point budget (report.json `budget`): which, and what it checked."""
+    rule = (f"the default, --max-states {b['max_states']}" if b.get("default") else f"--max-states {b['max_states']}")
+    if not b.get("applied", True):
+        return f"crash-point budget ({rule}): every one of {b['crash_points_all']} crash points checked"
+    return (f"crash-point budget ({rule}): {b['crash_points_checked']} of {b['crash_points_all']} crash points checked "
+            f"(fraction {b['fraction_checked']:.4f}; all {b['design_points']} design points plus an even spread; "
+            f"--max-states all checks every one)")
+
+
 def write_report(out_dir: str, report: dict[str, Any]) -> str:
     return write_json(os.path.join(out_dir, "report.json"), report)
 
@@ -52,6 +62,8 @@ def summary(report: dict[str, Any], report_path: str | None) -> str:
         f"crash states checked: {report['crash_states_checked']}"
         + (f" (+{report['crash_states_duplicate']} duplicates skipped)" if report.get("crash_states_duplicate") else ""),
     ]
+    if report.get("budget", {}).get("applied"):
+        lines.append("  " + budget_line(report["budget"]))
     checks = report.get("recovery_checks") or {}
     if set(checks) - {"rw"}:
         lines.append("  recoveries checked: " + ", ".join(f"{m} {n}" for m, n in checks.items()))

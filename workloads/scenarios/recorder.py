@@ -4,8 +4,9 @@ One recording is one new file. The high-priority `recorder` thread opens it,
 fallocate()s FALLOCATE_BYTES (mode 0: the paper's "predefined number of
 blocks", so the file is that long until post-processing; keep_size=1 uses
 FALLOC_FL_KEEP_SIZE instead), then write()s WRITE_BYTES every PERIOD_US. The
-lower-priority `syncer` thread calls sync_file_range() on each SFR_BYTES the
-recorder has written, on the same file. When a recording ends, the `post`
+lower-priority `syncer` thread calls sync_file_range() each time the
+recorder should have written another SFR_BYTES, on the same file, from its
+start to its end: what the recorder wrote late is synced by the next call. When a recording ends, the `post`
 thread ftruncate()s the file to what was written (removing the unused
 pre-allocated tail) and fsync()s it, while the recorder already opens and
 fallocates the next file: the two overlap, as in the paper.
@@ -30,8 +31,12 @@ Threads meet at barriers: `phase` (all, at each phase start), `start`
 (recorder, syncer: a recording's first write) and `end` (recorder, syncer,
 post: its last write). The syncer's sync_file_range runs on its own period
 (the time SFR_BYTES take to write), starting one such period plus half a
-write period after the recording, so each call covers the SFR_BYTES written
-just before it.
+write period after the recording. The paper's syncer runs "each time a
+fixed amount has been written", so it never skips data the recorder wrote
+late; a syncer on a clock that synced only the range due (as this scenario
+did until 2026-11-23) left records that the recorder wrote after their call
+unsynced while later ranges were, a hole in the middle of the recording
+after a power cut that the design itself does not have.
 """
 
 from __future__ import annotations
@@ -101,7 +106,6 @@ def recording_paths(p: Params) -> list[str]:
 
 def generate(p: Params) -> dict[str, Any]:
     per_sfr = max(1, p.sfr_bytes // p.write_bytes)   # writes per sync_file_range
-    sfr_len = per_sfr * p.write_bytes
     mode = ["KEEP_SIZE"] if p.keep_size else []
     rec: list[dict[str, Any]] = []
     syncer: list[dict[str, Any]] = []
@@ -132,8 +136,11 @@ def generate(p: Params) -> dict[str, Any]:
             if writes >= per_sfr:
                 syncer += [
                     op("sleep", us=per_sfr * p.period_us + p.period_us // 2),
+                    # Every call covers the whole file (length 0: to its end), not just the
+                    # SFR_BYTES due: a recorder that fell behind the syncer's clock writes some of
+                    # a range after the call meant for it, and the next call must still sync them.
                     repeat(writes // per_sfr, [op("sync_file_range", f"{ph}.sfr:{k}", fd="sfr", offset=0,
-                                                  length=sfr_len, stride=sfr_len, flags=SFR_FLAGS)],
+                                                  length=0, flags=SFR_FLAGS)],
                            per_sfr * p.period_us, f"{ph}.sfr-period:{k}"),
                 ]
             syncer += [op("close", fd="sfr"), op("barrier", name="end")]
