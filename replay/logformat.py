@@ -41,6 +41,7 @@ from typing import Self
 
 from harness.foundation.errors import UsageError
 from harness.foundation.ownership import create_file
+from harness.foundation.sparse import mirror_range
 
 MAGIC = 0x6A736677736872
 VERSION = 1
@@ -151,6 +152,7 @@ class LogReader(Closing):
         self._fd = _open_log(path)
         try:
             self.size = os.lseek(self._fd, 0, os.SEEK_END)  # works for block devices too
+            self._regular = stat.S_ISREG(os.fstat(self._fd).st_mode)
             self.version, self.nr_entries, self.sectorsize = self._read_super()
         except BaseException:
             os.close(self._fd)
@@ -217,6 +219,18 @@ class LogReader(Closing):
         if len(data) != length:  # the log shrank since it was scanned
             raise self._truncated(entry.index, entry.header_offset)
         return data
+
+    def mirror_data(self, entry: Entry, fd: int, offset: int) -> bool:
+        """Put the data ENTRY writes at OFFSET of FD, copied in the kernel, the log's holes
+        (zeros: a recorder writes zeros as holes) punched instead of read and compared.
+        False (nothing done) where the log is not a regular file."""
+        if not self._regular:
+            return False
+        length = entry.log_bytes(self.sectorsize)
+        if entry.data_offset + length > os.fstat(self._fd).st_size:  # the log shrank since it was scanned
+            raise self._truncated(entry.index, entry.header_offset)
+        mirror_range(self._fd, fd, entry.data_offset, entry.data_offset + length, offset)
+        return True
 
     def check_bounds(self, entry: Entry, device_bytes: int) -> None:
         """Raise UsageError if ENTRY touches bytes at or past DEVICE_BYTES."""

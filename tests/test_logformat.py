@@ -483,3 +483,38 @@ def test_log_dump(tmp_path: Path) -> None:
         '4 sector=0 nr_sectors=0 flags=MARK mark="synced"',
         '5 sector=0 nr_sectors=0 flags=MARK mark="dm-log-writes-end"',
     ]
+
+
+def test_sparse_replay_of_large_writes_equals_plain_replay(tmp_path: Path) -> None:
+    """Writes of 1 MiB and more go from the log to a sparse target in the kernel, the log's
+    holes (a recorder stores zeros as holes) punched: the same bytes as reading them."""
+    from harness.foundation.sparse import data_extents, punch_hole
+    log = str(tmp_path / "big.log")
+    mib = 1 << 20
+    zeros, junk = bytes(2 * mib), bytes(range(256)) * (mib // 256)
+    with LogWriter(log, SS) as w:
+        w.write(0, zeros + junk, 0)                       # 3 MiB: 2 of zeros, then data
+        w.write(mib // SS, junk[: mib // 2] + bytes(mib // 2) + junk, FUA)   # over both
+        w.write(8 * mib // SS, bytes(mib), 0)             # all zeros
+        w.write(9 * mib // SS, junk[:SS], 0)              # a small one, the old way
+    with LogReader(log) as reader, open(log, "r+b") as f:  # the zeros of the data as holes
+        for e in reader.entries():
+            data = reader.read_data(e)
+            first = -(-e.data_offset // 4096) * 4096
+            for at in range(first, e.data_offset + len(data) - 4095, 4096):
+                if data[at - e.data_offset:at - e.data_offset + 4096] == bytes(4096):
+                    punch_hole(f.fileno(), at, 4096)
+        assert sum(n for _, n in data_extents(f.fileno(), os.fstat(f.fileno()).st_size)) < 4 * mib
+    images = {}
+    for sparse in (False, True):
+        image = _owned_image(tmp_path / f"img{sparse}", 10 * mib, fill=b"\xaa")
+        with LogReader(log) as reader, Replayer(reader, str(image), sparse=sparse) as replayer:
+            replayer.replay_through(reader.nr_entries - 1)
+        images[sparse] = image.read_bytes()
+        if sparse:   # the zeros written became holes, the untouched junk stayed data
+            with open(image, "rb") as f:
+                held = sum(n for _, n in data_extents(f.fileno(), 10 * mib))
+            assert held <= 10 * mib - 5 * mib // 2 + (64 << 10)   # [0,1M), [1.5M,2M), [8M,9M) (+ fs rounding)
+    assert images[True] == images[False]
+    assert images[True][:mib] == images[True][3 * mib // 2:2 * mib] * 2 == bytes(mib)
+    assert images[True][mib:mib + 16] == junk[:16] and images[True][8 * mib:9 * mib] == bytes(mib)

@@ -31,6 +31,11 @@ def ops_of(doc: dict, kind: str) -> list[dict]:
     return [{"thread": t.name, "id": op.id, **op.args} for t in w.threads for op in walk(t.ops) if op.kind == kind]
 
 
+def _op_lists(ops: list[dict]) -> list[list[dict]]:
+    """OPS and every op list nested in its repeats, as written in the document."""
+    return [ops, *(inner for o in ops if o["op"] == "repeat" for inner in _op_lists(o["ops"]))]
+
+
 @pytest.mark.parametrize("name", list(scenarios.MODULES))
 @pytest.mark.parametrize("scale", [0.001, 0.01, 1.0])
 def test_every_scenario_is_a_valid_workload_that_records_its_generator(name: str, scale: float) -> None:
@@ -64,6 +69,11 @@ def test_scale_1_has_the_papers_counts() -> None:
     assert {w["length"] for w in ops_of(park, "write") if w["thread"] == "small"} == {10240}
     assert {w["length"] for w in ops_of(park, "write") if w["thread"] != "small"} == {4096}
     assert next(r for r in ops_of(park, "repeat") if r["id"] == "small.period")["period_us"] == 5_000_000
+    # the paper's load is 4 KB async writes: each append is sent to the device on its own
+    bursts = [ops for t in park["threads"] if t["name"] != "small" for ops in _op_lists(t["ops"])
+              if any(o.get("id", "").startswith("bg.flush") for o in ops)]
+    assert len(bursts) == 8 and all(b[0]["count"] == 1 and b[0]["ops"][0]["length"] == 4096
+                                    and b[1]["flags"] == ["WRITE"] for b in bursts)
 
     streams = scenarios.document("recording-streams", 1.0)
     assert len(streams["threads"]) == 6

@@ -87,17 +87,19 @@ def copy_range(src_fd: int, dst_fd: int, src_offset: int, length: int, dst_offse
         _copy_data(src_fd, dst_fd, off, n, dst_offset + off - src_offset)
 
 
-def mirror_range(src_fd: int, dst_fd: int, start: int, end: int) -> None:
-    """Make DST[start, end) read as SRC[start, end): SRC's data regions copied in the kernel
-    (no pass through user space), its holes punched into DST."""
+def mirror_range(src_fd: int, dst_fd: int, start: int, end: int, dst_start: int | None = None) -> None:
+    """Make DST[dst_start, +(end-start)) read as SRC[start, end) (DST_START: START by default):
+    SRC's data regions copied in the kernel (no pass through user space), its holes punched
+    into DST. SRC must be a regular file."""
+    shift = 0 if dst_start is None else dst_start - start
     pos = start
     for off, n in data_extents(src_fd, end, start):
         if off > pos:
-            punch_hole(dst_fd, pos, off - pos)
-        _copy_data(src_fd, dst_fd, off, n, off)
+            punch_hole(dst_fd, pos + shift, off - pos)
+        _copy_data(src_fd, dst_fd, off, n, off + shift)
         pos = off + n
     if pos < end:
-        punch_hole(dst_fd, pos, end - pos)
+        punch_hole(dst_fd, pos + shift, end - pos)
 
 
 def sparse_copy(src: str, dst_fd: int) -> None:

@@ -6,7 +6,11 @@ threads append APPEND_BYTES every APPEND_PERIOD_US to their own files. Every
 FLUSH_EVERY appends a writer starts asynchronous writeback of its file with
 sync_file_range(WRITE): the kernel's flusher would only start after
 dirty_expire_centisecs (30 s), longer than a scaled-down run, and it is these
-async writes that fill the device queue in front of the fsync. A writer's
+async writes that fill the device queue in front of the fsync. The paper's
+load is 4 KB async writes queued in the device, so by default each append
+goes to the device on its own (FLUSH_EVERY 1). In 1 MiB bursts (256) the
+queue holds a few large requests and its depth hardly matters
+(docs/device-profiles.md). A writer's
 file is reopened with O_TRUNC after CYCLE_BYTES, so the data on the device
 stays bounded however long the run.
 
@@ -46,7 +50,7 @@ class Params:
     writers: int = 8                    # paper: 8 threads appending to their own files
     append_bytes: int = 4096            # paper: 4 KB sequential appends
     append_period_us: int = 1000        # each writer appends at most once per ms
-    flush_every: int = 256              # appends between sync_file_range(WRITE) calls (1 MiB bursts)
+    flush_every: int = 1                # appends per sync_file_range(WRITE): 1 = the paper's 4 KB async writes
     cycle_bytes: int = 16 * MIB         # a writer's file is truncated after this much
     queue_depth: int = 0                # nr_requests of the device; 0: the device's default
 
