@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 from collections import Counter
@@ -48,8 +49,37 @@ def budget_line(b: dict[str, Any]) -> str:
             f"--max-states all checks every one)")
 
 
+# Loss-window rows (one per crash point and recording file) beyond this many go to a
+# JSON-lines file next to report.json: at --scale 1.0 the recorder scenario has about a
+# million, which made report.json 295 MB, too big to attach to a bug report.
+ROWS_INLINE_MAX = 20000
+ROW_FILES = {("design", "records"): "loss-rows.jsonl", ("design", "records", "from_log"): "loss-rows-from-log.jsonl"}
+
+
+def _rows_aside(out_dir: str, report: dict[str, Any]) -> dict[str, Any]:
+    """REPORT as written: each long `rows` list (ROW_FILES) replaced by its file's name and
+    count (`rows_file`, `rows_count`); REPORT itself is left whole."""
+    doc = dict(report)
+    for keys, name in ROW_FILES.items():
+        parent, section = doc, None
+        for k in keys:  # copy the path down to the section, so REPORT keeps its rows
+            section = parent.get(k)
+            if not isinstance(section, dict):
+                break
+            parent[k] = section = dict(section)
+            parent = section
+        rows = section.get("rows") if isinstance(section, dict) else None
+        if not isinstance(rows, list) or len(rows) <= ROWS_INLINE_MAX:
+            continue
+        with open(os.path.join(out_dir, name), "w") as f:
+            f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+        del section["rows"]
+        section["rows_file"], section["rows_count"] = name, len(rows)
+    return doc
+
+
 def write_report(out_dir: str, report: dict[str, Any]) -> str:
-    return write_json(os.path.join(out_dir, "report.json"), report)
+    return write_json(os.path.join(out_dir, "report.json"), _rows_aside(out_dir, report))
 
 
 def summary(report: dict[str, Any], report_path: str | None) -> str:
