@@ -43,8 +43,8 @@ from checkers.crash_check import check_crash_states, default_jobs, default_walk_
 from fuzz.bench_vm import bench_vm
 from checkers.recovery import FSCK_TIMEOUT_S, fsck
 from harness.foundation import kmount, ownership, paths, sysres
-from harness.bench_oracle import (BUDGET, SCALES, WHOLE_RUN_SCALES as WHOLE_SCALES, bulk_vs_sector, incremental_vs_full, oracle_scale_curve,
-                                  recorder_whole_runs)
+from harness.bench_oracle import (BUDGET, SCALES, WHOLE_RUN_SCALES, bulk_vs_sector, incremental_vs_full,
+                                  oracle_scale_curve, recorder_whole_runs)
 from harness.backends.fuse.calibrate import mount_point, owned_file, recorder_vs_loop
 from harness.foundation.errors import EnvError
 from harness.foundation.filesystems import FsType, get_fs
@@ -185,7 +185,7 @@ def bench_oracle(quick: bool) -> dict[str, Any]:
             curve = oracle_scale_curve(state.scratch, SCALES, floor=floor)
             ref = bulk_vs_sector(state.scratch, budget=BUDGET)
             inc = incremental_vs_full(state.scratch, budget=BUDGET)
-        whole = recorder_whole_runs(state.scratch, (0.01,) if quick else WHOLE_SCALES)
+        whole = recorder_whole_runs(state.scratch, WHOLE_RUN_SCALES[:1] if quick else WHOLE_RUN_SCALES)
     finally:
         state.teardown_or_warn()
     ms = [c["oracle_ms_per_state"] for c in curve.values()]
@@ -202,7 +202,8 @@ def bench_oracle(quick: bool) -> dict[str, Any]:
             "oracle_incremental_speedup": inc["speedup"],
             "recorder_run_seconds_by_scale": {k: w["seconds"] for k, w in whole.items()},
             "recorder_run_speedup_vs_issue_16": {k: w["speedup_vs_issue_16"] for k, w in whole.items()},
-            "details": {"scale_curve": curve, "recorder_whole_runs": whole, "bulk_vs_sector": ref, "incremental_vs_full": inc,
+            "details": {"scale_curve": curve, "recorder_whole_runs": whole, "bulk_vs_sector": ref,
+                        "incremental_vs_full": inc,
                         "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)]}}
 
 

@@ -103,8 +103,8 @@ EVERY_POINT = "all"
 
 @dataclass(frozen=True)
 class Budget:
-    """A crash-point budget (`--max-states`): at most TOTAL points, or (DESIGN_PLUS)
-    every design point plus at most SPREAD others spread evenly."""
+    """A crash-point budget (`--max-states`): at most N points, design points always
+    (N), or every design point plus at most N others spread evenly (design+N)."""
     n: int
     design_plus: bool = False
 

@@ -42,8 +42,8 @@ from harness.backends.fuse.calibrate import recorder_vs_loop
 from harness.backends.fuse.profiles import resolve as resolve_profile
 from harness.foundation.sparse import sparse_copy
 from workloads.runner import ExecutorWorkload, WorkloadRunner, load_runner, read_document
-from replay.crashpoints import DEFAULT as DEFAULT_POINTS, DEFAULT_BUDGET, EVERY_POINT, Budget, mark_range, parse_budget, parse_spec, \
-    select_crash_points
+from replay.crashpoints import (DEFAULT as DEFAULT_POINTS, DEFAULT_BUDGET, EVERY_POINT, Budget, mark_range,
+                               parse_budget, parse_spec, select_crash_points)
 from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER, RECOVERY_LOG_DIR, CrashState, ReorderSpec
 from replay.logformat import LogReader
 from workloads import scenarios
@@ -272,7 +272,8 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
         plots = BackgroundPlots(records_path(out_dir, rec.workload), workload.plan, out_dir, limits)
     try:
         walk_t0 = time.perf_counter()
-        with (nullcontext() if cfg.quiet else CrashProgress(f"checking {fs.name}" + _budget_label(checks.report.get("budget")))) as progress:
+        label = f"checking {fs.name}" + _budget_label(checks.report.get("budget"))
+        with (nullcontext() if cfg.quiet else CrashProgress(label)) as progress:
             result = check_crash_states(rec.log_path, points, fs=fs, mount_opts=mount_opts,
                                         device_bytes=rec.device_bytes, state=state, reorder=cfg.reorder_spec(),
                                         jobs=cfg.jobs, first_failure=cfg.first_failure, inspect=inspect,
@@ -286,7 +287,8 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
     finish(checks, reader, all_points)
     findings = rec.findings + checks.findings + result.findings
     extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report, **backend.report_extra(),
-             "max_states": str(budget or EVERY_POINT), "crash_points_all": len(all_points), "reorder": cfg.reorder, "crash_states_total": result.states_total,
+             "max_states": str(budget or EVERY_POINT), "crash_points_all": len(all_points), "reorder": cfg.reorder,
+             "crash_states_total": result.states_total,
              "crash_states_duplicate": result.states_duplicate, "stopped_at_first_failure": result.stopped_early,
              "mount_retries": result.mount_retries, "device_waits": result.device_waits, "recovery": cfg.recovery,
              "recovery_checks": result.recovery_checks, "semantics": cfg.semantics,

@@ -112,7 +112,6 @@ def latency_plots(results: Results, out_dir: str, limits_us: Mapping[str, float]
     return files
 
 
-
 class BackgroundPlots:
     """latency_plots of a records file, drawn by a child process while the crash walk runs:
     a figure costs matplotlib about half a second of CPU, and the walk's threads wait on

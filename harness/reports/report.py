@@ -53,21 +53,20 @@ def budget_line(b: dict[str, Any]) -> str:
 # JSON-lines file next to report.json: at --scale 1.0 the recorder scenario has about a
 # million, which made report.json 295 MB, too big to attach to a bug report.
 ROWS_INLINE_MAX = 20000
-ROW_FILES = {("design", "records"): "loss-rows.jsonl", ("design", "records", "from_log"): "loss-rows-from-log.jsonl"}
 
 
 def _rows_aside(out_dir: str, report: dict[str, Any]) -> dict[str, Any]:
-    """REPORT as written: each long `rows` list (ROW_FILES) replaced by its file's name and
-    count (`rows_file`, `rows_count`); REPORT itself is left whole."""
-    doc = dict(report)
-    for keys, name in ROW_FILES.items():
-        parent, section = doc, None
-        for k in keys:  # copy the path down to the section, so REPORT keeps its rows
-            section = parent.get(k)
-            if not isinstance(section, dict):
-                break
-            parent[k] = section = dict(section)
-            parent = section
+    """REPORT as written: a long `rows` list of `design.records` or of its `from_log`
+    replaced by its file's name and count (`rows_file`, `rows_count`); REPORT itself
+    (sections copied, not changed) keeps its rows."""
+    records = report.get("design", {}).get("records")
+    if not isinstance(records, dict):
+        return report
+    records = dict(records)
+    doc = {**report, "design": {**report["design"], "records": records}}
+    if isinstance(records.get("from_log"), dict):
+        records["from_log"] = dict(records["from_log"])
+    for section, name in ((records, "loss-rows.jsonl"), (records.get("from_log"), "loss-rows-from-log.jsonl")):
         rows = section.get("rows") if isinstance(section, dict) else None
         if not isinstance(rows, list) or len(rows) <= ROWS_INLINE_MAX:
             continue
