@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from checkers.eventindex import Allowed, last_allowed
 from checkers.findings import Finding
 from checkers.history import History
 from workloads.pattern import CHUNK, ChunkScan, decode_chunk
@@ -155,8 +156,8 @@ def _check_record_file(inv: RecordsInvariant, h: History, wid: int, path: str, d
     """check_records for one file, its row and findings without the crash point."""
     crash_point = None
     findings: list[Finding] = []
-    written = written_records(h, path, set(range(n_done)), inv.record_bytes, n_done)
-    writers = written_records(h, path, allowed, inv.record_bytes, max(allowed, default=0) + 1)
+    written = written_records(h, path, Allowed(n_done, frozenset()), inv.record_bytes, n_done)
+    writers = written_records(h, path, allowed, inv.record_bytes, last_allowed(allowed) + 1)
     chunks = scan(path, data) if scan is not None else None
     last_data = last_record_with_data(data, chunks, inv.record_bytes)
     recovered = 0

@@ -80,8 +80,14 @@ class Inode:
 
     def content_at(self, prefix: int) -> tuple[IntervalMap, int]:
         """Content map and size after the ops at positions < PREFIX."""
-        m, size = IntervalMap(), 0
-        for e in self.events:
+        return self.content_from(IntervalMap(), 0, 0, prefix)
+
+    def content_from(self, m: IntervalMap, size: int, k: int, prefix: int) -> tuple[IntervalMap, int]:
+        """Content map and size after the ops at positions < PREFIX, from M and SIZE
+        (those after the first K events; M is changed in place)."""
+        events = self.events
+        for i in range(k, len(events)):
+            e = events[i]
             if e.pos >= prefix:
                 break
             if e.kind in ("data", "zero"):

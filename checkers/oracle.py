@@ -31,12 +31,13 @@ from typing import Any
 import numpy as np
 
 from checkers.design import RecordsInvariant, check_records
+from checkers.eventindex import Allowed, EventIndex, PlainEvents, PointEvents, last_allowed
 from checkers.filememo import ImageFiles
 from checkers.findings import Finding, is_host_error, read_error
 from checkers.fsrules import RULES, Semantics, rule
 from checkers.history import ROOT, Exec, History, Inode, Persist
 from checkers.linux_names import NameIndex, observed_kind, order_gap
-from checkers.untorn import WriteVerdict, classify_file
+from checkers.untorn import WriteVerdict, classified, classify_file
 from harness.foundation.intervals import IntervalMap, Piece, Src, merge_ranges, subtract_ranges
 from workloads.pattern import CHUNK, ChunkScan, decode_chunk, generate, scan_chunks
 
@@ -72,7 +73,7 @@ class PointView:
     """What the model allows at one crash point."""
 
     n_done: int                          # ops at positions < n_done had returned
-    allowed: set[int]                    # done and in-flight positions
+    allowed: Allowed                     # done and in-flight positions
     versions_after: list[int]            # namespace versions beyond n_done reachable by in-flight ops
     fuzzy: set[str] = field(default_factory=set)   # paths an unreachable in-flight op touched
     inflight: frozenset[int] = frozenset()         # allowed positions >= n_done
@@ -93,6 +94,7 @@ class ContentOracle:
         self._mark_positions = sorted((ex.mark, ex.pos) for ex in history.execs if ex.mark is not None)
         self._marks = [m for m, _ in self._mark_positions]
         self._content_cache: dict[tuple[int, int], tuple[IntervalMap, int]] = {}
+        self._last_content: dict[int, tuple[int, IntervalMap, int]] = {}  # ino -> its newest map (events, map, size)
         self._positions: dict[int, list[int]] = {}
         self._inode_persists: dict[int, tuple[list[int], list[Persist]]] = {}
         self._name_floors: dict[str, tuple[list[int], list[tuple[int, Cover | None]]]] = {}
@@ -107,6 +109,14 @@ class ContentOracle:
         self._records_memo: dict[tuple[Any, ...], tuple[dict[str, Any], list[Finding]]] = {}
         self._path_inodes: dict[str, tuple[list[int], list[int]]] = {}
         self._name_changes: dict[str, tuple[list[int], list[int | None]]] = {}
+        # Each inode's events indexed once (checkers/eventindex.py), so that a file's check
+        # does not filter its whole history at every state. False: the plain filter (reference).
+        self.indexed = True
+        self._event_index: dict[int, EventIndex] = {}
+        self._classified = classified(history)
+        # Per thread, its positions in program order when they ascend (the usual case):
+        # the first unfinished op is then found by bisection.
+        self._ascending = {t: ps == sorted(ps) for t, ps in history.threads.items()}
         self.seconds = 0.0                       # spent in inspect() (bench: the oracle's cost per state)
         self.states = 0
         self.all_paths = sorted({p for ns in history.ns for p in ns})
@@ -114,23 +124,27 @@ class ContentOracle:
     # -- the crash point -----------------------------------------------------
     def view(self, crash_point: int) -> PointView:
         n_done = bisect.bisect_right(self._marks, crash_point)
-        done = set(range(n_done))
         inflight = set()
         # The first unfinished op of each thread may be in flight (counting one
         # that had not started yet as in flight only allows more states).
-        for positions in self.h.threads.values():
+        for t, positions in self.h.threads.items():
+            if self._ascending[t]:
+                k = bisect.bisect_left(positions, n_done)
+                if k < len(positions):
+                    inflight.add(positions[k])
+                continue
             for pos in positions:
-                if pos not in done:
+                if pos >= n_done:
                     inflight.add(pos)
                     break
-        allowed = done | inflight
+        allowed = Allowed(n_done, frozenset(inflight))
         versions, fuzzy = [], set()
         for pos in sorted(inflight):
             if all(p in allowed for p in range(n_done, pos + 1)):
                 versions.append(pos + 1)
             else:  # an op not yet started sits between: its names are not modelled here
                 fuzzy |= {p for c_pos, paths, _ in self.h.name_changes if c_pos == pos for p in paths}
-        return PointView(n_done, allowed, versions, fuzzy, frozenset(p for p in inflight if p >= n_done))
+        return PointView(n_done, allowed, versions, fuzzy, allowed.inflight)
 
     # -- guarantees ------------------------------------------------------------
     def guarantee(self, ino: Inode, v: PointView) -> Guarantee | None:
@@ -308,7 +322,7 @@ class ContentOracle:
     def records_key(self, path: str, v: PointView) -> tuple[Any, ...]:
         """What check_records' result for PATH depends on besides the file's bytes."""
         out: list[Any] = []
-        for upto in (v.n_done, max(v.allowed, default=0) + 1):
+        for upto in (v.n_done, last_allowed(v.allowed) + 1):
             i = self.inode_at(path, upto)
             out.append(None if i is None else self.inode_key(self.h.inodes[i], v))
         return tuple(out)
@@ -324,11 +338,36 @@ class ContentOracle:
         return got
 
     def content_at(self, ino: Inode, prefix: int) -> tuple[IntervalMap, int]:
-        """ino.content_at(PREFIX), cached by how many of its events that prefix includes."""
-        key = (ino.ino, bisect.bisect_left(self._event_positions(ino), prefix))
-        if key not in self._content_cache:
-            self._content_cache[key] = ino.content_at(prefix)
-        return self._content_cache[key]
+        """ino.content_at(PREFIX), cached by how many of its events that prefix includes.
+        Built from the newest earlier map of the inode when there is one: crash states
+        come in crash-point order, so that applies only the events in between, not the
+        whole history (fsync-under-load: ~300000 appends to a file). Cached maps are never
+        changed; callers copy them."""
+        k = bisect.bisect_left(self._event_positions(ino), prefix)
+        key = (ino.ino, k)
+        got = self._content_cache.get(key)
+        if got is not None:
+            return got
+        last = self._last_content.get(ino.ino)
+        if last is not None and last[0] <= k:
+            m, size = ino.content_from(last[1].copy(), last[2], last[0], prefix)
+        else:
+            m, size = ino.content_at(prefix)
+        if len(self._content_cache) > 1024:  # bounded: a long run would keep a map per state and file
+            self._content_cache.clear()
+        got = self._content_cache[key] = (m, size)
+        if last is None or last[0] <= k:
+            self._last_content[ino.ino] = (k, m, size)
+        return got
+
+    def point_events(self, ino: Inode, v: PointView, floor: int) -> PointEvents | PlainEvents:
+        """INO's events allowed at V (`history`) and those at or after FLOOR (`later`)."""
+        if not self.indexed:
+            return PlainEvents(ino, v.allowed, floor, self._classified)
+        idx = self._event_index.get(ino.ino)
+        if idx is None or not idx.fresh(ino):
+            idx = self._event_index[ino.ino] = EventIndex(ino, self._classified)
+        return PointEvents(idx, v.allowed, floor)
 
     def _event_positions(self, ino: Inode) -> list[int]:
         got = self._positions.get(ino.ino)
@@ -669,20 +708,23 @@ class FileCheck:
         self.v = v
         self.g = oracle.guarantee(ino, v)
         floor = self.g.floor if self.g else -1
-        self.later = [e for e in ino.events if e.pos >= floor and e.pos in v.allowed]
-        self.history = [e for e in ino.events if e.pos in v.allowed]
-        self.shifted = any(e.kind in ("collapse", "insert") for e in self.later)
-        self.allowed = v.allowed
+        # the allowed events (`history`), those at or after the floor (`later`): by index, not a walk
+        self.events = oracle.point_events(ino, v, floor)
+        self.shifted = bool(self.events.later_of("collapse") or self.events.later_of("insert"))
         self.verdicts: list[WriteVerdict] = []  # the classified writes (checkers/untorn.py), once checked
         # failed writes that may have left bytes behind: allowed at any time after they ran
-        self.maybe = [e for e in self.history if e.kind == "maybe"]
-        self.by_writer: dict[tuple[int, int, int], list[Any]] = {}
-        for e in self.later + [m for m in self.maybe if m not in self.later]:
-            if e.kind in ("data", "maybe"):
-                self.by_writer.setdefault((e.src.file_id, e.src.seq, e.src.iter), []).append(e)
+        self.maybe = self.events.history_of("maybe")
+        self._zeroed: list[tuple[int, int]] | None = None
+
+    def zeroed(self) -> list[tuple[int, int]]:
+        """The ranges `later` zero events cover."""
+        if self._zeroed is None:
+            self._zeroed = [(e.start, e.end) for e in self.events.later_of("zero")]
+        return self._zeroed
 
     def size_range(self) -> tuple[int, int]:
-        sizes = [e.size for e in self.later]
+        later = self.events.later_sizes()
+        sizes = list(later) if later else []
         top = max([e.end for e in self.maybe], default=0)  # a failed write past EOF: not ruled out
         if self.g is None:
             return 0, max(sizes + [top])
@@ -712,7 +754,7 @@ class FileCheck:
         if size > hi and any(data[hi:]):
             return self.finding("stale-data", f"size {size} is larger than the file ever was ({hi}) and holds data there",
                                 expected=f"size <= {hi}", found=f"size {size}")
-        self.verdicts = classify_file(self.o.h, self.o.wid, self.ino, self.allowed, data)
+        self.verdicts = classify_file(self.o.h, self.o.wid, self.events, data)
         torn = next((w for w in self.verdicts if w.torn and w.untorn_promised), None)
         if not self.o.semantics.holds("untorn-write"):
             return None
@@ -747,7 +789,7 @@ class FileCheck:
         # zero_ok(): zeros are allowed unless guaranteed data not zeroed later is there.
         zero = scan.zero.copy()
         durable = [(s, t) for s, t, _ in self.durable_pieces(0, n * CHUNK) or ()]
-        zeroed = merge_ranges([(e.start, e.end) for e in self.later if e.kind == "zero"])
+        zeroed = merge_ranges(self.zeroed())
         for s, t in subtract_ranges(merge_ranges(durable), zeroed):
             zero[s // CHUNK:-(-t // CHUNK)] = False
         return writer | zero
@@ -770,7 +812,7 @@ class FileCheck:
         pieces = self.durable_pieces(start, end)
         if not pieces:
             return True
-        zeros = [(e.start, e.end) for e in self.later if e.kind == "zero"]
+        zeros = self.zeroed()
         return all(covered(s, t, zeros) for s, t, _ in pieces)
 
     def sector_ok(self, off: int, sector: bytes) -> bool:
@@ -787,7 +829,7 @@ class FileCheck:
     def whole_writer_ok(self, off: int, info: Any) -> bool:
         """A whole chunk of one writer: allowed if that writer's allowed write covers the sector."""
         key = (info.file_id, info.seq, info.iter)
-        for e in self.by_writer.get(key, ()):
+        for e in self.events.writer_events(key):
             if e.start <= off and off + CHUNK <= e.end and off - e.src.delta == info.offset:
                 return True
         for s, t, src in self.durable_pieces(off, off + CHUNK) or ():
@@ -818,10 +860,8 @@ class FileCheck:
         if cur < end:
             base.append((cur, end, None))
         layers = [base]
-        events = self.later if strict else self.history
-        for e in events + [m for m in self.maybe if m not in events]:
-            if e.kind in ("data", "zero", "maybe") and e.start < end and e.end > start:
-                layers.append([(max(e.start, start), min(e.end, end), e.src)])
+        for e in self.events.layer_events(start, end, strict):
+            layers.append([(max(e.start, start), min(e.end, end), e.src)])
         return layers
 
     def bytes_ok(self, off: int, sector: bytes, layers: list[list[tuple[int, int, Src | None]]]) -> bool:

@@ -15,9 +15,10 @@ an RWF_ATOMIC write (rule untorn-write), a count in the report otherwise.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
-from checkers.history import DataEvent, Exec, History, Inode
+from checkers.history import DataEvent, Exec, History
 from harness.foundation.intervals import merge_ranges
 from workloads.pattern import CHUNK, decode_chunk, generate
 
@@ -43,12 +44,10 @@ class WriteVerdict:
         return self.event.untorn
 
 
-def _newer(h: History, ino: Inode, e: DataEvent, allowed: set[int]) -> list[DataEvent]:
+def _newer(h: History, e: DataEvent, overlapping: list[DataEvent]) -> list[DataEvent]:
+    """Of the allowed data, zero and maybe events OVERLAPPING E's range, the newer writers."""
     started = h.execs[e.pos].rec.start_ns
-    return [o for o in ino.events
-            if o is not e and o.pos in allowed and o.kind in ("data", "zero", "maybe")
-            and o.start < e.end and o.end > e.start
-            and (o.kind == "maybe" or h.execs[o.pos].rec.end_ns >= started)]
+    return [o for o in overlapping if o is not e and (o.kind == "maybe" or h.execs[o.pos].rec.end_ns >= started)]
 
 
 def _want(wid: int, e: DataEvent, a: int, b: int) -> bytes:
@@ -66,11 +65,12 @@ def _describe(piece: bytes) -> str:
     return f"op {info.seq} iter {info.iter} (written for offset {info.offset})"
 
 
-def classify(h: History, wid: int, ino: Inode, e: DataEvent, allowed: set[int], data: bytes) -> WriteVerdict:
-    """Which pieces of E's range in DATA (the file as recovered) are new, which old."""
+def classify(h: History, wid: int, e: DataEvent, overlapping: list[DataEvent], data: bytes) -> WriteVerdict:
+    """Which pieces of E's range in DATA (the file as recovered) are new, which old.
+    OVERLAPPING: the allowed data, zero and maybe events overlapping E's range."""
     v = WriteVerdict(h.execs[e.pos], e)
     end = min(e.end, len(data))
-    newer = _newer(h, ino, e, allowed)
+    newer = _newer(h, e, overlapping)
     a = e.start
     while a < end:
         b = min(end, (a // CHUNK + 1) * CHUNK)
@@ -106,10 +106,15 @@ def classify(h: History, wid: int, ino: Inode, e: DataEvent, allowed: set[int], 
     return v
 
 
-def classify_file(h: History, wid: int, ino: Inode, allowed: set[int], data: bytes) -> list[WriteVerdict]:
-    """Every classified write to INO allowed at the crash point."""
-    return [classify(h, wid, ino, e, allowed, data) for e in ino.events
-            if e.kind == "data" and e.pos in allowed and (e.untorn or h.execs[e.pos].kind in CLASSIFIED_KINDS)]
+def classified(h: History) -> Callable[[DataEvent], bool]:
+    """Whether a data event's write is classified at every crash state."""
+    return lambda e: e.untorn or h.execs[e.pos].kind in CLASSIFIED_KINDS
+
+
+def classify_file(h: History, wid: int, events: Any, data: bytes) -> list[WriteVerdict]:
+    """Every classified write allowed at the crash point. EVENTS: the inode's events
+    at that point (checkers/eventindex.py PointEvents or PlainEvents)."""
+    return [classify(h, wid, e, events.overlapping(e.start, e.end), data) for e in events.classified()]
 
 
 def summarize_torn(rows: list[dict[str, Any]]) -> dict[str, Any]:
