@@ -21,11 +21,14 @@ def _by_kind(records: Iterable[OpRecord], workload: Workload) -> dict[str, dict[
 def _repeats(results: Results, workload: Workload) -> dict[str, dict[str, Any]]:
     """Each periodic repeat (by op id, else "seq N"): how its iterations kept time."""
     out = {}
+    by_seq: dict[int, list[OpRecord]] = {}  # one pass: a scale-1.0 run has millions of records
+    for r in results.records:
+        by_seq.setdefault(r.seq, []).append(r)
     for t, op in build_plan(workload).ops():
         period = op.fields.get("period_us") if op.kind == "repeat" else 0
         if not period:
             continue
-        its = [r for r in results.records if r.seq == op.seq]
+        its = by_seq.get(op.seq, [])
         late = sorted(r.aux for r in its)  # a repeat record's aux: its lateness
         out[op.id or f"seq {op.seq}"] = {
             "thread": t.name,
@@ -42,17 +45,14 @@ def _between_ops(results: Results) -> dict[str, Any]:
     """How long pc-exec itself takes between two ops of a thread (pattern fill,
     the mark write): never inside a measured latency, but it delays the next op."""
     gaps: list[int] = []
-    for i in range(len(results.thread_names)):
-        last_end = None
-        for r in results.records:  # each thread's records are in start order
-            if r.thread != i:
-                continue
-            if r.kind == "repeat":  # an iteration starts after its period sleep: not the executor's time
-                last_end = r.start_ns
-                continue
-            if last_end is not None:
-                gaps.append(r.start_ns - last_end)
-            last_end = r.end_ns
+    last_end: dict[int, int] = {}  # per thread, in one pass: each thread's records are in start order
+    for r in results.records:
+        if r.kind == "repeat":  # an iteration starts after its period sleep: not the executor's time
+            last_end[r.thread] = r.start_ns
+            continue
+        if r.thread in last_end:
+            gaps.append(r.start_ns - last_end[r.thread])
+        last_end[r.thread] = r.end_ns
     gaps.sort()
     return {"count": len(gaps), "p50_us": rank_us(gaps, 50), "p99_us": rank_us(gaps, 99),
             "max_us": rank_us(gaps, 100)}
@@ -68,6 +68,9 @@ def summarize(results: Results, workload: Workload) -> dict[str, Any]:
     cost: "overhead_ns" is its two clock reads, inside every measured
     latency; "between_ops" its work between two ops of a thread.
     """
+    per_thread: dict[int, list[OpRecord]] = {}
+    for r in results.records:
+        per_thread.setdefault(r.thread, []).append(r)
     return {
         "overhead_ns": {"min": results.overhead_min_ns, "median": results.overhead_median_ns},
         "between_ops": _between_ops(results),
@@ -76,7 +79,7 @@ def summarize(results: Results, workload: Workload) -> dict[str, Any]:
         "repeats": _repeats(results, workload),
         "kinds": _by_kind(results.records, workload),
         "threads": {
-            name: _by_kind((r for r in results.records if r.thread == i), workload)
+            name: _by_kind(per_thread.get(i, []), workload)
             for i, name in enumerate(results.thread_names)
         },
     }

@@ -100,19 +100,25 @@ def tamper(rng: random.Random, root: Path, foreign: bytes) -> str:
     return f"{what} {name}@{at}"
 
 
-def test_bulk_and_sector_checks_agree_on_tampered_images(tmp_path: Path) -> None:
-    run = Run(tmp_path, OPS)
-    pair = Pair(run.history, run.plan.wid, INVARIANTS)
+def tampered_trials(run: Run, pair: Any, rng: random.Random, trials: int, also: Any = None) -> None:
+    """TRIALS times: the run's files as it left them, up to 3 tamperings (and ALSO(trial),
+    if given, which may damage more and says what), then PAIR compares 7 crash points."""
     pristine = {p.name: p.read_bytes() for p in run.dir.iterdir()}
     foreign = generate(run.plan.wid, 99, 1, 0, 0, 4096)
-    rng = random.Random(16)
     points = [i for i, _ in run.marks]
-    for trial in range(60):
+    for trial in range(trials):
         for name, data in pristine.items():
             (run.dir / name).write_bytes(data)
         done = [tamper(rng, run.dir, foreign) for _ in range(rng.randint(0, 3))]
+        done += [also(trial)] if also else []
         for point in rng.sample(points, 6) + [points[-1]]:
             pair.compare(str(run.dir), point, f"t{trial}:{done}")
+
+
+def test_bulk_and_sector_checks_agree_on_tampered_images(tmp_path: Path) -> None:
+    run = Run(tmp_path, OPS)
+    pair = Pair(run.history, run.plan.wid, INVARIANTS)
+    tampered_trials(run, pair, random.Random(16), 60)
     # The tampering produced the kinds the bulk check must get right, not only clean states.
     assert pair.compared > 300 and {"durability", "stale-data"} <= pair.kinds
 
@@ -164,14 +170,15 @@ def test_bulk_and_sector_checks_agree_on_real_crash_images(pc: PcEnv, monkeypatc
         assert result.report["design"]["records"]["max_loss_records"] > 0
 
 
-def _pair_inspector_for(runner: Any, out: Path, pairs: list[Pair]):
+def _pair_inspector_for(runner: Any, out: Path, pairs: list[Any], make: Any = Pair):
+    """An inspector comparing the two oracles of MAKE(history, wid, invariants) at every state."""
     def inspect(mnt: str, cs: Any) -> list:
         if not pairs:
             with LogReader(str(out / "recording.log")) as reader:
                 marks = log_marks(reader)
             records = out / "records.bin"
             history = build_history(runner.plan, read_records(str(records), runner.plan), marks)
-            pairs.append(Pair(history, runner.plan.wid, dict(runner.workload.invariants or {})))
+            pairs.append(make(history, runner.plan.wid, dict(runner.workload.invariants or {})))
         pairs[0].compare(mnt, cs.point, cs.id)
         return []
     return inspect

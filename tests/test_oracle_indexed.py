@@ -18,15 +18,11 @@ import pytest
 
 import checkers.eventindex as eventindex
 from checkers.eventindex import Allowed
-from checkers.history import build_history
 from checkers.oracle import ContentOracle
-from checkers.workload_checks import log_marks
 from conftest import BUILD, WORKLOADS, PcEnv, needs_root_stack
-from replay.logformat import LogReader
 from test_oracle import Run
-from test_oracle_bulk import INVARIANTS, OPS, tamper, verdicts
+from test_oracle_bulk import INVARIANTS, OPS, _pair_inspector_for, tampered_trials, verdicts
 from workloads.pattern import generate
-from workloads.results import read_records
 
 pytestmark = pytest.mark.skipif(not (BUILD / "pc-exec").exists(), reason="build/pc-exec not built (make test)")
 
@@ -94,18 +90,7 @@ def test_indexed_and_plain_oracles_agree_on_tampered_images(tmp_path: Path, monk
     monkeypatch.setattr(eventindex, "WIDE", wide)
     run = Run(tmp_path, MORE)
     pair = Pair(run.history, run.plan.wid, INVARIANTS)
-    pristine = {p.name: p.read_bytes() for p in run.dir.iterdir()}
-    foreign = generate(run.plan.wid, 99, 1, 0, 0, 4096)
-    rng = random.Random(17)
-    points = [i for i, _ in run.marks]
-    for trial in range(50):
-        for name, data in pristine.items():
-            (run.dir / name).write_bytes(data)
-        done = [tamper(rng, run.dir, foreign) for _ in range(rng.randint(0, 3))]
-        if trial % 3 == 0:
-            done.append(tear_b(run))
-        for point in rng.sample(points, 6) + [points[-1]]:
-            pair.compare(str(run.dir), point, f"t{trial}:{done}")
+    tampered_trials(run, pair, random.Random(17), 50, also=lambda trial: tear_b(run) if trial % 3 == 0 else "")
     # The states compared had the findings and the classified writes the index must get right.
     assert pair.compared > 300 and {"durability", "stale-data"} <= pair.kinds
     assert pair.classified >= 3 and pair.torn > 0
@@ -145,17 +130,7 @@ def test_indexed_and_plain_oracles_agree_on_real_crash_images(pc: PcEnv, monkeyp
         path.write_text(json.dumps(doc))
     runner = load_runner(str(path))
     pairs: list[Pair] = []
-
-    def inspect(mnt: str, cs: Any) -> list:
-        if not pairs:
-            with LogReader(str(out / "recording.log")) as reader:
-                marks = log_marks(reader)
-            history = build_history(runner.plan, read_records(str(out / "records.bin"), runner.plan), marks)
-            pairs.append(Pair(history, runner.plan.wid, dict(runner.workload.invariants or {})))
-        pairs[0].compare(mnt, cs.point, cs.id)
-        return []
-
-    result = run_checked(runner, cfg, str(out), inspect)
+    result = run_checked(runner, cfg, str(out), _pair_inspector_for(runner, out, pairs, make=Pair))
     assert pairs and pairs[0].compared == result.report["crash_states_checked"] > 5
     assert pairs[0].kinds == kinds  # e.g. the stale states were among the ones compared
     if workload == "mini_recorder.json":
