@@ -19,6 +19,7 @@ from replay.crashpoints import first_crash_point, select_crash_points
 from replay.crashstates import CrashState, ReorderSpec, plan_for_log
 from replay.logformat import LogReader
 from replay.replayer import Replayer
+from replay import stateimage
 from replay.stateimage import StateImage
 
 K = 1024
@@ -82,7 +83,7 @@ def _differs(a: int, b: int, size: int) -> int | None:
 
 @pytest.mark.e2e
 @needs_root_stack
-def test_images_moved_by_difference_equal_fresh_builds(pc: PcEnv) -> None:
+def test_images_moved_by_difference_equal_fresh_builds(pc: PcEnv, monkeypatch: pytest.MonkeyPatch) -> None:
     wl = pc.tmp / "direct.json"
     wl.write_text(json.dumps(_direct_writes()))
     out = pc.tmp / "out"
@@ -98,20 +99,32 @@ def test_images_moved_by_difference_equal_fresh_builds(pc: PcEnv) -> None:
         assert max(len(cs.epoch) for cs in states) >= 8
         size = reader.device_bytes_needed()
         size += -size % (1 << 20)
-        moving, follower = pc.tmp / "moving.img", pc.tmp / "follower.img"
-        fd, ffd = create_file(str(moving), size), create_file(str(follower), size)
         bases: dict[int, Path] = {}
-        try:
-            with StateImage(reader, fd, track_changes=True) as image:
-                for cs in states:
-                    image.load(cs)
-                    for start, end in image.take_changed():
-                        mirror_range(fd, ffd, start, end)
-                    fresh = _fresh(reader, cs, bases, size, pc.tmp)
-                    with open(fresh, "rb") as f:
-                        assert _differs(fd, f.fileno(), size) is None, f"state {cs.id}: image differs from a fresh build"
-                    assert _differs(fd, ffd, size) is None, f"state {cs.id}: the changed ranges miss a change"
-        finally:
-            os.close(fd)
-            os.close(ffd)
+        _walk(reader, states, size, bases, pc.tmp)
+        # Again with every part of a write copied from the log in the kernel (as big writes are).
+        monkeypatch.setattr(stateimage, "MIRROR_MIN", reader.sectorsize)
+        _walk(reader, states, size, bases, pc.tmp)
         assert len(bases) >= 2   # the base moved across a flush
+
+
+def _walk(reader: LogReader, states: list[CrashState], size: int, bases: dict[int, Path], tmp: Path) -> None:
+    """Load STATES in order into one image, a copy following it by the changed ranges;
+    both must equal each state built alone."""
+    moving, follower = tmp / "moving.img", tmp / "follower.img"
+    for path in (moving, follower):
+        if path.exists():
+            path.unlink()
+    fd, ffd = create_file(str(moving), size), create_file(str(follower), size)
+    try:
+        with StateImage(reader, fd, track_changes=True) as image:
+            for cs in states:
+                image.load(cs)
+                for start, end in image.take_changed():
+                    mirror_range(fd, ffd, start, end)
+                fresh = _fresh(reader, cs, bases, size, tmp)
+                with open(fresh, "rb") as f:
+                    assert _differs(fd, f.fileno(), size) is None, f"state {cs.id}: image differs from a fresh build"
+                assert _differs(fd, ffd, size) is None, f"state {cs.id}: the changed ranges miss a change"
+    finally:
+        os.close(fd)
+        os.close(ffd)
