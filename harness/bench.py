@@ -17,6 +17,10 @@ meaningful on a busy box even when absolute times do not:
   the FUSE recorder / the same on a plain loop device, both mounted at once and
   measured in turns; the median of 3 such calibrations (`--only recorder`:
   just this; docs/recorder-overhead.md).
+- recorder_fsync_p50_ratio_dm: the same with the kernel's dm-log-writes as
+  the recorder (the dm backend): on this kernel if it has it, else (with
+  --kernel) in a guest of that kernel under TCG (harness/bench_recorder.py);
+  `--only recorder --backend dm`: just this, on this kernel.
 - recorder_run_seconds_by_scale / recorder_run_speedup_vs_issue_16: the
   recorder scenario end to end as `powercut run` runs it, every crash point,
   at scales 0.01 / 0.02 / 0.04, and issue 16's recorded "before" time over it
@@ -45,7 +49,8 @@ from checkers.recovery import FSCK_TIMEOUT_S, fsck
 from harness.foundation import kmount, ownership, paths, sysres
 from harness.bench_oracle import (BUDGET, SCALES, WHOLE_RUN_SCALES, bulk_vs_sector, incremental_vs_full,
                                   oracle_scale_curve, recorder_whole_runs)
-from harness.backends.fuse.calibrate import mount_point, owned_file, recorder_vs_loop
+from harness.backends.calibrate import mount_point, owned_file
+from harness.bench_recorder import bench_dm_recorder, bench_recorder, recorder_overhead
 from harness.foundation.errors import EnvError
 from harness.foundation.filesystems import FsType, get_fs
 from harness.foundation.loopdev import recorded_loop
@@ -235,26 +240,11 @@ def bench_walk(state: RunState, quick: bool) -> dict[str, Any]:
     }
 
 
-def _recorder_overhead(state: RunState, reps: int, fsyncs: int) -> dict[str, Any]:
-    """The recorder's fsync calibration REPS times; the median run by ratio, and all of them."""
-    runs = sorted((recorder_vs_loop(state, fsyncs) for _ in range(reps)), key=lambda r: r["ratio"])
-    return {**runs[len(runs) // 2], "runs": runs}
-
-
-def bench_recorder(quick: bool) -> dict[str, Any]:
-    state = RunState.create("bench")
-    try:
-        fsync = _recorder_overhead(state, 1 if quick else 3, 200 if quick else 1000)
-    finally:
-        state.teardown_or_warn()
-    return {"recorder_fsync_p50_ratio": fsync["ratio"], "details": {"fsync": fsync}}
-
-
-def bench(quick: bool, kernel: str | None = None, only: str = "all") -> dict[str, Any]:
+def bench(quick: bool, kernel: str | None = None, only: str = "all", backend: str = "fuse") -> dict[str, Any]:
     if only == "oracle":
         return bench_oracle(quick)
     if only == "recorder":
-        return bench_recorder(quick)
+        return bench_recorder(quick, backend)
     reps = 1 if quick else 3
     load_before = os.getloadavg()[0]
     state = RunState.create("bench")
@@ -264,15 +254,16 @@ def bench(quick: bool, kernel: str | None = None, only: str = "all") -> dict[str
             return {**walk, "details": {"jobs": default_jobs(), "quick": quick, "kernel": os.uname().release,
                                         "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
                                         **walk["details"]}}
-        fsync = _recorder_overhead(state, reps, 200 if quick else 1000)
+        fsync = recorder_overhead(state, reps, 200 if quick else 1000)
         seq1 = _seq1(state.scratch, reps)
         oracle = bench_oracle(quick)
         vm = bench_vm(kernel, state.scratch, VM_WORKLOADS_QUICK if quick else VM_WORKLOADS) if kernel else None
+        dm = bench_dm_recorder(kernel, state.scratch, quick)
     finally:
         state.teardown_or_warn()
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"recorder_fsync_p50_ratio_dm": dm["ratio"]} if dm else {}
     if vm is not None:
-        extra = {"vm_seq1_workloads_per_min_per_worker": vm["vm"]["workloads_per_min"],
+        extra |= {"vm_seq1_workloads_per_min_per_worker": vm["vm"]["workloads_per_min"],
                  "vm_over_fuse_workloads_ratio": vm["vm_over_fuse_workloads_ratio"],
                  "vm_crash_states_per_s": vm["vm"]["crash_states_per_s"],
                  "vm_over_fuse_states_ratio": vm["vm_over_fuse_states_ratio"]}
@@ -292,5 +283,5 @@ def bench(quick: bool, kernel: str | None = None, only: str = "all") -> dict[str
         "details": {"jobs": default_jobs(), "quick": quick, "kernel": os.uname().release,
                     "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
                     **walk["details"], "fsync": fsync, "seq1": seq1, "oracle": oracle["details"],
-                    **({"vm": vm} if vm else {})},
+                    **({"vm": vm} if vm else {}), **({"fsync_dm": dm} if dm else {})},
     }

@@ -220,16 +220,19 @@ class LogReader(Closing):
             raise self._truncated(entry.index, entry.header_offset)
         return data
 
-    def mirror_data(self, entry: Entry, fd: int, offset: int) -> bool:
-        """Put the data ENTRY writes at OFFSET of FD, copied in the kernel, the log's holes
-        (zeros: a recorder writes zeros as holes) punched instead of read and compared.
-        False (nothing done) where the log is not a regular file."""
+    def mirror_data(self, entry: Entry, fd: int, offset: int, skip: int = 0, length: int | None = None) -> bool:
+        """Put the data ENTRY writes (or its LENGTH bytes from SKIP on) at OFFSET of FD, copied
+        in the kernel, the log's holes (zeros: a recorder writes zeros as holes) punched instead
+        of read and compared. False (nothing done) where the log is not a regular file."""
         if not self._regular:
             return False
-        length = entry.log_bytes(self.sectorsize)
-        if entry.data_offset + length > os.fstat(self._fd).st_size:  # the log shrank since it was scanned
+        total = entry.log_bytes(self.sectorsize)
+        if entry.data_offset + total > os.fstat(self._fd).st_size:  # the log shrank since it was scanned
             raise self._truncated(entry.index, entry.header_offset)
-        mirror_range(self._fd, fd, entry.data_offset, entry.data_offset + length, offset)
+        length = total - skip if length is None else length
+        assert 0 <= skip and skip + length <= total, (skip, length, total)
+        start = entry.data_offset + skip
+        mirror_range(self._fd, fd, start, start + length, offset)
         return True
 
     def check_bounds(self, entry: Entry, device_bytes: int) -> None:

@@ -3,7 +3,9 @@ device-mapper): `powercut run` of one workload on ext4, xfs and btrfs with --bac
 there) and --backend fuse, and once on user-named devices; one Python process, so the
 interpreter starts once under TCG. Writes OUT/driver.json: exit codes and what is left over.
 
-Usage: python dm_guest_driver.py OUT [PART...]   (parts: ext4 xfs btrfs user killed; default: all)
+and once a JSON workload (whose run measures the dm recorder's fsync overhead first).
+
+Usage: python dm_guest_driver.py OUT [PART...]   (parts: ext4 xfs btrfs user calibrated killed; default: all)
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ sys.path.insert(0, ROOT)
 from harness.commands.cli import main  # noqa: E402
 
 WORKLOAD = os.path.join(ROOT, "tests", "workloads", "small.sh")
+TIMED_WORKLOAD = os.path.join(ROOT, "tests", "workloads", "fsync_then_more.json")
 COMMON = ["--crash-points", "mark", "--reorder", "none", "--jobs", "1", "--keep-image"]
 FILE_SYSTEMS = ("ext4", "xfs", "btrfs")
 
 
-def run(out: str, name: str, *args: str) -> tuple[int, float]:
+def run(out: str, name: str, *args: str, workload: str = WORKLOAD) -> tuple[int, float]:
     t0 = time.monotonic()
-    code = main(["run", WORKLOAD, *COMMON, "--out", os.path.join(out, name), *args])
+    code = main(["run", workload, *COMMON, "--out", os.path.join(out, name), *args])
     return code, round(time.monotonic() - t0, 1)
 
 
@@ -82,6 +85,9 @@ def drive(out: str, parts: list[str]) -> None:
                 results[f"{fs}-{backend}"] = run(out, f"{fs}-{backend}", "--fs", fs, "--backend", backend)
     if "user" in parts:
         results["ext4-user"] = user_devices(out)
+    if "calibrated" in parts:
+        results["ext4-calibrated"] = run(out, "ext4-calibrated", "--fs", "ext4", "--backend", "dm",
+                                         workload=TIMED_WORKLOAD)
     killed = killed_run(out) if "killed" in parts else None
     doc = {"codes": {k: v[0] for k, v in results.items()}, "seconds": {k: v[1] for k, v in results.items()},
            "left": leftovers(), "killed": killed}
@@ -90,4 +96,4 @@ def drive(out: str, parts: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    drive(sys.argv[1], sys.argv[2:] or [*FILE_SYSTEMS, "user", "killed"])
+    drive(sys.argv[1], sys.argv[2:] or [*FILE_SYSTEMS, "user", "calibrated", "killed"])

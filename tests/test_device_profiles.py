@@ -65,8 +65,10 @@ def test_profile_and_recorder_overhead_in_the_reports(pc: PcEnv) -> None:
     assert r["device_profile"] == r["latency"]["device_profile"] == resolve("emmc")
     cal = r["latency"]["recorder_overhead"]
     assert cal["fsyncs"] == CALIBRATION_FSYNCS and cal["ratio"] == round(cal["recorder_p50_us"] / cal["loop_p50_us"], 2)
+    assert cal["backend"] == "fuse"
     md = (out / "report.md").read_text()
     assert "Recorder overhead, measured in this invocation" in md and "Device profile `emmc`" in md
+    assert "through the FUSE recorder vs" in md
     bad = pc.run("run", str(WORKLOADS / "fsync_then_more.json"), "--fs", "ext4", "--device-profile", "floppy",
                  "--out", str(pc.tmp / "bad"))
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

@@ -54,7 +54,7 @@ def report(out: Path, name: str) -> dict:
 
 def test_every_run_passed_and_left_nothing(guest_out: Path) -> None:
     doc = json.loads((guest_out / "driver.json").read_text())
-    assert doc["codes"] == {name: 0 for name in doc["codes"]} and len(doc["codes"]) == 7, doc
+    assert doc["codes"] == {name: 0 for name in doc["codes"]} and len(doc["codes"]) == 8, doc
     assert doc["left"] == {"dm": [], "loop": []}
 
 
@@ -62,6 +62,16 @@ def test_cleanup_removes_the_target_of_a_killed_run(guest_out: Path) -> None:
     killed = json.loads((guest_out / "driver.json").read_text())["killed"]
     assert killed["ready"] and killed["targets_while_running"], killed  # killed while recording on dm
     assert killed["cleanup_code"] == 0 and killed["left"] == {"dm": [], "loop": []}, killed
+
+
+def test_a_dm_run_states_the_dm_recorders_own_overhead(guest_out: Path) -> None:
+    """The latency report of a dm run says what dm-log-writes itself adds to an fsync,
+    measured in that invocation."""
+    r = report(guest_out, "ext4-calibrated")
+    cal = r["latency"]["recorder_overhead"]
+    assert r["backend"] == cal["backend"] == "dm"
+    assert cal["ratio"] == round(cal["recorder_p50_us"] / cal["loop_p50_us"], 2) and cal["fsyncs"] > 0
+    assert "through the kernel's dm-log-writes vs" in (guest_out / "ext4-calibrated" / "report.md").read_text()
 
 
 @pytest.mark.parametrize("fs", FILE_SYSTEMS)

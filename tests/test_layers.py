@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("backends", ("harness.backends",)),
     ("reports", ("harness.reports",)),
     ("pipeline", ("harness.pipeline",)),
-    ("campaigns", ("harness.corpus", "harness.bench", "harness.bench_oracle", "fuzz")),
+    ("campaigns", ("harness.corpus", "harness.bench", "harness.bench_oracle", "harness.bench_recorder", "fuzz")),
     ("commands", ("harness.commands", "harness.__main__")),
 ]
 

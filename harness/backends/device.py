@@ -57,6 +57,12 @@ class RecordedDevice(ABC):
         """After stop: a file holding the device's final content, if the backend has one."""
         return None
 
+    def scratch_files(self) -> list[str]:
+        """After stop: the files the device made in the scratch directory (besides the log),
+        for a caller that throws the recording away (the calibration)."""
+        image = self.final_image()
+        return [image] if image else []
+
     def mark(self, text: str) -> None:
         """Add a mark to the log, ordered after every write completed so far."""
         if self._mark_fd is None:

@@ -12,7 +12,7 @@ from harness.pipeline.run import terminate_as_exception
 
 def _cmd(args: argparse.Namespace) -> int:
     with terminate_as_exception():
-        result = bench(args.quick, args.kernel or None, args.only)
+        result = bench(args.quick, args.kernel or None, args.only, args.backend)
     text = json.dumps(result, indent=2) + "\n"
     if args.json:
         with owned_file(args.json, 0) as fd:
@@ -30,5 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="walk: only the crash walk on ext4 and xfs next to its floors; "
                         "oracle: only the content oracle's cost per state across recorder scales; "
                         "recorder: only the recorder's fsync overhead over a plain loop device")
+    p.add_argument("--backend", choices=["fuse", "dm"], default="fuse",
+                   help="with --only recorder: whose recorder to measure (dm: this kernel's dm-log-writes)")
     p.add_argument("--quick", action="store_true", help="one repetition of each measurement (for tests)")
     p.set_defaults(func=_cmd)

@@ -37,8 +37,8 @@ from harness.foundation.progress import CrashProgress
 from harness.reports.report import budget_line, build_report, write_report
 from harness.reports.markdown import write_markdown
 from harness.foundation.runstate import RunState
-from harness.backends.session import Recording
-from harness.backends.fuse.calibrate import recorder_vs_loop
+from harness.backends.session import DeviceBackend, Recording
+from harness.backends.calibrate import recorder_vs_loop
 from harness.backends.fuse.profiles import resolve as resolve_profile
 from harness.foundation.sparse import sparse_copy
 from workloads.runner import ExecutorWorkload, WorkloadRunner, load_runner, read_document
@@ -73,7 +73,7 @@ class RunConfig:
     recovery_crash_states: int = 8  # at most this many recovery crash states per crash state and mode
     recovery_crash_rate: float = 1.0  # fraction of crash states whose recovery is recorded
     keep_image: bool = False
-    calibrate: bool = False         # fuse: measure the recorder's own fsync overhead first (powercut run)
+    calibrate: bool = False         # fuse, dm: measure the recorder's own fsync overhead first (powercut run)
     device_profile: str | None = None  # fuse: the device timing the recorder plays (NAME or FILE.json)
     max_states: int | str = 0       # crash-point budget (0/all: every point; N; design+N): replay/crashpoints.py
     kernel: str | None = None       # --backend vm: debian:PACKAGE or a kernel image path
@@ -195,9 +195,10 @@ def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
     cfg.reorder_spec()
     cfg.recovery_crash_spec()
     check_tools(fs)
+    devices = DeviceArgs(cfg.data_dev, cfg.log_dev, tuple(cfg.erase_ok))
     backend = opener(fs, workload) if opener else open_backend(
         cfg.backend, fs, workload, fault=cfg.fault, kernel=cfg.kernel, kernel_modules=cfg.kernel_modules,
-        devices=DeviceArgs(cfg.data_dev, cfg.log_dev, tuple(cfg.erase_ok)), profile=resolve_profile(cfg.device_profile))
+        devices=devices, profile=resolve_profile(cfg.device_profile))
     out_dir = ownership.make_dir(out_dir)
     internal_error.note_output_dir(out_dir)
     log_path = os.path.join(out_dir, "recording.log")
@@ -206,8 +207,11 @@ def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
     try:
         with terminate_as_exception():
             calibration = None
-            if cfg.calibrate and cfg.backend == "fuse" and isinstance(workload, ExecutorWorkload):
-                calibration = recorder_vs_loop(state, CALIBRATION_FSYNCS)
+            # On the user's own devices (dm) the run's storage is not the loop devices a
+            # calibration would compare: no figure rather than a wrong one.
+            if (cfg.calibrate and isinstance(backend, DeviceBackend) and not devices.given()
+                    and isinstance(workload, ExecutorWorkload)):
+                calibration = recorder_vs_loop(state, CALIBRATION_FSYNCS, backend.device_cls)
             try:
                 rec = backend.record(fs, cfg.mkfs_opts, mount_opts, workload, state, out_dir, size_mib << 20, log_path)
             except KernelFailure as e:

@@ -109,6 +109,9 @@ def _latency_section(lat: dict[str, Any]) -> list[str]:
     return out
 
 
+RECORDER_NAMES = {"fuse": "FUSE recorder", "dm": "kernel's dm-log-writes"}
+
+
 def _device_lines(lat: dict[str, Any]) -> list[str]:
     """What the recorded device adds to every latency: the recorder's own overhead
     (calibrated in this invocation) and the device profile it played."""
@@ -116,7 +119,8 @@ def _device_lines(lat: dict[str, Any]) -> list[str]:
     cal = lat.get("recorder_overhead")
     if cal:
         out += ["", f"Recorder overhead, measured in this invocation ({cal['fsyncs']} fsyncs of 4 KiB on ext4, "
-                f"load {cal['load_avg_1min']}): fsync p50 {cal['recorder_p50_us']} us through the FUSE recorder vs "
+                f"load {cal['load_avg_1min']}): fsync p50 {cal['recorder_p50_us']} us through the "
+                f"{RECORDER_NAMES.get(cal.get('backend', 'fuse'), 'recorder')} vs "
                 f"{cal['loop_p50_us']} us on a plain loop device, {cal['ratio']}x."]
     return out + profile_lines(lat.get("device_profile"))
 

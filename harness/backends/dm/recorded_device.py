@@ -49,6 +49,9 @@ class DmRecordedDevice(RecordedDevice):
     def final_image(self) -> str | None:
         return self._image or None
 
+    def scratch_files(self) -> list[str]:
+        return [p for p in (self._image, self._log_disk) if p]
+
     def _loop_on_new_file(self, path: str, size: int) -> str:
         os.close(ownership.create_file(path, size))
         dev, res = attach_recorded_loop(self.state, path, sector_size=self.sector_size)
@@ -57,12 +60,12 @@ class DmRecordedDevice(RecordedDevice):
 
     def _devices(self) -> tuple[str, str]:
         if self.user is None:
-            self._image = os.path.join(self.state.scratch, "device.img")
+            self._image = os.path.join(self.state.scratch, f"device{self.tag}.img")
             data = self._loop_on_new_file(self._image, self.size_bytes)
             # The log disk lives in scratch too, beside the data image, not in
             # OUT: OUT may be on any file system (NFS, 9p) and loop devices are
             # only as good as the file system under them.
-            self._log_disk = os.path.join(self.state.scratch, "log-disk.img")
+            self._log_disk = os.path.join(self.state.scratch, f"log-disk{self.tag}.img")
             return data, self._loop_on_new_file(self._log_disk, log_disk_bytes(self.size_bytes))
         data, log = self.user.data, self.user.log
         if devices.size_bytes(data) < self.size_bytes:
@@ -77,7 +80,7 @@ class DmRecordedDevice(RecordedDevice):
         exe = paths.c_program("pc-dmlog")
         support.require()
         data, log = self._devices()
-        name = f"powercut-{self.state.run_id}-{len(self._res)}"
+        name = f"powercut-{self.state.run_id}{self.tag}-{len(self._res)}"
         sectors = self.size_bytes // SECTOR
         self._res.append(self.state.record("dm", name=name, uuid=name, table=f"0 {sectors} log-writes {data} {log}"))
         self._dev = sysres.run([exe, "create", name, name, str(sectors), data, log], timeout=60).stdout.strip()

@@ -1,8 +1,10 @@
-"""How much the FUSE recorder itself adds to a latency: fsync p50 on ext4 through
-pc-recorder (no device profile) over the same on a plain loop device, both on
-files in the same scratch directory, both mounted at once and measured in
-turns (one fsync on each per round). Measured in the invocation whose
-latencies it qualifies (a short calibration: the machine's load changes)."""
+"""How much a backend's recorded device itself adds to a latency: fsync p50 on
+ext4 through the recorder (fuse: pc-recorder without a device profile; dm:
+the kernel's dm-log-writes over loop devices) over the same on a plain loop
+device, all on files in the same scratch directory, both file systems
+mounted at once and measured in turns (one fsync on each per round).
+Measured in the invocation whose latencies it qualifies (a short
+calibration: the machine's load changes)."""
 
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ import os
 import statistics
 import time
 from collections.abc import Iterator
+from typing import Any
 
-from harness.backends.fuse.recorded_device import FuseRecordedDevice
+from harness.backends.device import RecordedDevice
 from harness.foundation import kmount, ownership, sysres
 from harness.foundation.filesystems import get_fs
 from harness.foundation.loopdev import recorded_loop
@@ -72,22 +75,26 @@ def fsync_p50s_us(fds: list[int], n: int) -> list[float]:
     return [statistics.median(ts) / 1000 for ts in times]
 
 
-def recorder_vs_loop(state: RunState, n: int) -> dict[str, float]:
-    """fsync p50 through the recorder and on a plain loop device, and their ratio."""
+TAG = "-calibrate"  # the recorded device's files and mount points, apart from the run's own
+
+
+def recorder_vs_loop(state: RunState, n: int, device_cls: type[RecordedDevice]) -> dict[str, Any]:
+    """fsync p50 through DEVICE_CLS's recorder and on a plain loop device, and their ratio."""
     t0 = time.perf_counter()
     image = os.path.join(state.scratch, "calibrate-plain.img")
-    # Teardown in reverse: file systems, then the recorder (loop, FUSE, daemon) and the plain loop.
+    # Teardown in reverse: file systems, then the recorder (its devices, daemons) and the plain loop.
     with contextlib.ExitStack() as stack:
-        device = stack.enter_context(FuseRecordedDevice(state, SIZE, os.path.join(state.scratch, "calibrate.log")))
+        device = stack.enter_context(device_cls(state, SIZE, os.path.join(state.scratch, "calibrate.log"), tag=TAG))
         stack.enter_context(owned_file(image, SIZE))
         loop = stack.enter_context(recorded_loop(state, image))
         with contextlib.ExitStack() as mounted:
-            fds = [_ext4_on(state, mounted, device.block_device, "calibrate-fuse"),
+            fds = [_ext4_on(state, mounted, device.block_device, f"calibrate-{device_cls.name}"),
                    _ext4_on(state, mounted, loop.path, "calibrate-loop")]
             recorder, plain = fsync_p50s_us(fds, n)
         device.stop()
-    for leftover in ("calibrate.log", "calibrate-plain.img"):
+        leftovers = [device.log_path, image, *device.scratch_files()]
+    for leftover in leftovers:
         with contextlib.suppress(OSError):
-            os.unlink(os.path.join(state.scratch, leftover))
-    return {"recorder_p50_us": round(recorder, 1), "loop_p50_us": round(plain, 1), "ratio": round(recorder / plain, 2),
+            os.unlink(leftover)
+    return {"backend": device_cls.name, "recorder_p50_us": round(recorder, 1), "loop_p50_us": round(plain, 1), "ratio": round(recorder / plain, 2),
             "fsyncs": n, "seconds": round(time.perf_counter() - t0, 2), "load_avg_1min": round(os.getloadavg()[0], 2)}
