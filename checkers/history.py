@@ -14,7 +14,9 @@ returned is a `semantics` finding (a bug without any crash).
 
 from __future__ import annotations
 
+import bisect
 import errno as E
+import itertools
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -160,6 +162,7 @@ class _Builder:
     def __init__(self, plan: Plan, execs: list[Exec]) -> None:
         self.plan = plan
         self.execs = execs
+        self._ended_by: list[int] | None = None  # prefix maxima of the execs' end times (prefix_before)
         # The mount's root directory exists from the start, named "." (a workload may
         # open it, e.g. to fsync it); every other path is relative to it.
         self.inodes: dict[int, Inode] = {ROOT_INO: Inode(ROOT_INO, "dir", -1)}
@@ -481,11 +484,13 @@ class _Builder:
     op_syncfs = op_sync
 
     def prefix_before(self, ex: Exec) -> int:
-        """Ops at positions below this had all returned before EX was called."""
-        n = 0
-        while n < ex.pos and self.execs[n].rec.end_ns < ex.rec.start_ns:
-            n += 1
-        return n
+        """Ops at positions below this had all returned before EX was called: the first
+        position whose op returned at or after EX's start (at most EX's own). By bisection
+        on the running maximum of the end times (a walk from 0 per fsync took minutes
+        over fsync-under-load's millions of ops)."""
+        if self._ended_by is None:
+            self._ended_by = list(itertools.accumulate((x.rec.end_ns for x in self.execs), max))
+        return min(ex.pos, bisect.bisect_left(self._ended_by, ex.rec.start_ns))
 
     def op_mkdir(self, ex: Exec) -> None:
         path = self.path(ex, "path", follow=False)
