@@ -56,8 +56,6 @@ END_MARK = "dm-log-writes-end"
 
 SUPER = struct.Struct("<QQQI")
 HEADER = struct.Struct("<QQQQ")
-# One byte past the header: replay-log's padding check looks at it.
-_HEADER_PROBE = HEADER.size + 1
 
 MIN_SECTORSIZE = 512
 MAX_SECTORSIZE = 65536
@@ -191,7 +189,10 @@ class LogReader(Closing):
         ss = self.sectorsize
         if offset + ss > self.size:
             raise self._truncated(index, offset)
-        raw = os.pread(self._fd, _HEADER_PROBE, offset)
+        # The whole header block in one read: the padding byte replay-log checks and a
+        # mark's text are in it (a second read per mark made a scan of a scale-1.0 log,
+        # millions of marks, twice as slow).
+        raw = os.pread(self._fd, ss, offset)
         sector, nr_sectors, flags, data_len = HEADER.unpack_from(raw)
         if (flags == 0 and nr_sectors == 0) or (flags != MARK and raw[HEADER.size] != 0):
             raise UsageError(f"{self.path}: malformed entry {index} (byte offset {offset})")
@@ -199,14 +200,14 @@ class LogReader(Closing):
         next_offset = offset + ss + (0 if flags & DISCARD else nr_sectors * ss)
         if next_offset > self.size:
             raise self._truncated(index, offset)
-        mark = self._read_mark(offset, data_len) if flags & MARK else None
+        mark = self._mark_text(raw, data_len) if flags & MARK else None
         return Entry(index, sector, nr_sectors, flags, data_len, mark, offset, offset + ss), next_offset
 
-    def _read_mark(self, offset: int, data_len: int) -> str:
+    def _mark_text(self, block: bytes, data_len: int) -> str:
         # The text lives inside the header block; a bogus data_len cannot
         # reach past it, and like replay-log's strncmp we stop at a zero byte.
         length = min(data_len, self.sectorsize - HEADER.size)
-        text = os.pread(self._fd, length, offset + HEADER.size).split(b"\0", 1)[0]
+        text = block[HEADER.size:HEADER.size + length].split(b"\0", 1)[0]
         return text.decode("utf-8", errors="replace")
 
     def _truncated(self, index: int, offset: int) -> UsageError:
