@@ -36,3 +36,18 @@ def test_mirror_range_makes_exactly_that_range_equal(tmp_path: Path) -> None:
         data = sum(min(off + n, size) - max(off, (3 << 20) + 1000)
                    for off, n in data_extents(d.fileno(), size) if off + n > (3 << 20) + 1000)
         assert data < 512 << 10
+
+
+def test_mirror_range_past_the_source_end_reads_zeros(tmp_path: Path) -> None:
+    """Small ranges are read and written, large ones walked by extents: both give zeros past SRC's end."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.write_bytes(b"\x07" * 10000)
+    for end in (64 << 10, 3 << 20):
+        dst.write_bytes(b"\xff" * (4 << 20))
+        with open(src, "rb") as s, open(dst, "r+b") as d:
+            mirror_range(s.fileno(), d.fileno(), 4096, end, dst_start=8192)
+        got = dst.read_bytes()
+        assert got[:8192] == b"\xff" * 8192
+        assert got[8192:8192 + 10000 - 4096] == b"\x07" * (10000 - 4096)
+        assert got[8192 + 10000 - 4096:8192 + end - 4096] == bytes(end - 10000)
+        assert got[8192 + end - 4096:] == b"\xff" * ((4 << 20) - 8192 - end + 4096)

@@ -92,6 +92,9 @@ def mirror_range(src_fd: int, dst_fd: int, start: int, end: int, dst_start: int 
     SRC's data regions copied in the kernel (no pass through user space), its holes punched
     into DST. SRC must be a regular file."""
     shift = 0 if dst_start is None else dst_start - start
+    if end - start <= SMALL_MIRROR:
+        _mirror_small(src_fd, dst_fd, start, end, shift)
+        return
     pos = start
     for off, n in data_extents(src_fd, end, start):
         if off > pos:
@@ -100,6 +103,21 @@ def mirror_range(src_fd: int, dst_fd: int, start: int, end: int, dst_start: int 
         pos = off + n
     if pos < end:
         punch_hole(dst_fd, pos + shift, end - pos)
+
+
+# Ranges up to this size are read and written (all-zero chunks punched) rather than
+# walked extent by extent: SEEK_HOLE from inside a long data region scans it to its
+# end (tmpfs: page by page, ~5 ms for 500 MB here), far more than copying the range.
+SMALL_MIRROR = 1 << 20
+_SMALL_CHUNK = 64 * 1024
+
+
+def _mirror_small(src_fd: int, dst_fd: int, start: int, end: int, shift: int) -> None:
+    data = memoryview(os.pread(src_fd, end - start, start))
+    for i in range(0, len(data), _SMALL_CHUNK):
+        pwrite_sparse(dst_fd, data[i:i + _SMALL_CHUNK], start + shift + i)
+    if start + len(data) < end:   # past the source's end: zeros
+        punch_hole(dst_fd, start + shift + len(data), end - start - len(data))
 
 
 def sparse_copy(src: str, dst_fd: int) -> None:
