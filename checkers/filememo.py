@@ -33,6 +33,7 @@ class _Memo:
     key: tuple[int, int, tuple[tuple[int, int, int, int], ...]]   # inode number, size, extents
     data: bytes
     token: int
+    seq: int = -1   # the inspection of its mount that read it (its changes' seq)
 
 
 @dataclass
@@ -60,6 +61,12 @@ class ImageFiles:
         changes = since_last(mnt) if self.enabled else None
         if changes is None or not changes.follows(m.slot, m.seq):
             m.files.clear()
+        else:
+            # CHANGES cover only what changed since the previous inspection: a file not read
+            # then was read before changes this mount's memo never saw (fsync-loop under
+            # barrier=0: a data block rewritten between two inspections that skipped the file).
+            for path in [p for p, memo in m.files.items() if memo.seq != m.seq]:
+                del m.files[path]
         m.changes = changes
         m.slot, m.seq = (changes.slot, changes.seq) if changes else ("", -1)
 
@@ -79,6 +86,7 @@ class ImageFiles:
                 same = reusable(memo.key[2], key[2], min(memo.key[1], key[1]), m.changes)
                 if memo.key == key and same == [(0, key[1])] or key[1] == 0 == memo.key[1]:
                     self.reused += 1
+                    memo.seq = m.seq   # known to hold at this inspection too
                     return memo.data, memo.token
                 data = self._patch(f.fileno(), memo.data, same, key[1])
             else:
@@ -87,7 +95,7 @@ class ImageFiles:
                 self.bytes_read += len(data)
         last = self._last.get(path)
         token = last.token if last is not None and (last.data is data or last.data == data) else next(self._tokens)
-        memo = _Memo(key or (0, 0, ()), data, token)
+        memo = _Memo(key or (0, 0, ()), data, token, m.seq)
         self._last[path] = memo
         if key is not None:
             m.files[path] = memo
