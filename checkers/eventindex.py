@@ -63,7 +63,7 @@ class Allowed:
         return max(self.inflight, default=self.n_done - 1 if self.n_done > 0 else 0)
 
 
-def last_allowed(allowed: Any) -> int:
+def last_allowed(allowed: Allowed | set[int]) -> int:
     return allowed.last() if isinstance(allowed, Allowed) else max(allowed, default=0)
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import Any
 
+from checkers.eventindex import PlainEvents, PointEvents
 from checkers.history import DataEvent, Exec, History
 from harness.foundation.intervals import merge_ranges
 from workloads.pattern import CHUNK, decode_chunk, generate
@@ -111,7 +112,7 @@ def classified(h: History) -> Callable[[DataEvent], bool]:
     return lambda e: e.untorn or h.execs[e.pos].kind in CLASSIFIED_KINDS
 
 
-def classify_file(h: History, wid: int, events: Any, data: bytes) -> list[WriteVerdict]:
+def classify_file(h: History, wid: int, events: PointEvents | PlainEvents, data: bytes) -> list[WriteVerdict]:
     """Every classified write allowed at the crash point. EVENTS: the inode's events
     at that point (checkers/eventindex.py PointEvents or PlainEvents)."""
     return [classify(h, wid, e, events.overlapping(e.start, e.end), data) for e in events.classified()]
