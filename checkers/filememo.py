@@ -3,10 +3,10 @@
 A file's content as read() returns it is fixed by its size, its extents
 (FIEMAP: logical offset, device offset, length, flags) and the device's
 bytes under those extents, once nothing of it is left dirty in the page
-cache (the worker syncfs()es before inspecting, checkers/checkslot.py). So
+cache (the worker syncfs()es before inspecting, checkers/crashwalk/slot.py). So
 when the inode number, the size and the extent list are those of the
 previous inspection on this mount point and no device byte under an extent
-changed since (checkers/devchanges.py), the bytes are those read then.
+changed since (checkers/crashwalk/devchanges.py), the bytes are those read then.
 Anything else is read again: unknown changes, an extent whose bytes are not
 the device's (inline, encoded, delalloc, ...), file systems whose FIEMAP
 offsets are not device offsets (btrfs: logical addresses), FIEMAP refused.
@@ -21,8 +21,8 @@ import itertools
 import os
 from dataclasses import dataclass, field
 
-from checkers.devchanges import DeviceChanges, since_last
-from harness.foundation import fiemap
+from checkers.crashwalk.devchanges import DeviceChanges, since_last
+from foundation import fiemap
 
 # File systems whose FIEMAP fe_physical is a byte offset on the one device.
 DEVICE_OFFSETS = frozenset({"ext4", "xfs"})

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.foundation.intervals import IntervalMap, Src
+from foundation.intervals import IntervalMap, Src
 from workloads.marks import parse_mark
 from workloads.plan import Plan, PlanOp
 from workloads.results import FLAG_SIGBUS, OpRecord, Results, StatxResult

@@ -38,7 +38,7 @@ from checkers.fsrules import RULES, Semantics, rule
 from checkers.history import ROOT, Exec, History, Inode, Persist
 from checkers.linux_names import NameIndex, observed_kind, order_gap
 from checkers.untorn import WriteVerdict, classified, classify_file
-from harness.foundation.intervals import IntervalMap, Piece, Src, merge_ranges, subtract_ranges
+from foundation.intervals import IntervalMap, Piece, Src, merge_ranges, subtract_ranges
 from workloads.pattern import CHUNK, ChunkScan, decode_chunk, generate, scan_chunks
 
 ZERO_CHUNK = bytes(CHUNK)

@@ -20,7 +20,7 @@ from typing import Any
 
 from checkers.eventindex import PlainEvents, PointEvents
 from checkers.history import DataEvent, Exec, History
-from harness.foundation.intervals import merge_ranges
+from foundation.intervals import merge_ranges
 from workloads.pattern import CHUNK, decode_chunk, generate
 
 # Kinds whose writes are classified at every crash state (cheap: these ops are

@@ -21,8 +21,8 @@ import os
 import signal
 import sys
 
-from harness.foundation import ownership
-from harness.foundation.errors import PowercutError, Terminated
+from foundation import ownership
+from foundation.errors import PowercutError, Terminated
 from harness.pipeline.run import RunConfig
 from fuzz.feedback import Extents, SharedMap, features
 from fuzz.layout import CampaignDir

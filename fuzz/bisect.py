@@ -29,11 +29,11 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from harness.foundation.jsondoc import write_json
+from foundation.jsondoc import write_json
 from harness.corpus.diff import diff as corpus_diff
 from harness.corpus.entries import VERDICT_KINDS
-from harness.foundation import ownership
-from harness.foundation.errors import PowercutError, UsageError
+from foundation import ownership
+from foundation.errors import PowercutError, UsageError
 from harness.pipeline.run import RunConfig, run_checked
 from replay.crashstates import DEFAULT_REORDER
 

@@ -24,9 +24,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.foundation import internal_error
-from harness.foundation.parentdeath import signal_on_parent_death
-from harness.foundation.errors import PowercutError, Terminated
+from foundation import internal_error
+from foundation.parentdeath import signal_on_parent_death
+from foundation.errors import PowercutError, Terminated
 from harness.pipeline.live import live_guest
 from harness.pipeline.run import RunConfig, terminate_as_exception
 from fuzz.layout import CampaignDir, Totals

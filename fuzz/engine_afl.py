@@ -26,10 +26,10 @@ import subprocess
 import sys
 import time
 
-from harness.foundation import ownership, paths
-from harness.foundation.errors import EnvError
-from harness.foundation.runstate import RunState, spawn_recorded
-from harness.foundation.sysres import wait_pid_gone
+from foundation import ownership, paths
+from foundation.errors import EnvError
+from foundation.runstate import RunState, spawn_recorded
+from foundation.sysres import wait_pid_gone
 from fuzz.afl_target import PIDFILE, TIME_LIMIT_S, pending_dir
 from fuzz.worker import Worker
 from workloads.format import workload_doc

@@ -23,9 +23,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.foundation.jsondoc import write_json
-from harness.foundation import jsonl, ownership
-from harness.foundation.errors import UsageError
+from foundation.jsondoc import write_json
+from foundation import jsonl, ownership
+from foundation.errors import UsageError
 
 CONFIG = "campaign.json"
 

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.foundation.errors import UsageError
+from foundation.errors import UsageError
 from fuzz.layout import remove_owned
 from fuzz.trial import Trial, op_count
 from workloads.format import parse_workload

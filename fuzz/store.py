@@ -27,16 +27,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from harness.foundation.jsondoc import write_json
+from foundation.jsondoc import write_json
 from checkers.findings import Finding
-from checkers.recovery import first_problem, recover_and_check
-from checkers.recovery_modes import mode_opts
-from harness.foundation import ownership, paths
-from harness.foundation.errors import EnvError
-from harness.foundation.filesystems import get_fs
+from checkers.crashwalk.recovery import first_problem, recover_and_check
+from checkers.crashwalk.recovery_modes import mode_opts
+from foundation import ownership, paths
+from foundation.errors import EnvError
+from foundation.filesystems import get_fs
 from harness.pipeline.run import RunConfig, terminate_as_exception
-from harness.foundation.loopdev import recorded_loop
-from harness.foundation.runstate import RunState
+from foundation.loopdev import recorded_loop
+from foundation.runstate import RunState
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS
 from replay.crashstates import RECOVERY_LOG_DIR, recovery_log_name, split_recovery_id
 from replay.logformat import LogReader
@@ -167,7 +167,7 @@ def write_crash_state(d: str, cfg: RunConfig, state_id: str | None, recovery: st
 
 
 def write_reproduce(d: str, cfg: RunConfig, finding: Finding, info: dict[str, Any]) -> None:
-    python = f"{shlex.quote(sys.executable)} -m harness.commands.cli"
+    python = f"{shlex.quote(sys.executable)} -m cli.main"
     rerun = ["run", '"$here/workload.json"', "--fs", cfg.fs, "--mkfs-opts", shlex.quote(cfg.mkfs_opts),
              "--mount-opts", shlex.quote(cfg.mount_opts or ""),
              "--crash-points", shlex.quote(cfg.crash_points or DEFAULT_POINTS), "--reorder", shlex.quote(cfg.reorder),

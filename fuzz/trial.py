@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from checkers.crash_check import Inspect
+from checkers.crashwalk.walk import Inspect
 from checkers.findings import KINDS, Finding
-from checkers.recovery import first_problem
+from checkers.crashwalk.recovery import first_problem
 from fuzz.layout import fresh_dir
 from harness.backends import BackendOpener
 from harness.pipeline.run import RunConfig, RunResult, run_checked

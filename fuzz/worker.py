@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from multiprocessing.synchronize import Event
 from typing import Any
 
-from checkers.crash_check import Inspect
+from checkers.crashwalk.walk import Inspect
 from checkers.findings import Finding
 from harness.backends import BackendOpener
-from harness.foundation.errors import PowercutError, Terminated
+from foundation.errors import PowercutError, Terminated
 from harness.pipeline.run import RunConfig
 from fuzz.layout import CampaignDir, remove_owned
 from fuzz.minimize import Shrinker

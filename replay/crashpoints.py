@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from harness.foundation.errors import UsageError
+from foundation.errors import UsageError
 from workloads.marks import MARK_MKFS
 from replay.logformat import Entry, LogReader
 from replay.replayer import find_mark

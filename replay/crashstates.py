@@ -42,7 +42,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from harness.foundation.errors import UsageError
+from foundation.errors import UsageError
 from replay.crashpoints import mkfs_done, select_crash_points
 from replay.logformat import Entry, LogReader
 
@@ -60,7 +60,7 @@ DEFAULT_PER_POINT = 16
 UNITS = {"s": 512, "k": 4096}
 _UNIT_LETTER = {v: k for k, v in UNITS.items()}
 T = TypeVar("T")
-# A state inside the recovery of another (checkers/recovery_crash.py): ORIGINAL/rN[-...]
+# A state inside the recovery of another (checkers/crashwalk/recovery_crash.py): ORIGINAL/rN[-...]
 # is state pN[-...] of the log recorded while crash state ORIGINAL was recovered.
 _RECOVERY_ID = re.compile(r"(p[^/]+)/r(\d+.*)")
 _ID = re.compile(r"p(\d+)(?:-(?:d(\d+)|t(\d+)([sk])(\d+)-(\d+)|r(\d+)|e([0-9a-f]+)))?")

@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
-from harness.foundation.errors import UsageError
-from harness.foundation.ownership import create_file
-from harness.foundation.sparse import mirror_range
+from foundation.errors import UsageError
+from foundation.ownership import create_file
+from foundation.sparse import mirror_range
 
 MAGIC = 0x6A736677736872
 VERSION = 1

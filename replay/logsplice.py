@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import os
 
-from harness.foundation.errors import EnvError
-from harness.foundation.sparse import data_extents
+from foundation.errors import EnvError
+from foundation.sparse import data_extents
 from replay.logformat import FLUSH, FUA, HEADER, MAGIC, SUPER, VERSION, LogReader, LogWriter
 
 CHUNK = 1 << 20  # entries of at most 1 MiB, like the block layer's requests

@@ -25,9 +25,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 
-from harness.foundation.errors import UsageError
-from harness.foundation.ownership import create_file, require_owned
-from harness.foundation.sparse import first_difference, punch_hole, pwrite_sparse
+from foundation.errors import UsageError
+from foundation.ownership import create_file, require_owned
+from foundation.sparse import first_difference, punch_hole, pwrite_sparse
 from replay.logformat import Closing, Entry, LogReader
 
 

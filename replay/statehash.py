@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from harness.foundation.sparse import is_zero
+from foundation.sparse import is_zero
 from replay.crashstates import CrashState
 from replay.logformat import Entry, LogReader
 

@@ -17,7 +17,7 @@ an O_DIRECT stream's epoch holds hundreds of MB, and rebuilding it for every
 state was ~99 % of a full-scale walk (issue 16). States come in crash-point
 order, so the base only moves forward and no state costs a replay from entry 0.
 `changed` (track_changes) is every byte range rewritten, so a copy of the
-image can follow by copying just those (checkers/checkslot.py).
+image can follow by copying just those (checkers/crashwalk/slot.py).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from __future__ import annotations
 import bisect
 import os
 
-from harness.foundation.errors import UsageError
-from harness.foundation.intervals import merge_ranges, subtract_ranges
-from harness.foundation.ownership import create_file
-from harness.foundation.sparse import mirror_range, punch_hole
+from foundation.errors import UsageError
+from foundation.intervals import merge_ranges, subtract_ranges
+from foundation.ownership import create_file
+from foundation.sparse import mirror_range, punch_hole
 from replay.crashstates import CrashState, Piece, ReorderSpec, plan_for_log, plan_for_recovery_log, split_recovery_id
 from replay.logformat import Closing, LogReader
 from replay.replayer import MIRROR_MIN, Replayer

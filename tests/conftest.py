@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "build"
-POWERCUT = [sys.executable, "-m", "harness.commands.cli"]
+POWERCUT = [sys.executable, "-m", "cli.main"]
 WORKLOADS = ROOT / "tests" / "workloads"
 
 needs_root_stack = pytest.mark.skipif(

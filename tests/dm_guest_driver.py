@@ -19,7 +19,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from harness.commands.cli import main  # noqa: E402
+from cli.main import main  # noqa: E402
 
 WORKLOAD = os.path.join(ROOT, "tests", "workloads", "small.sh")
 TIMED_WORKLOAD = os.path.join(ROOT, "tests", "workloads", "fsync_then_more.json")
@@ -56,7 +56,7 @@ def killed_run(out: str) -> dict[str, object]:
     script = "/tmp/killed-run.sh"
     with open(script, "w") as f:
         f.write(f'printf started > "$POWERCUT_MARK_FILE"\ntouch {ready}\nexec sleep 600\n')
-    proc = subprocess.Popen([sys.executable, "-m", "harness.commands.cli", "run", script, "--fs", "ext4",
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "run", script, "--fs", "ext4",
                              "--backend", "dm", "--out", os.path.join(out, "killed")], cwd="/tmp",
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                             env=dict(os.environ, PYTHONPATH=ROOT))

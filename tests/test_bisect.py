@@ -10,7 +10,7 @@ import pytest
 
 from fuzz.bisect import Bisection, KernelChoice, debian_range, kernel_list
 from fuzz.bisect import Tested as KernelTried  # (a name starting with "Test" would be collected)
-from harness.foundation.errors import UsageError
+from foundation.errors import UsageError
 from harness.pipeline.run import RunConfig
 
 

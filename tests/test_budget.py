@@ -7,7 +7,7 @@ import json
 
 from conftest import WORKLOADS, PcEnv, needs_root_stack
 from replay.crashpoints import DEFAULT_BUDGET, Budget, budget_points, parse_budget
-from harness.foundation.errors import UsageError
+from foundation.errors import UsageError
 import pytest
 
 

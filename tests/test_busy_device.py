@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from checkers.crash_check import verdict_findings
-from checkers.recovery import mount_for_recovery, recover_and_check
-from harness.foundation import kmount, ownership
-from harness.foundation.errors import EnvError
-from harness.foundation.filesystems import get_fs
-from harness.foundation.loopdev import LoopDevice
+from checkers.crashwalk.walk import verdict_findings
+from checkers.crashwalk.recovery import mount_for_recovery, recover_and_check
+from foundation import kmount, ownership
+from foundation.errors import EnvError
+from foundation.filesystems import get_fs
+from foundation.loopdev import LoopDevice
 from replay.crashstates import CrashState
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (loop devices, mounts)")

@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT, WORKLOADS, PcEnv, needs_root_stack
 from harness.corpus.entries import CORPUS_DIR, load_corpus, load_entry, load_matrix
 from harness.corpus.run import Case, compare_baseline
-from harness.foundation.errors import UsageError
+from foundation.errors import UsageError
 from workloads.format import OP_KINDS
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from conftest import POWERCUT, ROOT
 
-from harness.foundation.errors import UsageError
-from harness.foundation.ownership import create_file
+from foundation.errors import UsageError
+from foundation.ownership import create_file
 from replay.crashpoints import mark_range, select_crash_points
 from replay.crashstates import CrashPlan, ReorderSpec, plan_for_log
 from replay.logformat import FUA, LogReader, LogWriter

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import ROOT, WORKLOADS, PcEnv, needs_root_stack
 from harness.backends.fuse.profiles import PROFILES, recorder_arg, resolve
-from harness.foundation.errors import UsageError
+from foundation.errors import UsageError
 from harness.pipeline.run import CALIBRATION_FSYNCS
 
 

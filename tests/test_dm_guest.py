@@ -20,7 +20,7 @@ import pytest
 from conftest import ROOT, assert_log_replays_to
 from harness.backends.vm.hostroot import run_in_guest
 from harness.backends.vm.kernel import resolve
-from harness.foundation.runstate import RunState
+from foundation.runstate import RunState
 from replay.logformat import END_MARK, METADATA, LogReader
 
 pytestmark = [

@@ -33,7 +33,7 @@ def _with_planted_bug(pc: PcEnv, target: str, *args: str) -> subprocess.Complete
     code = (f"import sys, importlib\n"
             f"def boom(*a, **k):\n    raise RuntimeError('planted bug')\n"
             f"setattr(importlib.import_module({module!r}), {attr!r}, boom)\n"
-            f"from harness.commands.cli import main\n"
+            f"from cli.main import main\n"
             f"sys.exit(main({list(args)!r}))\n")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=pc.tmp,
                           env=pc.env(), timeout=600)
@@ -75,7 +75,7 @@ def test_3_internal_error_one_line_traceback_in_out_and_teardown(pc: PcEnv) -> N
 def test_3_internal_error_without_an_output_dir_names_the_file(pc: PcEnv, tmp_path: Path) -> None:
     log = tmp_path / "x.log"
     log.write_bytes(b"")
-    p = _with_planted_bug(pc, "harness.commands.replay_log.LogReader", "replay-log", "--log", str(log))
+    p = _with_planted_bug(pc, "cli.replay_log.LogReader", "replay-log", "--log", str(log))
     assert p.returncode == 3, p
     [line] = p.stderr.splitlines()
     m = re.fullmatch(r"powercut: internal error: RuntimeError: planted bug \(traceback: (/.*\.txt)\)", line)

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from checkers.crash_check import CrashCheckResult, check_crash_states
+from checkers.crashwalk.walk import CrashCheckResult, check_crash_states
 from checkers.findings import Finding
-from checkers.recovery import guarded_inspect
+from checkers.crashwalk.recovery import guarded_inspect
 from conftest import POWERCUT, WORKLOADS, PcEnv, needs_root_stack
-from harness.foundation import runstate
-from harness.foundation.filesystems import get_fs
+from foundation import runstate
+from foundation.filesystems import get_fs
 from replay.crashpoints import first_crash_point, select_crash_points
 from replay.crashstates import CrashState, ReorderSpec
 from replay.logformat import LogReader

@@ -22,7 +22,7 @@ import pytest
 from conftest import POWERCUT, WORKLOADS, PcEnv, needs_root_stack
 from fuzz.store import FindingStore
 from fuzz.trial import Signature, run_doc
-from harness.foundation import ownership
+from foundation import ownership
 from harness.pipeline.run import RunConfig
 
 pytestmark = [pytest.mark.e2e, needs_root_stack]

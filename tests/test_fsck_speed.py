@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from checkers.recovery import FsckVerdicts, fsck
-from harness.foundation.filesystems import get_fs
-from harness.foundation.sparse import data_extents
+from checkers.crashwalk.recovery import FsckVerdicts, fsck
+from foundation.filesystems import get_fs
+from foundation.sparse import data_extents
 
 DAMAGED = 24   # damaged images compared per run (more by hand: DAMAGED=300)
 PROTO = """/dev/null

@@ -18,13 +18,13 @@ from hypothesis import strategies as st
 
 from checkers.findings import Finding
 from conftest import ROOT
-from harness.commands.fuzz import parse_duration, parse_ops_range, parse_shard
+from cli.fuzz import parse_duration, parse_ops_range, parse_shard
 from fuzz.minimize import Shrinker, repair, subset
 from fuzz.trial import Signature, Trial, signature
-from harness.foundation import ownership
-from harness.foundation.errors import UsageError
-from harness.foundation import runstate
-from harness.foundation.runstate import signals_deferred
+from foundation import ownership
+from foundation.errors import UsageError
+from foundation import runstate
+from foundation.runstate import signals_deferred
 from workloads import afl_mutator, exhaustive, opcodec
 from workloads.format import parse_workload, workload_doc
 from workloads.plan import build_plan
@@ -190,12 +190,12 @@ def test_shards() -> None:
 
 
 def test_bad_options_are_one_line_exit_2(tmp_path) -> None:
-    env_cmd = [sys.executable, "-m", "harness.commands.cli", "fuzz", "--fs", "ext4", "--out", str(tmp_path / "c")]
+    env_cmd = [sys.executable, "-m", "cli.main", "fuzz", "--fs", "ext4", "--out", str(tmp_path / "c")]
     for extra in (["--duration", "soon"], ["--engine", "exhaustive", "--core-ops", "nope"], ["--jobs", "0"],
                   ["--ops", "20-5"], ["--ops", "five"]):
         p = subprocess.run(env_cmd + extra, capture_output=True, text=True, cwd=ROOT)
         assert p.returncode == 2 and p.stderr.startswith("powercut: ") and len(p.stderr.splitlines()) == 1, p.stderr
-    p = subprocess.run([sys.executable, "-m", "harness.commands.cli", "fuzz", "--resume", str(tmp_path / "none")],
+    p = subprocess.run([sys.executable, "-m", "cli.main", "fuzz", "--resume", str(tmp_path / "none")],
                        capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 2 and "no campaign there" in p.stderr
 

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from harness.foundation.kmsg import KMSG, KernelLog
+from foundation.kmsg import KMSG, KernelLog
 
 
 def _printk(text: str) -> None:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from harness.backends.vm.backend import check_log_rebuilds_disk
-from harness.foundation import ownership
-from harness.foundation.errors import EnvError
+from foundation import ownership
+from foundation.errors import EnvError
 from replay.logformat import LogReader, LogWriter
 from replay.replayer import log_differs_from
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.commands import cli
-from harness.foundation.errors import RefusedError, UsageError
-from harness.foundation.ownership import create_file
+from cli import main as cli
+from foundation.errors import RefusedError, UsageError
+from foundation.ownership import create_file
 from replay.logformat import DISCARD, END_MARK, FLUSH, FUA, MARK, METADATA, LogReader, LogWriter, flags_str
 from replay.replayer import Replayer, find_mark
 
@@ -488,7 +488,7 @@ def test_log_dump(tmp_path: Path) -> None:
 def test_sparse_replay_of_large_writes_equals_plain_replay(tmp_path: Path) -> None:
     """Writes of 1 MiB and more go from the log to a sparse target in the kernel, the log's
     holes (a recorder stores zeros as holes) punched: the same bytes as reading them."""
-    from harness.foundation.sparse import data_extents, punch_hole
+    from foundation.sparse import data_extents, punch_hole
     log = str(tmp_path / "big.log")
     mib = 1 << 20
     zeros, junk = bytes(2 * mib), bytes(range(256)) * (mib // 256)

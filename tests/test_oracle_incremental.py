@@ -27,7 +27,7 @@ from checkers.history import build_history
 from checkers.oracle import ContentOracle
 from checkers.workload_checks import log_marks
 from conftest import BUILD, WORKLOADS, PcEnv, needs_root_stack
-from harness.foundation.sparse import data_extents
+from foundation.sparse import data_extents
 from replay.logformat import LogReader
 from test_oracle_bulk import INVARIANTS, OPS, verdicts
 from workloads.results import read_records
@@ -37,9 +37,9 @@ pytestmark = [pytest.mark.skipif(not (BUILD / "pc-exec").exists(), reason="build
 
 
 def test_write_tracker_sees_every_write_to_its_device(pc: PcEnv, monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.foundation.blockwrites import open_tracker
-    from harness.foundation.loopdev import recorded_loop
-    from harness.foundation.runstate import RunState
+    from foundation.blockwrites import open_tracker
+    from foundation.loopdev import recorded_loop
+    from foundation.runstate import RunState
 
     monkeypatch.setenv("POWERCUT_STATE_DIR", str(pc.state))
     monkeypatch.setenv("POWERCUT_SCRATCH", str(pc.scratch))
@@ -159,7 +159,9 @@ def _workload(tmp: Path) -> Path:
 ])
 def test_incremental_walk_matches_the_full_one(pc: PcEnv, monkeypatch: pytest.MonkeyPatch, fs: str,
                                                workload: str | None, opts: dict[str, Any], kinds: set[str] | None) -> None:
-    from checkers import checkslot, crash_check, recovery
+    from checkers.crashwalk import recovery
+    from checkers.crashwalk import slot as checkslot
+    from checkers.crashwalk import walk as crash_check
     from harness.pipeline.run import RunConfig, run_checked
     from workloads.runner import load_runner
 

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import PcEnv, assert_log_replays_to, needs_root_stack
 from harness.backends.fuse.recorded_device import FuseRecordedDevice
-from harness.foundation import runstate
+from foundation import runstate
 from replay.logformat import LogReader
 
 pytestmark = [pytest.mark.e2e, needs_root_stack]

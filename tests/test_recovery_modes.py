@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from conftest import WORKLOADS, PcEnv, needs_root_stack
-from checkers.recovery_crash import RecoveryCrashSpec
-from checkers.recovery_modes import mode_opts, parse_recovery
-from harness.foundation.errors import UsageError
+from checkers.crashwalk.recovery_crash import RecoveryCrashSpec
+from checkers.crashwalk.recovery_modes import mode_opts, parse_recovery
+from foundation.errors import UsageError
 from replay.crashstates import join_recovery_id, split_recovery_id
 from replay.logformat import LogReader
 

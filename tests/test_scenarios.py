@@ -11,7 +11,7 @@ import pytest
 
 from conftest import POWERCUT, ROOT
 from harness.pipeline.compare import variants
-from harness.foundation.errors import UsageError
+from foundation.errors import UsageError
 from workloads.runner import load_runner
 from workloads import scenarios
 from workloads.format import parse_workload, walk

@@ -1,4 +1,4 @@
-"""harness/foundation/sparse.py: making a range of one sparse file read as another's."""
+"""foundation/sparse.py: making a range of one sparse file read as another's."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import random
 from pathlib import Path
 
-from harness.foundation.sparse import data_extents, mirror_range
+from foundation.sparse import data_extents, mirror_range
 
 
 def test_mirror_range_makes_exactly_that_range_equal(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 byte for byte, the images built from scratch, on a real log: O_DIRECT writes on xfs
 through the recorder, long flush epochs with in-place overwrites, every write a crash
 point, with dropped, torn (4 KiB and 512 B) and sampled states. The ranges the image
-reports as rewritten are enough for a copy to follow it (checkers/checkslot.py)."""
+reports as rewritten are enough for a copy to follow it (checkers/crashwalk/slot.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import PcEnv, needs_root_stack
-from harness.foundation.ownership import create_file
-from harness.foundation.sparse import data_extents, mirror_range
+from foundation.ownership import create_file
+from foundation.sparse import data_extents, mirror_range
 from replay.crashpoints import first_crash_point, select_crash_points
 from replay.crashstates import CrashState, ReorderSpec, plan_for_log
 from replay.logformat import LogReader

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BUILD, WORKLOADS, PcEnv, needs_root_stack
-from harness.foundation.errors import UsageError
+from foundation.errors import UsageError
 from test_oracle import Run
 from workloads.format import parse_workload
 from workloads.pattern import generate

@@ -12,14 +12,14 @@ from types import SimpleNamespace
 import pytest
 
 from harness.backends.vm.recovery import VmRecovery
-from harness.foundation.errors import EnvError
-from harness.foundation.filesystems import get_fs
-from harness.foundation.sparse import copy_range, data_extents
+from foundation.errors import EnvError
+from foundation.filesystems import get_fs
+from foundation.sparse import copy_range, data_extents
 from harness.backends.vm import cpio, packages
 from harness.backends.vm.kernel import Kernel
 from harness.backends.vm.console import died_event, first_event
 from harness.backends.vm.qemu import BatchDisk, Disk, Outcome
-from checkers.crash_check import verdict_findings
+from checkers.crashwalk.walk import verdict_findings
 from replay.logformat import FLUSH, FUA, LogReader, LogWriter
 from replay.logsplice import image_prefix, splice
 

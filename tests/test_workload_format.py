@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.foundation.errors import UsageError
+from foundation.errors import UsageError
 from workloads import pattern
 from workloads.format import FORMAT, OP_KINDS, Device, Generator, Workload, load_workload, parse_workload, walk
 from workloads.marks import MARK_MAX, Mark, format_mark, parse_mark

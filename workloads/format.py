@@ -16,7 +16,7 @@ from typing import Any
 
 import jsonschema
 
-from harness.foundation.errors import UsageError
+from foundation.errors import UsageError
 
 SCHEMA_PATH = Path(__file__).parent / "schema" / "workload.schema.json"
 SCHEMA: dict[str, Any] = json.loads(SCHEMA_PATH.read_text())

@@ -34,7 +34,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
-from harness.foundation.errors import UsageError
+from foundation.errors import UsageError
 from workloads.format import Op, Workload, walk
 
 HEADER = "powercut-plan 1"

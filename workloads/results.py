@@ -6,7 +6,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.foundation.errors import UsageError
+from foundation.errors import UsageError
 from workloads.format import Workload
 from workloads.plan import Plan, build_plan
 

@@ -17,10 +17,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from harness.foundation.jsondoc import write_json
-from harness.foundation import paths
-from harness.foundation.errors import EnvError, UsageError
-from harness.foundation.runstate import RunState, spawn_recorded
+from foundation.jsondoc import write_json
+from foundation import paths
+from foundation.errors import EnvError, UsageError
+from foundation.runstate import RunState, spawn_recorded
 from workloads import scenarios
 from workloads.format import Device, parse_workload, read_document
 from workloads.plan import build_plan, render_plan

@@ -14,12 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from checkers.recovery import PointInspect, RecoveryEngine
-from checkers.recovery_crash import RecordRecovery
+from checkers.crashwalk.recovery import PointInspect, RecoveryEngine
+from checkers.crashwalk.recovery_crash import RecordRecovery
 from harness.backends.device import RecordedDevice
-from harness.foundation.errors import UsageError
-from harness.foundation.filesystems import FsType
-from harness.foundation.runstate import RunState
+from foundation.errors import UsageError
+from foundation.filesystems import FsType
+from foundation.runstate import RunState
 from harness.backends.session import FAULTS, DeviceBackend, Recording
 from workloads.runner import WorkloadRunner
 

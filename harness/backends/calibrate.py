@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from harness.backends.device import RecordedDevice
-from harness.foundation import kmount, ownership, sysres
-from harness.foundation.filesystems import get_fs
-from harness.foundation.loopdev import recorded_loop
-from harness.foundation.runstate import RunState
+from foundation import kmount, ownership, sysres
+from foundation.filesystems import get_fs
+from foundation.loopdev import recorded_loop
+from foundation.runstate import RunState
 
 SIZE = 256 << 20
 

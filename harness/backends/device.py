@@ -12,7 +12,7 @@ import os
 from abc import ABC, abstractmethod
 from types import TracebackType
 
-from harness.foundation.runstate import RunState
+from foundation.runstate import RunState
 
 
 class RecordedDevice(ABC):

@@ -11,18 +11,18 @@ import platform
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from checkers.recovery import PointInspect
-from harness.foundation import kmount, sysres
+from checkers.crashwalk.recovery import PointInspect
+from foundation import kmount, sysres
 from harness.backends.device import RecordedDevice
 from harness.backends.tuning import tuned
-from harness.foundation.errors import EnvError
-from harness.foundation.filesystems import FsType, join_opts
-from harness.foundation.runstate import RunState
+from foundation.errors import EnvError
+from foundation.filesystems import FsType, join_opts
+from foundation.runstate import RunState
 from workloads.marks import MARK_MKFS, MARK_MOUNTED, MARK_WORKLOAD_END
 from workloads.runner import WorkloadRunner
 
 if TYPE_CHECKING:
-    from checkers.recovery_crash import RecordRecovery
+    from checkers.crashwalk.recovery_crash import RecordRecovery
 
 MARK_RECOVERY_MOUNTED = "pc:recovery-mounted"   # in a recovery recording: the recovery mount returned
 # --fault modes: which recording makes the recorder lie (it drops flushes).
@@ -115,7 +115,7 @@ class DeviceBackend:
         return record_one
 
     def recovery(self, fs: FsType, mount_opts: str, state: RunState, inspect: PointInspect | None = None) -> None:
-        return None  # the host kernel recovers crash images (checkers/recovery.py)
+        return None  # the host kernel recovers crash images (checkers/crashwalk/recovery.py)
 
     def report_extra(self) -> dict[str, Any]:
         profile = self.device_opts.get("profile")

@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from harness.foundation.errors import UsageError
+from foundation.errors import UsageError
 from workloads.format import Device
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.foundation.errors import UsageError
+from foundation.errors import UsageError
 from workloads.format import parse_workload
 
 ENTRY_FORMAT = "powercut-corpus/1"

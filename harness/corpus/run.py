@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.foundation.jsondoc import write_json
+from foundation.jsondoc import write_json
 from checkers.fsrules import DEFAULT_TIER
-from harness.foundation import ownership
+from foundation import ownership
 from harness.corpus.entries import load_doc, VERDICT_KINDS, Entry, Row
-from harness.foundation.errors import EnvError, KernelFailure, PowercutError, Terminated, UsageError
-from harness.foundation.filesystems import get_fs
-from harness.foundation.parentdeath import signal_on_parent_death
+from foundation.errors import EnvError, KernelFailure, PowercutError, Terminated, UsageError
+from foundation.filesystems import get_fs
+from foundation.parentdeath import signal_on_parent_death
 from harness.pipeline.live import live_guest, opener
 from harness.pipeline.run import RunConfig, check_tools, run_checked
 

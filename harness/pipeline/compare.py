@@ -16,14 +16,14 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Any
 
-from harness.foundation.jsondoc import write_json
-from harness.foundation import internal_error, ownership
-from harness.foundation.errors import UsageError
+from foundation.jsondoc import write_json
+from foundation import internal_error, ownership
+from foundation.errors import UsageError
 from harness.pipeline.run import RunConfig, default_out_dir, run_workload
 from harness.reports.markdown import profile_lines
 from harness.reports.plots import NOT_PLOTTED, PLOT_DIR, cdf, slug
 from harness.reports.report import summary
-from harness.foundation.mdtable import table
+from foundation.mdtable import table
 from workloads.runner import SCENARIO_PREFIX, ExecutorWorkload, WorkloadRunner, load_runner
 from workloads import scenarios
 from workloads.results import read_records

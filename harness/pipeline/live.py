@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from harness.backends import BackendOpener
-from harness.foundation.filesystems import get_fs
+from foundation.filesystems import get_fs
 from harness.pipeline.run import RunConfig
 
 if TYPE_CHECKING:

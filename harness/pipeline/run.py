@@ -19,28 +19,28 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from checkers.crash_check import Inspect, RecoveryOptions, check_crash_states
-from checkers.recovery_crash import RecoveryCrashSpec
-from checkers.recovery_modes import check_recovers, mode_opts, parse_recovery
+from checkers.crashwalk.walk import Inspect, RecoveryOptions, check_crash_states
+from checkers.crashwalk.recovery_crash import RecoveryCrashSpec
+from checkers.crashwalk.recovery_modes import check_recovers, mode_opts, parse_recovery
 from checkers.findings import Finding
 from checkers.fsrules import DEFAULT_TIER, TIERS, Semantics
 from checkers.oracle import ContentOracle
 from checkers.design import design_points
 from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
 from checkers.findings import kernel_finding
-from harness.foundation import internal_error, ownership, sysres
+from foundation import internal_error, ownership, sysres
 from harness.backends import Backend, BackendOpener, DeviceArgs, open_backend, resolve as resolve_backend
-from harness.foundation.errors import KernelFailure, Terminated, UsageError
-from harness.foundation.filesystems import FsType, get_fs
+from foundation.errors import KernelFailure, Terminated, UsageError
+from foundation.filesystems import FsType, get_fs
 from harness.reports.plots import BackgroundPlots
-from harness.foundation.progress import CrashProgress
+from foundation.progress import CrashProgress
 from harness.reports.report import budget_line, build_report, write_report
 from harness.reports.markdown import write_markdown
-from harness.foundation.runstate import RunState
+from foundation.runstate import RunState
 from harness.backends.session import DeviceBackend, Recording
 from harness.backends.calibrate import recorder_vs_loop
 from harness.backends.fuse.profiles import resolve as resolve_profile
-from harness.foundation.sparse import sparse_copy
+from foundation.sparse import sparse_copy
 from workloads.runner import ExecutorWorkload, WorkloadRunner, load_runner, read_document
 from replay.crashpoints import (DEFAULT as DEFAULT_POINTS, DEFAULT_BUDGET, EVERY_POINT, Budget, mark_range,
                                parse_budget, parse_spec, select_crash_points)
@@ -68,8 +68,8 @@ class RunConfig:
     jobs: int = 0                   # parallel crash checks; 0: one per CPU, plus one
     first_failure: bool = False
     fault: str | None = None        # test-only recorder fault mode
-    recovery: str = "rw"            # how crash images are recovered: rw, ro or both (checkers/recovery_modes.py)
-    recovery_crash: bool = False    # also crash inside each recovery (checkers/recovery_crash.py)
+    recovery: str = "rw"            # how crash images are recovered: rw, ro or both (checkers/crashwalk/recovery_modes.py)
+    recovery_crash: bool = False    # also crash inside each recovery (checkers/crashwalk/recovery_crash.py)
     recovery_crash_states: int = 8  # at most this many recovery crash states per crash state and mode
     recovery_crash_rate: float = 1.0  # fraction of crash states whose recovery is recorded
     keep_image: bool = False

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from harness.foundation.mdtable import table
+from foundation.mdtable import table
 from harness.reports.report import budget_line
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS, DEFAULT_BUDGET
 from workloads import scenarios

@@ -8,7 +8,7 @@ import platform
 from collections import Counter
 from typing import Any
 
-from harness.foundation.jsondoc import write_json
+from foundation.jsondoc import write_json
 from checkers.findings import Finding
 
 SUMMARY_FINDINGS = 8

@@ -15,8 +15,8 @@ import os
 import sys
 from typing import Any
 
-from harness.foundation.jsondoc import write_json
-from harness.foundation.mdtable import table
+from foundation.jsondoc import write_json
+from foundation.mdtable import table
 
 
 def campaign_reports(dirs: list[str]) -> list[str]:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from harness.foundation.errors import UsageError
+from foundation.errors import UsageError
 from workloads.format import Workload
 from workloads.results import Results
 

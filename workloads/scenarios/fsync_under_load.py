@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from harness.foundation.mdtable import table
+from foundation.mdtable import table
 from workloads.results import Results
 from workloads.scenarios.common import MIB, count, device_mib, duration_s, group, group_stats, op, repeat, thread, workload
 

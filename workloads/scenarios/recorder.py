@@ -45,7 +45,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from harness.foundation.mdtable import table
+from foundation.mdtable import table
 from workloads.results import Results
 from workloads.scenarios.common import (MIB, count, device_mib, group, group_stats, op, repeat, size, thread,
                                         workload)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from harness.foundation.mdtable import table
+from foundation.mdtable import table
 from workloads.results import Results
 from workloads.scenarios.common import device_mib, count, group, group_stats, op, repeat, thread, workload
 

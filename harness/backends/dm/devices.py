@@ -15,7 +15,7 @@ import stat
 import struct
 from dataclasses import dataclass
 
-from harness.foundation.errors import EnvError, RefusedError, UsageError
+from foundation.errors import EnvError, RefusedError, UsageError
 
 CONFIRM_FLAG = "--i-know-this-erases"
 _BLKGETSIZE64 = 0x80081272

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 
-from harness.foundation import ownership
-from harness.foundation.errors import EnvError
+from foundation import ownership
+from foundation.errors import EnvError
 from replay.logformat import END_MARK, LogReader
 
 COPY_CHUNK = 4 << 20

@@ -19,9 +19,9 @@ from harness.backends.device import RecordedDevice
 from harness.backends.dm import devices, support
 from harness.backends.dm.devices import UserDevices
 from harness.backends.dm.logdisk import copy_log, log_disk_bytes
-from harness.foundation import ownership, paths, sysres
-from harness.foundation.errors import EnvError
-from harness.foundation.runstate import Resource, attach_recorded_loop
+from foundation import ownership, paths, sysres
+from foundation.errors import EnvError
+from foundation.runstate import Resource, attach_recorded_loop
 
 SECTOR = 512  # device-mapper tables count 512-byte sectors whatever the devices' block size
 

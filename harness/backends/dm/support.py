@@ -7,8 +7,8 @@ import platform
 import shutil
 import subprocess
 
-from harness.foundation import paths
-from harness.foundation.errors import EnvError
+from foundation import paths
+from foundation.errors import EnvError
 
 CONTROL = "/dev/mapper/control"
 TARGET = "log-writes"

@@ -20,7 +20,7 @@ import json
 import os
 from typing import Any
 
-from harness.foundation.errors import UsageError
+from foundation.errors import UsageError
 
 KEYS = {"read_us": "service time of a read request", "write_us": "service time of a write request",
         "flush_us": "cost of a cache flush", "discard_us": "service time of a discard",

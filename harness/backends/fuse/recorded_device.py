@@ -11,12 +11,12 @@ import os
 import select
 import subprocess
 
-from harness.foundation import ownership, paths, sysres
+from foundation import ownership, paths, sysres
 from harness.backends.device import RecordedDevice
 from harness.backends.fuse.profiles import recorder_arg
-from harness.foundation.errors import EnvError
-from harness.foundation.runstate import Resource, attach_recorded_loop, spawn_recorded
-from harness.foundation.sparse import sparse_copy
+from foundation.errors import EnvError
+from foundation.runstate import Resource, attach_recorded_loop, spawn_recorded
+from foundation.sparse import sparse_copy
 
 READY_TIMEOUT_S = 30
 LOOP_DIRECT_IO = True

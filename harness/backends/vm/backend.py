@@ -28,14 +28,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkers.findings import kernel_finding
-from checkers.recovery import PointInspect
+from checkers.crashwalk.recovery import PointInspect
 from harness.backends.dm.logdisk import finish_log, log_disk_bytes, log_end
 from harness.backends.vm.recovery import MAX_IMAGES_PER_BOOT, VmRecovery
-from harness.foundation import ownership, sysres
-from harness.foundation.errors import EnvError, KernelFailure, UsageError
-from harness.foundation.filesystems import FsType
-from harness.foundation.runstate import RunState
-from harness.foundation.sparse import copy_range
+from foundation import ownership, sysres
+from foundation.errors import EnvError, KernelFailure, UsageError
+from foundation.filesystems import FsType
+from foundation.runstate import RunState
+from foundation.sparse import copy_range
 from harness.backends import NEEDS_KERNEL
 from harness.backends.session import Recording
 from workloads.marks import MARK_MKFS, MARK_MOUNTED, MARK_WORKLOAD_END

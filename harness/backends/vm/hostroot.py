@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from harness.backends.vm import cpio, initramfs
 from harness.backends.vm.kernel import Kernel
 from harness.backends.vm.qemu import Guest, Share
-from harness.foundation import paths
-from harness.foundation.errors import EnvError
-from harness.foundation.runstate import RunState
+from foundation import paths
+from foundation.errors import EnvError
+from foundation.runstate import RunState
 
 # Besides the vm backend's own modules: 9p for the shared root, loop for
 # powercut's devices, the file systems.

@@ -20,9 +20,9 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
-from harness.foundation import paths
-from harness.foundation.errors import EnvError
-from harness.foundation.filesystems import FsType
+from foundation import paths
+from foundation.errors import EnvError
+from foundation.filesystems import FsType
 from harness.backends.vm import cpio
 from harness.backends.vm.kernel import Kernel
 

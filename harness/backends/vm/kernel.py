@@ -23,8 +23,8 @@ import tempfile
 import zlib
 from dataclasses import dataclass
 
-from harness.foundation import paths, sysres
-from harness.foundation.errors import EnvError, UsageError
+from foundation import paths, sysres
+from foundation.errors import EnvError, UsageError
 
 KERNEL_CACHE = os.path.join(paths.CACHE, "kernels")
 DEBIAN_PREFIX = "debian:"

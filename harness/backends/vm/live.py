@@ -32,14 +32,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harness.foundation import ownership
-from harness.foundation.parentdeath import signal_on_parent_death
-from harness.foundation.errors import EnvError
-from harness.foundation.runstate import RunState, spawn_recorded
+from foundation import ownership
+from foundation.parentdeath import signal_on_parent_death
+from foundation.errors import EnvError
+from foundation.runstate import RunState, spawn_recorded
 from harness.backends.vm import initramfs
 from harness.backends.vm.kernel import Kernel
 from harness.backends.vm.qemu import BatchDisk, Disk, Outcome, kvm_usable, last_line, qemu_command
-from checkers.recovery_modes import MODES
+from checkers.crashwalk.recovery_modes import MODES
 
 # A command with no answer for this long means a hung guest (seconds; POWERCUT_VM_HANG_S).
 HANG_S = float(os.environ.get("POWERCUT_VM_HANG_S", "300"))

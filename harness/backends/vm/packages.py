@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import sys
 
-from harness.foundation.errors import EnvError
+from foundation.errors import EnvError
 
 # File that proves the package is installed -> Debian package.
 VM_HOST_PACKAGES = {

@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from harness.foundation import ownership
-from harness.foundation.errors import EnvError
-from harness.foundation.runstate import RunState, spawn_recorded
+from foundation import ownership
+from foundation.errors import EnvError
+from foundation.runstate import RunState, spawn_recorded
 from harness.backends.vm import console as vmconsole, initramfs
 from harness.backends.vm.kernel import Kernel
 

@@ -31,12 +31,12 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
-from checkers.recovery import PointInspect, Verdict, fsck_verdict, inspect_read_only
-from harness.foundation import ownership
-from harness.foundation.errors import EnvError
-from harness.foundation.filesystems import FsType, join_opts
-from harness.foundation.runstate import RunState
-from harness.foundation.sparse import copy_range
+from checkers.crashwalk.recovery import PointInspect, Verdict, fsck_verdict, inspect_read_only
+from foundation import ownership
+from foundation.errors import EnvError
+from foundation.filesystems import FsType, join_opts
+from foundation.runstate import RunState
+from foundation.sparse import copy_range
 from harness.backends.vm import console as vmconsole
 from harness.backends.vm.qemu import BatchDisk, Disk, Outcome
 

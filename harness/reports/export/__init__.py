@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from harness.foundation import ownership
+from foundation import ownership
 from harness.reports.export import fstests, shell
 from harness.reports.export.finding import ExportInput, add_bisect, load
 

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.foundation.errors import UsageError
+from foundation.errors import UsageError
 from replay.logformat import LogReader
 from workloads.format import parse_workload
 from workloads.marks import parse_mark

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from harness.foundation.filesystems import get_fs
+from foundation.filesystems import get_fs
 from harness.reports.export.finding import ExportInput
 from harness.reports.export.ops import CRASH_MARK, describe, repro_args
 

@@ -26,10 +26,10 @@ from harness.backends.vm import initramfs, packages
 from harness.backends.vm.initramfs import GUEST_MODULES
 from harness.backends.vm import kernel as vmkernel
 from harness.backends.vm.qemu import Disk, Guest
-from harness.foundation import ownership
-from harness.foundation.errors import EnvError
-from harness.foundation.filesystems import get_fs
-from harness.foundation.runstate import RunState
+from foundation import ownership
+from foundation.errors import EnvError
+from foundation.filesystems import get_fs
+from foundation.runstate import RunState
 from harness.reports.export.finding import ExportInput
 from harness.reports.export.shell import C_SOURCE
 
