@@ -16,6 +16,8 @@ needs=(
   "util-linux:/usr/sbin/losetup"
   "coreutils:/usr/bin/sync"
   "procps:/usr/bin/pkill"
+  "redis-server:/usr/bin/redis-server"
+  "iproute2:/usr/sbin/ip"
 )
 extra="${POWERCUT_EXTRA_PKGS:-}"   # e.g. "afl++ qemu-system-x86" for optional engines
 
