@@ -20,6 +20,7 @@ from harness.backends.vm.backend import FAULTS as VM_FAULTS
 from cli.run import add_recovery_args, recovery_kwargs
 from harness.pipeline.run import RunConfig, default_out_dir
 from fuzz.campaign import ENGINES, Campaign, CampaignSpec
+from fuzz.coordinator import Coordinator, check_url, identity
 from fuzz.layout import CampaignDir
 from fuzz.minimize import MAX_RUNS, Shrinker
 from fuzz.trial import op_count, run_doc
@@ -92,23 +93,40 @@ def _spec(args: argparse.Namespace) -> CampaignSpec:
         "shard": parse_shard(args.shard), "hypothesis_db": args.hypothesis_db, "afl_sync_dir": args.afl_sync_dir,
         "afl_prefix": args.afl_prefix, "afl_secondary": args.afl_secondary, "min_ops": args.min_ops,
         "max_ops": args.max_ops, "shrink_seconds": args.shrink_seconds, "core_ops": core,
-        "ops_range": ops_range,
+        "ops_range": ops_range, "joined": _joined(args),
     }
     return CampaignSpec(args.engine, 0.0, 1, args.seed if args.seed is not None else int(time.time()) & 0xFFFFFF,
                         options=options)
+
+
+def _joined(args: argparse.Namespace) -> dict[str, str] | None:
+    if not args.coordinator:
+        if args.campaign:
+            raise UsageError("--campaign NAME goes with --coordinator redis://HOST:PORT/N")
+        return None
+    if not args.campaign:
+        raise UsageError("--coordinator needs --campaign NAME (the same on every machine)")
+    if args.shard != "0/1" or args.hypothesis_db:
+        raise UsageError("--coordinator shares the work and the example database itself: "
+                         "leave out --shard and --hypothesis-db")
+    return {"coordinator": check_url(args.coordinator), "campaign": args.campaign}
 
 
 def fuzz_cmd(args: argparse.Namespace) -> int:
     duration = parse_duration(args.duration)
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: must be at least 1")
+    coord = None
     if args.resume:
         cdir = CampaignDir.open(args.resume)
         saved = cdir.config()
         cfg, spec = RunConfig(**saved["run"]), CampaignSpec(**saved["spec"])
+        coord = _join(cfg, spec, args.jobs)
     else:
         cfg, spec = _run_config(args), _spec(args)
-        out = args.out or os.path.join("campaigns", f"{spec.engine}-{cfg.fs}-{time.strftime('%Y%m%d-%H%M%S')}")
+        coord = _join(cfg, spec, args.jobs)  # before the directory: a mismatch leaves nothing behind
+        name = f"joined-{args.campaign}" if coord else spec.engine
+        out = args.out or os.path.join("campaigns", f"{name}-{cfg.fs}-{time.strftime('%Y%m%d-%H%M%S')}")
         cdir = CampaignDir.create(out, {"run": cfg.to_json(), "spec": vars(spec)})
     internal_error.note_output_dir(cdir.path)
     # Per session: how long, how wide, when to stop.
@@ -117,7 +135,17 @@ def fuzz_cmd(args: argparse.Namespace) -> int:
     if spec.engine == "afl":
         from fuzz.engine_afl import afl_fuzz
         afl_fuzz()  # fail now, with the install hint, not in a worker
-    return Campaign(cdir, cfg, spec).run()
+    return Campaign(cdir, cfg, spec, coord).run()
+
+
+def _join(cfg: RunConfig, spec: CampaignSpec, jobs: int) -> Coordinator | None:
+    """--coordinator: join the campaign in Redis (recording its options if this machine is the first)."""
+    joined = spec.options.get("joined")
+    if not joined:
+        return None
+    coord = Coordinator(joined["coordinator"], joined["campaign"])
+    coord.join(identity(cfg.to_json(), vars(spec)), jobs)
+    return coord
 
 
 def minimize_cmd(args: argparse.Namespace) -> int:
@@ -187,6 +215,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--max-workloads", type=int, default=0, metavar="N", help="stop after N workloads this session")
     p.add_argument("--max-findings", type=int, default=0, metavar="N", help="stop after N saved findings this session")
     p.add_argument("--shrink-seconds", type=float, default=600, help="time limit of one delta-debugging shrink")
+    g = p.add_argument_group("a campaign joined by several machines (docs/scale-out.md)")
+    g.add_argument("--coordinator", metavar="redis://HOST:PORT/N",
+                   help="join a campaign coordinated through this Redis server (the same command on every machine)")
+    g.add_argument("--campaign", metavar="NAME", help="the joined campaign's name (with --coordinator)")
     g = p.add_argument_group("hypothesis engine")
     g.add_argument("--min-ops", type=int, default=2, help="fewest op records in a generated workload (default 2; a "
                    "record is an op and maybe a persistence op after it)")

@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "cli.bench",
     "cli.corpus",
     "cli.fuzz",
+    "cli.campaign",
     "cli.export",
     "cli.bisect",
 ]

@@ -13,6 +13,7 @@ line and writes the report; it never touches a device.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing
 import os
@@ -29,8 +30,10 @@ from foundation.parentdeath import signal_on_parent_death
 from foundation.errors import PowercutError, Terminated
 from harness.pipeline.live import live_guest
 from harness.pipeline.run import RunConfig, terminate_as_exception
+from fuzz.coordinator import Coordinator, CoordinatorLost, Heartbeat
 from fuzz.layout import CampaignDir, Totals
 from fuzz.status import StatusLine, clock
+from fuzz.shared_store import SharedFindingStore
 from fuzz.store import FindingStore
 from fuzz.worker import Stopped, Worker, WorkloadBudget
 from workloads import exhaustive
@@ -52,7 +55,8 @@ class CampaignSpec:
 
 
 def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline: float,
-                 stop: multiprocessing.synchronize.Event, parent: int, budget: WorkloadBudget | None) -> None:
+                 stop: multiprocessing.synchronize.Event, parent: int, budget: WorkloadBudget | None,
+                 joined: tuple[str, str, str] | None) -> None:
     os.setsid()  # Ctrl-C goes to the campaign process only; it stops workers with one SIGTERM
 
     def on_term(signum: int, frame: object) -> None:
@@ -63,8 +67,10 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
     signal_on_parent_death(signal.SIGTERM)
     if os.getppid() != parent:
         return
+    # A joined campaign: the worker's own connection, as the machine the campaign process heartbeats for.
+    coord = Coordinator(*joined) if joined else None
     w = Worker(CampaignDir(path), cfg, f"w{n}", n, spec.jobs, spec.seed, deadline, stop, spec.options,
-               budget=budget)
+               budget=budget, coord=coord)
     try:
         if cfg.backend == "vm":
             _run_in_live_guest(w)
@@ -93,8 +99,10 @@ def _run_in_live_guest(w: Worker) -> None:
 
 
 class Campaign:
-    def __init__(self, cdir: CampaignDir, cfg: RunConfig, spec: CampaignSpec) -> None:
-        self.cdir, self.cfg, self.spec = cdir, cfg, spec
+    def __init__(self, cdir: CampaignDir, cfg: RunConfig, spec: CampaignSpec, coord: Coordinator | None = None) -> None:
+        self.cdir, self.cfg, self.spec, self.coord = cdir, cfg, spec, coord
+        self.lost: str | None = None  # why the coordinator was lost mid-campaign
+        self.heartbeat: Heartbeat | None = None
         self.store = FindingStore(cdir.sub("findings"))
         self.start = time.time()
         self.before = cdir.totals()       # what earlier sessions of a resumed campaign did
@@ -104,15 +112,19 @@ class Campaign:
     def run(self) -> int:
         self.store.clear_claims()
         self.cdir.clear_work()
+        if self.coord is not None:
+            self._rejoin()
         ctx = multiprocessing.get_context("fork")
         stop = ctx.Event()
         budget = WorkloadBudget(ctx, self.spec.max_workloads) if self.spec.max_workloads else None
         deadline = self.start + self.spec.duration_s
+        joined = (self.coord.url, self.coord.name, self.coord.machine) if self.coord else None
         procs = [ctx.Process(target=_worker_main, name=f"powercut-fuzz-w{n}",
-                             args=(self.cdir.path, self.cfg, self.spec, n, deadline, stop, os.getpid(), budget))
+                             args=(self.cdir.path, self.cfg, self.spec, n, deadline, stop, os.getpid(), budget, joined))
                  for n in range(self.spec.jobs)]
         interrupted = False
-        with StatusLine() as status:
+        with StatusLine() as status, self._heartbeat() as heartbeat:
+            self.heartbeat = heartbeat
             try:
                 with terminate_as_exception():
                     for p in procs:
@@ -126,11 +138,16 @@ class Campaign:
                 self._stop_workers(procs, terminate=interrupted)
             status.show(self.status_text(self.cdir.totals()), force=True)
         failed = [p.name for p in procs if p.exitcode not in (0, None, -signal.SIGTERM)]
+        self._leave()
         report = self.report(failed)
         path = self.cdir.write_report(report)
         print(summary(report, path))
         if interrupted:
             return 130
+        if self.lost:
+            print(f"powercut fuzz: {self.lost}; this machine's journal and findings are kept in {self.cdir.path}: "
+                  f"`powercut fuzz --resume {self.cdir.path}` rejoins the campaign", file=sys.stderr)
+            return 2
         # A worker that died of a bug (or of anything but a one-line error) makes the campaign
         # untrustworthy: exit 3 even with findings (they are saved and in the report).
         if any(p.exitcode not in (0, None, -signal.SIGTERM, 2) for p in procs):
@@ -144,6 +161,9 @@ class Campaign:
         while any(p.is_alive() for p in procs):
             t = self.cdir.totals()
             status.show(self.status_text(t))
+            if self.heartbeat is not None and self.heartbeat.lost:
+                self.lost, self.stop_reason = self.heartbeat.lost, "coordinator-lost"
+                stop.set()
             if self.spec.max_workloads and t.workloads - self.before.workloads >= self.spec.max_workloads:
                 self.stop_reason = "max-workloads"
                 stop.set()
@@ -173,6 +193,45 @@ class Campaign:
                 except KeyboardInterrupt:  # a second Ctrl-C must not cut a teardown short
                     continue
 
+    # -- a joined campaign -----------------------------------------------------------
+    def _heartbeat(self) -> Heartbeat | contextlib.nullcontext[None]:
+        if self.coord is None:
+            return contextlib.nullcontext()
+        return Heartbeat(self.coord, lambda: self.machine_totals(self.cdir.totals()))
+
+    def _joined_done(self) -> str:
+        try:
+            return str(self.coord.snapshot()["done"]) if self.coord else "?"
+        except CoordinatorLost:
+            return "?"
+
+    def machine_totals(self, t: Totals) -> dict[str, Any]:
+        """What this machine tells the others (`powercut campaign status`)."""
+        return {"workloads": t.workloads - self.before.workloads, "crash_states": t.states - self.before.states,
+                "saved_findings": len(self.store.dirs()), **self.rates(t)}
+
+    def _rejoin(self) -> None:
+        """A resumed machine first records what it did while Redis was out of its reach:
+        positions it ran but could not complete, findings it saved but could not upload."""
+        assert self.coord is not None
+        done = self.coord.done_positions()
+        for e in self.cdir.entries():
+            if e.get("position") is not None and "error" not in e and e["position"] not in done:
+                self.coord.complete(e["position"], e)
+                done.add(e["position"])
+        SharedFindingStore(self.cdir.sub("findings"), self.coord).upload_missing()
+
+    def _leave(self) -> None:
+        """Give this machine's leases back (a clean stop), and say the last totals."""
+        if self.coord is None:
+            return
+        try:
+            self.coord.publish(self.machine_totals(self.cdir.totals()))
+            self.coord.leave()
+        except CoordinatorLost as e:
+            self.lost = self.lost or str(e)
+            self.stop_reason = "coordinator-lost"
+
     # -- numbers -----------------------------------------------------------------
     def rates(self, t: Totals) -> dict[str, float]:
         elapsed = max(time.time() - self.start, 1e-6)
@@ -188,14 +247,14 @@ class Campaign:
         if self.spec.engine == "exhaustive":
             space = f" of {self.space()}"
         inner = f" (+{t.recovery_states} inside recoveries)" if self.cfg.recovery_crash else ""
+        if self.coord is not None:
+            space = f" here, campaign {self.coord.name}: {self._joined_done()}{space} done"
         return (f"{self.spec.engine} {self.cfg.fs}: {t.workloads}{space} workloads ({r['workloads_per_minute']}/min)"
                 f", {t.states} crash states{inner} ({r['crash_states_per_second']}/s), findings: {kinds}, "
                 f"saved {len(self.store.dirs())}, elapsed {clock(r['elapsed_s'])}, remaining {clock(remaining)}")
 
     def space(self) -> int:
-        seq, cap, names = self.spec.options["seq"], self.spec.options["seq_cap"], self.spec.options.get("core_ops")
-        total = exhaustive.space_size(seq, names)
-        return min(total, cap or total)
+        return space_of(self.spec.options)
 
     def report(self, failed_workers: list[str]) -> dict[str, Any]:
         t = self.cdir.totals()
@@ -205,27 +264,43 @@ class Campaign:
             "spec": asdict(self.spec), "started": self.start, "stopped": time.time(), "stop_reason": self.stop_reason,
             # the kernel under test on fuse/dm, and how busy the machine was (rates depend on it)
             "host_kernel": platform.release(), "loadavg_at_stop": [round(x, 1) for x in os.getloadavg()],
-            **self.rates(t), "workloads": t.workloads, "workloads_this_session": t.workloads - self.before.workloads,
-            "shrink_runs": t.shrink_runs, "harness_errors": t.errors, "first_harness_error": t.first_error,
-            "crash_states_checked": t.states,
-            "mount_retries": t.mount_retries, "device_waits": t.device_waits, "recovery": self.cfg.recovery,
-            "recovery_crash_states_checked": t.recovery_states,
-            "ops_per_workload": ops_distribution(t.ops),
-            "findings_by_kind": dict(sorted(t.kinds.items())),
-            "saved_findings": [{"dir": s["dir"], "kind": s["kind"], "signature": s["signatures"][0],
-                                "ops": s["ops"], "state_id": s["state_id"],
-                                "shrink_complete": s["shrink"].get("complete", False),
-                                **({"shrink_cut_short": s["shrink"]["cut_short"]} if s["shrink"].get("cut_short") else {})}
-                               for s in saved],
+            **self.rates(t), "workloads_this_session": t.workloads - self.before.workloads,
+            "recovery": self.cfg.recovery, **totals_fields(t),
+            "saved_findings": [saved_entry(s) for s in saved],
             "failed_workers": failed_workers,
         }
         if self.spec.engine == "exhaustive":
             report["exhaustive"] = {"seq": self.spec.options["seq"], "space": self.space(), "done": len(t.indices)}
         if self.cfg.backend == "vm":
             report["vm"] = {"kernel_spec": self.cfg.kernel, **self.cdir.guest_stats()}
+        if self.coord is not None:
+            report["joined"] = {"coordinator": self.coord.url, "campaign": self.coord.name,
+                                "machine": self.coord.machine, **({"lost": self.lost} if self.lost else {})}
         if self.spec.engine == "afl":
             report["afl"] = afl_stats(self.spec.options.get("afl_sync_dir") or self.cdir.sub("afl"))
         return report
+
+
+def space_of(options: dict[str, Any]) -> int:
+    """The size of the exhaustive space the engine OPTIONS bound."""
+    total = exhaustive.space_size(options["seq"], options.get("core_ops"))
+    return min(total, options["seq_cap"] or total)
+
+
+def totals_fields(t: Totals) -> dict[str, Any]:
+    """The report's fields that come from the journal's totals."""
+    return {"workloads": t.workloads, "shrink_runs": t.shrink_runs, "harness_errors": t.errors,
+            "first_harness_error": t.first_error, "crash_states_checked": t.states,
+            "mount_retries": t.mount_retries, "device_waits": t.device_waits,
+            "recovery_crash_states_checked": t.recovery_states, "ops_per_workload": ops_distribution(t.ops),
+            "findings_by_kind": dict(sorted(t.kinds.items())), "signatures_found": sorted(t.signatures)}
+
+
+def saved_entry(s: dict[str, Any]) -> dict[str, Any]:
+    """A saved finding (its finding.json, with its directory name) as the report lists it."""
+    return {"dir": s["dir"], "kind": s["kind"], "signature": s["signatures"][0], "ops": s["ops"],
+            "state_id": s["state_id"], "shrink_complete": s["shrink"].get("complete", False),
+            **({"shrink_cut_short": s["shrink"]["cut_short"]} if s["shrink"].get("cut_short") else {})}
 
 
 def ops_distribution(ops: Counter[int]) -> dict[str, Any]:

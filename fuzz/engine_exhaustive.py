@@ -5,12 +5,22 @@ Worker n of j takes the indices i with i % j == n (and, with --shard K/N,
 i % N == K, for splitting one space across machines); indices already in the
 journal are skipped, so --resume continues where the campaign stopped.
 Findings are shrunk by delta debugging (fuzz/minimize.py).
+
+In a joined campaign (--coordinator) nothing is split up front: each worker
+claims the next position of the space from Redis (fuzz/coordinator.py),
+runs and triages it, then completes it; a position whose machine died is
+claimed again by a live one. When every position is handed out, a worker
+waits for the last leases to end (done, or taken over) before it stops.
 """
 
 from __future__ import annotations
 
+from fuzz.coordinator import ALL_DONE, WAIT
 from fuzz.worker import Worker
 from workloads import exhaustive
+
+WAIT_S = 1.0    # between claims while the last positions are leased to others
+MAX_TRIES = 2   # harness failures of one position before it is given up (left out of the space done)
 
 
 def indices(w: Worker) -> list[int]:
@@ -22,6 +32,8 @@ def indices(w: Worker) -> list[int]:
 
 
 def run(w: Worker) -> None:
+    if w.coord is not None:
+        return run_joined(w)
     failed = [i for i in indices(w) if not w.should_stop() and not run_index(w, i)]
     # A harness error (the environment, not the workload) would leave a hole in a
     # space reported as covered: each such index gets one more try at the end.
@@ -36,3 +48,24 @@ def run_index(w: Worker, i: int) -> bool:
     if trial is not None:
         w.triage(trial)
     return trial is not None
+
+
+def run_joined(w: Worker) -> None:
+    assert w.coord is not None
+    order = list(exhaustive.capped(w.options["seq"], w.options["seq_cap"], w.options.get("core_ops")))
+    while not w.should_stop():
+        claim = w.coord.claim(len(order))
+        if claim.how == ALL_DONE:
+            return
+        if claim.how == WAIT:
+            w.stop.wait(WAIT_S)
+            continue
+        i = order[claim.position]
+        trial = w.run(exhaustive.workload(w.options["seq"], i, w.options.get("core_ops")), engine="exhaustive",
+                      index=i, position=claim.position)
+        if trial is None:
+            w.coord.release(claim.position, w.last_entry["error"], MAX_TRIES)
+            continue
+        entry = w.last_entry
+        w.triage(trial)  # before completing: a machine that dies while shrinking leaves the position to another
+        w.coord.complete(claim.position, entry)

@@ -13,16 +13,25 @@ ops. Known signatures pass: a campaign keeps exploring past a bug it has saved.
 Settings for expensive examples (peers.md): no deadline, no explain or
 shrink phase, health checks about slow or large data off. The example
 database is CAMPAIGN/hypothesis-db unless --hypothesis-db names a shared
-directory or a Redis URL.
+directory or a Redis URL; in a joined campaign (--coordinator) it is in the
+coordinator's Redis, under the campaign's keys.
+
+A workload whose new finding was saved ends its round as a failure
+(NewFinding), so Hypothesis keeps it in the example database; every round
+on every machine sharing that database replays it first (Phase.reuse). The
+replay Hypothesis makes of a failure before reporting it is answered from
+memory, not run again.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+from hypothesis.extra.redis import RedisExampleDatabase
 
 from fuzz.trial import op_count
 from fuzz.worker import Worker
@@ -31,18 +40,32 @@ from workloads.strategies import workloads
 ROUND_EXAMPLES = 20
 
 
+class NewFinding(Exception):
+    """A generated workload showed a bug nobody had saved (it is saved now)."""
+
+
 def example_database(spec: str) -> ExampleDatabase:
-    """A directory, or redis://HOST:PORT/DB (needs the `redis` package; not installed by default)."""
+    """A directory, or redis://HOST:PORT/DB."""
     if spec.startswith("redis://"):
-        import redis  # optional: only for databases shared through Redis
-        from hypothesis.extra.redis import RedisExampleDatabase
+        import redis
         return RedisExampleDatabase(redis.Redis.from_url(spec))
     os.makedirs(spec, exist_ok=True)
     return DirectoryBasedExampleDatabase(spec)
 
 
+def worker_database(w: Worker) -> ExampleDatabase:
+    if w.coord is not None:
+        return RedisExampleDatabase(w.coord.r, key_prefix=w.coord.key("hyp").encode() + b":")
+    return example_database(w.options.get("hypothesis_db") or w.campaign.sub("hypothesis-db"))
+
+
+def failed(doc: dict[str, Any]) -> None:
+    """One place that raises NewFinding: Hypothesis tells failures apart by where they are raised."""
+    raise NewFinding(doc["name"])
+
+
 def run(w: Worker) -> None:
-    db = example_database(w.options.get("hypothesis_db") or w.campaign.sub("hypothesis-db"))
+    db = worker_database(w)
     min_ops, max_ops = w.options["min_ops"], w.options["max_ops"]
     lo, hi = w.options.get("ops_range") or (0, 1 << 30)
     generated = workloads(min_ops, max_ops).filter(lambda d: lo <= op_count(d) <= hi)
@@ -51,8 +74,9 @@ def run(w: Worker) -> None:
     while not w.should_stop():
         n += 1
         calls = 0
+        failing: list[str] = []  # the workload of this round's NewFinding, as JSON
 
-        @settings(database=db, max_examples=ROUND_EXAMPLES, deadline=None,
+        @settings(database=db, max_examples=ROUND_EXAMPLES, deadline=None, report_multiple_bugs=False,
                   phases=[Phase.explicit, Phase.reuse, Phase.generate],
                   suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet, print_blob=False)
         @seed(hash((w.seed, w.number, done, n)) & 0xFFFFFFFF)
@@ -61,10 +85,17 @@ def run(w: Worker) -> None:
             nonlocal calls
             if w.should_stop():
                 return
+            if failing and json.dumps(doc, sort_keys=True) == failing[0]:
+                failed(doc)  # Hypothesis' replay of the failure: known already
+            text = json.dumps(doc, sort_keys=True)
             calls += 1
             doc["name"] = f"hyp-{w.name}-{done}-{n}-{calls}"
             trial = w.run(doc, engine="hypothesis")
-            if trial is not None:
-                w.triage(trial)
+            if trial is not None and w.triage(trial):
+                failing.append(text)
+                failed(doc)
 
-        example()
+        try:
+            example()
+        except NewFinding:
+            continue

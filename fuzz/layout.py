@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,7 @@ class Totals:
     device_waits: int = 0         # recovery mounts that waited for a busy device (no finding)
     recovery_states: int = 0      # crash states inside recoveries checked (--recovery-crash)
     indices: set[int] = field(default_factory=set)        # exhaustive indices done
+    signatures: set[str] = field(default_factory=set)     # signature keys the generated workloads showed
 
 
 class CampaignDir:
@@ -123,30 +125,14 @@ class CampaignDir:
     def append(self, worker: str, entry: dict[str, Any]) -> None:
         jsonl.append(self.journal_path(worker), entry)
 
-    def totals(self) -> Totals:
-        t = Totals()
+    def entries(self) -> Iterator[dict[str, Any]]:
+        """Every journal entry of every worker (of every session)."""
         jdir = self.sub("journal")
         for name in sorted(os.listdir(jdir)) if os.path.isdir(jdir) else []:
-            for e in jsonl.read(os.path.join(jdir, name)):
-                if "error" in e:
-                    t.errors += 1
-                    t.first_error = t.first_error or f"{e.get('name', '?')}: {e['error']}"
-                    continue
-                if e.get("shrink"):
-                    t.shrink_runs += 1
-                else:
-                    t.workloads += 1
-                    if "ops" in e:
-                        t.ops[e["ops"]] += 1
-                t.states += e.get("states", 0)
-                t.seconds += e.get("seconds", 0.0)
-                t.kinds.update(e.get("kinds", {}))
-                t.mount_retries += e.get("mount_retries", 0)
-                t.device_waits += e.get("device_waits", 0)
-                t.recovery_states += e.get("recovery_states", 0)
-                if e.get("index") is not None:
-                    t.indices.add(e["index"])
-        return t
+            yield from jsonl.read(os.path.join(jdir, name))
+
+    def totals(self) -> Totals:
+        return totals_of(self.entries())
 
     # -- scratch -------------------------------------------------------------
     def work_dir(self, worker: str) -> str:
@@ -159,6 +145,32 @@ class CampaignDir:
             p = os.path.join(work, name)
             if ownership.is_owned(p):
                 shutil.rmtree(p)
+
+
+def totals_of(entries: Iterable[dict[str, Any]]) -> Totals:
+    """The totals of journal ENTRIES (one campaign directory's, or a joined campaign's in Redis)."""
+    t = Totals()
+    for e in entries:
+        if "error" in e:
+            t.errors += 1
+            t.first_error = t.first_error or f"{e.get('name', '?')}: {e['error']}"
+            continue
+        if e.get("shrink"):
+            t.shrink_runs += 1
+        else:
+            t.workloads += 1
+            if "ops" in e:
+                t.ops[e["ops"]] += 1
+            t.signatures.update(e.get("signatures", []))
+        t.states += e.get("states", 0)
+        t.seconds += e.get("seconds", 0.0)
+        t.kinds.update(e.get("kinds", {}))
+        t.mount_retries += e.get("mount_retries", 0)
+        t.device_waits += e.get("device_waits", 0)
+        t.recovery_states += e.get("recovery_states", 0)
+        if e.get("index") is not None:
+            t.indices.add(e["index"])
+    return t
 
 
 def remove_owned(path: str) -> None:

@@ -81,6 +81,10 @@ class FindingStore:
             keys |= {Signature.parse(n.replace("%", "|")).key() for n in os.listdir(claims)}
         return keys
 
+    def next_number(self) -> int:
+        """The number of the next finding directory (called under the lock)."""
+        return len(self.dirs()) + 1
+
     def claim(self, sig: Signature) -> bool:
         """True if SIG was new and is now this caller's to shrink and save."""
         with self._locked():
@@ -101,8 +105,7 @@ class FindingStore:
              original: dict[str, Any], also: list[Signature], shrink: dict[str, Any]) -> str:
         """Move TRIAL's run into a new finding directory and complete it; returns the directory."""
         with self._locked():
-            n = len(self.dirs()) + 1
-            d = ownership.make_dir(os.path.join(self.path, f"{n:03d}-{finding.kind}"))
+            d = ownership.make_dir(os.path.join(self.path, f"{self.next_number():03d}-{finding.kind}"))
             os.replace(trial.out_dir, os.path.join(d, RUN_DIR))
             info = finding_json(trial, sig, finding, cfg, original=original, also=also, shrink=shrink)
             write_json(os.path.join(d, "workload.json"), trial.doc, indent=1)

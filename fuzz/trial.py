@@ -98,6 +98,7 @@ class Trial:
         return {"t": round(time.time(), 3), "name": self.doc["name"], "ops": op_count(self.doc),
                 "states": self.result.report["crash_states_checked"], "entries": self.result.report["log_entries"],
                 "seconds": round(self.seconds, 3), "kinds": kinds,
+                **({"signatures": sorted(s.key() for s, _ in self.signatures())} if kinds else {}),
                 "mount_retries": len(self.result.report.get("mount_retries", [])),
                 "device_waits": len(self.result.report.get("device_waits", [])),
                 "recovery_states": (self.result.report.get("recovery_crash") or {}).get("states_checked", 0), **extra}

@@ -19,8 +19,10 @@ from checkers.findings import Finding
 from harness.backends import BackendOpener
 from foundation.errors import PowercutError, Terminated
 from harness.pipeline.run import RunConfig
+from fuzz.coordinator import Coordinator
 from fuzz.layout import CampaignDir, remove_owned
 from fuzz.minimize import Shrinker
+from fuzz.shared_store import SharedFindingStore
 from fuzz.store import FindingStore
 from fuzz.trial import Signature, Trial, run_doc
 
@@ -66,9 +68,12 @@ class Worker:
     errors: int = 0
     opener: BackendOpener | None = None   # the worker's live vm guest (--backend vm)
     budget: WorkloadBudget | None = None  # --max-workloads, shared by all workers
+    coord: Coordinator | None = None      # --coordinator: the campaign is joined with other machines
+    last_entry: dict[str, Any] = field(default_factory=dict)  # the journal entry of the last run
 
     def __post_init__(self) -> None:
-        self.store = FindingStore(self.campaign.sub("findings"))
+        path = self.campaign.sub("findings")
+        self.store = FindingStore(path) if self.coord is None else SharedFindingStore(path, self.coord)
         self.work = self.campaign.work_dir(self.name)
 
     def should_stop(self) -> bool:
@@ -86,13 +91,21 @@ class Worker:
             raise Stopped() from e
         except PowercutError as e:
             self.errors += 1
-            self.campaign.append(self.name, {"t": round(time.time(), 3), "name": doc["name"], "error": str(e)})
+            self._journal({"t": round(time.time(), 3), "name": doc["name"], "error": str(e), **journal})
             if self.errors >= MAX_CONSECUTIVE_ERRORS:
                 raise
             return None
         self.errors = 0
-        self.campaign.append(self.name, trial.journal_entry(**journal))
+        self._journal(trial.journal_entry(**journal))
         return trial
+
+    def _journal(self, entry: dict[str, Any]) -> None:
+        """Append ENTRY to this worker's journal; in a joined campaign, to the shared journal too
+        (an exhaustive index's entry goes there only when its position is completed)."""
+        self.last_entry = entry
+        self.campaign.append(self.name, entry)
+        if self.coord is not None and (entry.get("index") is None or "error" in entry):
+            self.coord.append(entry)
 
     def new_signatures(self, trial: Trial) -> list[tuple[Signature, Finding]]:
         known = self.store.known()
