@@ -240,7 +240,7 @@ class Coordinator:
         return Claim(int(how), int(pos))
 
     def complete(self, position: int, entry: dict[str, Any]) -> bool:
-        return bool(self._script("complete", position, json.dumps(entry)))
+        return bool(self._script("complete", position, json.dumps({**entry, "machine": self.machine})))
 
     def release(self, position: int, error: str, max_tries: int) -> bool:
         return bool(self._script("release", position, error, max_tries))

@@ -1,0 +1,236 @@
+"""Campaigns joined by several machines through a real Redis server (fuzz --coordinator).
+
+The "machines" are campaign processes each in its own network namespace,
+reaching a redis-server in a namespace of its own over a veth pair: the
+addresses exist only inside the namespaces the test creates, which it
+deletes afterwards (with the veth pairs). The space is small (9 seq-1
+workloads on ext4 through fuse, each with findings: --fault drop-flush).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import POWERCUT, PcEnv, needs_root_stack
+
+pytestmark = [pytest.mark.e2e, needs_root_stack,
+              pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed (make deps)")]
+
+PORT = 6379
+LEASE_S = "4"  # a killed machine's positions go to the others after this long
+SPACE = ["--fs", "ext4", "--engine", "exhaustive", "--seq", "1", "--core-ops", "creat,unlink,rename",
+         "--fault", "drop-flush", "--shrink-seconds", "20", "--duration", "10m", "--jobs", "1"]
+SPACE_SIZE = 9
+
+
+@dataclass
+class Lab:
+    """Network namespaces: NAME-r runs redis-server; machine j is NAME-j, linked to it by veth j."""
+    name: str
+    machines: int
+
+    def ns(self, j: int | str) -> str:
+        return f"{self.name}-{j}"
+
+    def redis_addr(self, j: int) -> str:
+        return f"10.250.{j}.1"
+
+    def url(self, j: int) -> str:
+        return f"redis://{self.redis_addr(j)}:{PORT}/0"
+
+    def enter(self, j: int | str) -> list[str]:
+        """A command prefix that runs in namespace j's network, and nothing else of it (mounts stay shared)."""
+        return ["nsenter", "-F", f"--net=/run/netns/{self.ns(j)}"]
+
+    def link(self, j: int, up: bool) -> None:
+        ip(self.enter(j), "link", "set", f"{self.name}m{j}", "up" if up else "down")
+
+
+def ip(prefix: list[str], *args: str) -> None:
+    subprocess.run([*prefix, "ip", *args], check=True, capture_output=True, timeout=30)
+
+
+@contextmanager
+def lab(tmp: Path, machines: int) -> Iterator[Lab]:
+    n = Lab(f"pcj{os.getpid() % 100000}", machines)
+    made: list[str] = []
+    redis_proc = None
+    try:
+        for j in ["r", *range(machines)]:
+            ip([], "netns", "add", n.ns(j))
+            made.append(n.ns(j))
+            ip(n.enter(j), "link", "set", "lo", "up")
+        for j in range(machines):
+            # both ends are created in the redis namespace; one moves to the machine's
+            r_end, m_end = f"{n.name}r{j}", f"{n.name}m{j}"
+            ip(n.enter("r"), "link", "add", r_end, "type", "veth", "peer", "name", m_end)
+            ip(n.enter("r"), "link", "set", m_end, "netns", n.ns(j))
+            ip(n.enter("r"), "addr", "add", f"{n.redis_addr(j)}/24", "dev", r_end)
+            ip(n.enter("r"), "link", "set", r_end, "up")
+            ip(n.enter(j), "addr", "add", f"10.250.{j}.2/24", "dev", m_end)
+            ip(n.enter(j), "link", "set", m_end, "up")
+        redis_proc = subprocess.Popen(
+            [*n.enter("r"), "redis-server", "--port", str(PORT), "--bind", *(n.redis_addr(j) for j in range(machines)),
+             "--save", "", "--appendonly", "no", "--dir", str(tmp), "--protected-mode", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while subprocess.run([*n.enter(0), "redis-cli", "-h", n.redis_addr(0), "-p", str(PORT), "ping"],
+                             capture_output=True, text=True).stdout.strip() != "PONG":
+            assert time.monotonic() < deadline and redis_proc.poll() is None, "redis-server did not come up"
+            time.sleep(0.2)
+        yield n
+    finally:
+        if redis_proc is not None:
+            redis_proc.kill()
+            redis_proc.wait()
+        for ns in reversed(made):  # deleting a namespace deletes the veth ends in it
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def machine_env(pc: PcEnv, who: str) -> dict[str, str]:
+    """Each machine its own state and scratch directories (inside the test's, for the leak check)."""
+    env = pc.env(POWERCUT_LEASE_S=LEASE_S)
+    env.update(POWERCUT_STATE_DIR=str(pc.state / who), POWERCUT_SCRATCH=str(pc.scratch / who))
+    return env
+
+
+def start(pc: PcEnv, n: Lab, j: int, campaign: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([*n.enter(j), *POWERCUT, "fuzz", "--coordinator", n.url(j), "--campaign", campaign,
+                             "--out", str(pc.tmp / f"m{j}"), *args], cwd=pc.tmp, env=machine_env(pc, f"m{j}"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def in_ns(pc: PcEnv, n: Lab, j: int, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*n.enter(j), *POWERCUT, *args], cwd=pc.tmp, env=machine_env(pc, f"m{j}"),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def redis_cli(n: Lab, *args: str) -> str:
+    return subprocess.run([*n.enter(0), "redis-cli", "-h", n.redis_addr(0), "-p", str(PORT), *args],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def journal(out: Path) -> list[dict]:
+    """The generated workloads (not shrink runs, not errors) of one machine's campaign directory."""
+    entries = []
+    for f in sorted((out / "journal").glob("*.jsonl")):
+        entries += [json.loads(ln) for ln in f.read_text().splitlines() if ln.strip()]
+    return [e for e in entries if "error" not in e and not e.get("shrink")]
+
+
+def wait_for(what: str, cond, proc: subprocess.Popen[str] | None = None, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert proc is None or proc.poll() is None, f"exited ({proc.returncode}) before {what}: {proc.stdout.read()}"
+        time.sleep(0.2)
+
+
+def finished(p: subprocess.Popen[str], timeout: float = 900) -> tuple[int, str]:
+    out, _ = p.communicate(timeout=timeout)
+    return p.returncode, out
+
+
+def test_three_machines_cover_the_space_once_and_finish_a_killed_ones_share(pc: PcEnv) -> None:
+    with lab(pc.tmp, 3) as n:
+        procs = [start(pc, n, j, "three", *SPACE) for j in range(3)]
+        killed = procs[2]
+        # Kill machine 2 once it has run a workload and holds a lease (shrinking or running one).
+        prefix = f"-{killed.pid}-"
+        def holds_lease() -> list[str]:
+            flat = redis_cli(n, "--raw", "hgetall", "powercut:three:leases").split()
+            return [flat[i] for i in range(0, len(flat) - 1, 2) if prefix in flat[i + 1]]
+        wait_for("machine 2's first workload and a lease", lambda: journal(pc.tmp / "m2") and holds_lease(), killed)
+        leased = holds_lease()
+        killed.send_signal(signal.SIGKILL)
+        killed.wait()
+        results = [finished(p) for p in procs[:2]]
+        for rc, out in results:
+            assert rc in (0, 1), out
+        p = in_ns(pc, n, 0, "campaign", "report", n.url(0), "three", "--out", str(pc.tmp / "merged"))
+        assert p.returncode == 1, p.stdout + p.stderr
+        merged = json.loads((pc.tmp / "merged" / "report.json").read_text())
+        status = in_ns(pc, n, 1, "campaign", "status", n.url(1), "three")
+    assert status.returncode == 0 and "gone" in status.stdout and "leases outstanding: 0" in status.stdout, status.stdout
+
+    # Every position once: recorded in Redis, and run by exactly one survivor or by the killed machine.
+    assert merged["exhaustive"] == {"seq": 1, "space": SPACE_SIZE, "done": SPACE_SIZE}, merged
+    assert merged["joined"]["leases_outstanding"] == 0 and merged["joined"]["duplicate_runs"] == 0, merged["joined"]
+    assert merged["workloads"] == SPACE_SIZE
+    ran = [[e["index"] for e in journal(pc.tmp / f"m{j}")] for j in range(3)]
+    a, b, c = (set(r) for r in ran)
+    assert all(len(r) == len(set(r)) for r in ran), ran
+    assert not a & b and a | b | c == set(range(SPACE_SIZE)), ran
+    # The killed machine's unfinished position was run again by a survivor, and only that one.
+    assert (a | b) & c <= {ran[2][-1]}, ran
+    assert leased and all(int(pos) in a | b for pos in leased), (leased, ran)
+
+    # No finding saved twice: each merged finding is the first for one of its signatures,
+    # and every complete finding directory on any machine is one of them.
+    findings = sorted((pc.tmp / "merged" / "findings").iterdir())
+    assert findings and len(findings) == len(merged["saved_findings"])
+    first_for: set[str] = set()
+    for d in findings:
+        info = json.loads((d / "finding.json").read_text())
+        assert set(info["signatures"]) - first_for, f"{d.name} saved again: {info['signatures']}"
+        first_for |= set(info["signatures"])
+        assert (d / "crash.img.tar.gz").is_file() and (d / "reproduce.sh").is_file()
+    local = [d.name for j in range(3) for d in (pc.tmp / f"m{j}" / "findings").glob("[0-9]*")
+             if (d / "finding.json").is_file()]
+    assert sorted(local) == [d.name for d in findings], (local, findings)
+
+    # The same space on one machine shows the same signatures.
+    single = pc.run("fuzz", "--out", str(pc.tmp / "single"), *SPACE, timeout=900)
+    assert single.returncode == 1, single.stdout + single.stderr
+    alone = json.loads((pc.tmp / "single" / "report.json").read_text())
+    assert merged["signatures_found"] == alone["signatures_found"]
+    assert alone["exhaustive"]["done"] == SPACE_SIZE
+
+
+def test_unreachable_coordinator_is_one_line_and_exit_2(pc: PcEnv) -> None:
+    p = pc.run("fuzz", *SPACE, "--coordinator", "redis://127.0.0.1:1/0", "--campaign", "x",
+               "--out", str(pc.tmp / "c"), timeout=120)
+    assert p.returncode == 2 and "unreachable" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert not (pc.tmp / "c").exists()
+
+
+def test_a_machine_cut_off_keeps_its_work_and_rejoins(pc: PcEnv) -> None:
+    with lab(pc.tmp, 1) as n:
+        p = start(pc, n, 0, "cut", *SPACE)
+        wait_for("the first workload", lambda: journal(pc.tmp / "m0"), p)
+        n.link(0, up=False)
+        rc, out = finished(p)
+        assert rc == 2 and "rejoins the campaign" in out, out
+        kept = journal(pc.tmp / "m0")
+        assert kept and json.loads((pc.tmp / "m0" / "report.json").read_text())["stop_reason"] == "coordinator-lost"
+        n.link(0, up=True)
+        again = in_ns(pc, n, 0, "fuzz", "--resume", str(pc.tmp / "m0"))
+        assert again.returncode in (0, 1), again.stdout + again.stderr
+        report = in_ns(pc, n, 0, "campaign", "report", n.url(0), "cut", "--out", str(pc.tmp / "merged"))
+        merged = json.loads((pc.tmp / "merged" / "report.json").read_text())
+    assert merged["exhaustive"]["done"] == SPACE_SIZE, report.stdout + report.stderr
+    # What ran while cut off counts (recorded at the rejoin), and nothing ran twice.
+    indices = [e["index"] for e in journal(pc.tmp / "m0")]
+    assert sorted(indices) == list(range(SPACE_SIZE)), indices
+    assert merged["workloads"] == SPACE_SIZE
+
+
+def test_mismatched_options_are_refused(pc: PcEnv) -> None:
+    with lab(pc.tmp, 1) as n:
+        p = start(pc, n, 0, "mm", *SPACE, "--max-workloads", "1")
+        assert finished(p)[0] in (0, 1)
+        other = in_ns(pc, n, 0, "fuzz", "--coordinator", n.url(0), "--campaign", "mm", *SPACE,
+                      "--mount-opts", "nodelalloc", "--out", str(pc.tmp / "other"))
+    assert other.returncode == 2 and "run.mount_opts" in other.stderr, other.stderr
+    assert len(other.stderr.strip().splitlines()) == 1 and not (pc.tmp / "other").exists()
