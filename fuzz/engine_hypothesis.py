@@ -83,11 +83,11 @@ def run(w: Worker) -> None:
         @given(generated)
         def example(doc: dict[str, Any]) -> None:
             nonlocal calls
+            text = json.dumps(doc, sort_keys=True)
+            if failing and text == failing[0]:
+                failed(doc)  # Hypothesis' replay of the failure (even when stopping: else it is "flaky")
             if w.should_stop():
                 return
-            if failing and json.dumps(doc, sort_keys=True) == failing[0]:
-                failed(doc)  # Hypothesis' replay of the failure: known already
-            text = json.dumps(doc, sort_keys=True)
             calls += 1
             doc["name"] = f"hyp-{w.name}-{done}-{n}-{calls}"
             trial = w.run(doc, engine="hypothesis")

@@ -13,6 +13,8 @@ deduplication and for shrinking.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import time
@@ -95,13 +97,18 @@ class Trial:
         kinds: dict[str, int] = {}
         for f in self.findings:
             kinds[f.kind] = kinds.get(f.kind, 0) + 1
-        return {"t": round(time.time(), 3), "name": self.doc["name"], "ops": op_count(self.doc),
+        return {"t": round(time.time(), 3), "name": self.doc["name"], "digest": digest(self.doc), "ops": op_count(self.doc),
                 "states": self.result.report["crash_states_checked"], "entries": self.result.report["log_entries"],
                 "seconds": round(self.seconds, 3), "kinds": kinds,
                 **({"signatures": sorted(s.key() for s, _ in self.signatures())} if kinds else {}),
                 "mount_retries": len(self.result.report.get("mount_retries", [])),
                 "device_waits": len(self.result.report.get("device_waits", [])),
                 "recovery_states": (self.result.report.get("recovery_crash") or {}).get("states_checked", 0), **extra}
+
+
+def digest(doc: dict[str, Any]) -> str:
+    """What identifies workload DOC whatever its name (the same workload run on two machines)."""
+    return hashlib.sha256(json.dumps(doc["threads"], sort_keys=True).encode()).hexdigest()[:16]
 
 
 def op_count(doc: dict[str, Any]) -> int:

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import POWERCUT, PcEnv, needs_root_stack
+from fuzz.trial import digest
 
 pytestmark = [pytest.mark.e2e, needs_root_stack,
               pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed (make deps)")]
@@ -118,7 +119,7 @@ def in_ns(pc: PcEnv, n: Lab, j: int, *args: str, timeout: float = 900) -> subpro
 
 def redis_cli(n: Lab, *args: str) -> str:
     return subprocess.run([*n.enter(0), "redis-cli", "-h", n.redis_addr(0), "-p", str(PORT), *args],
-                          capture_output=True, text=True, check=True).stdout
+                          capture_output=True, text=True, errors="replace", check=True).stdout
 
 
 def journal(out: Path) -> list[dict]:
@@ -140,6 +141,22 @@ def wait_for(what: str, cond, proc: subprocess.Popen[str] | None = None, timeout
 def finished(p: subprocess.Popen[str], timeout: float = 900) -> tuple[int, str]:
     out, _ = p.communicate(timeout=timeout)
     return p.returncode, out
+
+
+def check_saved_once(merged: Path, machines: list[Path]) -> None:
+    """No finding saved twice: each merged finding is the first for one of its signatures,
+    and every complete finding directory on any machine is one of them, files and all."""
+    findings = sorted((merged / "findings").iterdir())
+    report = json.loads((merged / "report.json").read_text())
+    assert findings and [d.name for d in findings] == [s["dir"] for s in report["saved_findings"]]
+    first_for: set[str] = set()
+    for d in findings:
+        info = json.loads((d / "finding.json").read_text())
+        assert set(info["signatures"]) - first_for, f"{d.name} saved again: {info['signatures']}"
+        first_for |= set(info["signatures"])
+        assert (d / "crash.img.tar.gz").is_file() and (d / "reproduce.sh").is_file()
+    local = [d.name for m in machines for d in (m / "findings").glob("[0-9]*") if (d / "finding.json").is_file()]
+    assert sorted(local) == [d.name for d in findings], (local, findings)
 
 
 def test_three_machines_cover_the_space_once_and_finish_a_killed_ones_share(pc: PcEnv) -> None:
@@ -176,19 +193,7 @@ def test_three_machines_cover_the_space_once_and_finish_a_killed_ones_share(pc: 
     assert (a | b) & c <= {ran[2][-1]}, ran
     assert leased and all(int(pos) in a | b for pos in leased), (leased, ran)
 
-    # No finding saved twice: each merged finding is the first for one of its signatures,
-    # and every complete finding directory on any machine is one of them.
-    findings = sorted((pc.tmp / "merged" / "findings").iterdir())
-    assert findings and len(findings) == len(merged["saved_findings"])
-    first_for: set[str] = set()
-    for d in findings:
-        info = json.loads((d / "finding.json").read_text())
-        assert set(info["signatures"]) - first_for, f"{d.name} saved again: {info['signatures']}"
-        first_for |= set(info["signatures"])
-        assert (d / "crash.img.tar.gz").is_file() and (d / "reproduce.sh").is_file()
-    local = [d.name for j in range(3) for d in (pc.tmp / f"m{j}" / "findings").glob("[0-9]*")
-             if (d / "finding.json").is_file()]
-    assert sorted(local) == [d.name for d in findings], (local, findings)
+    check_saved_once(pc.tmp / "merged", [pc.tmp / f"m{j}" for j in range(3)])
 
     # The same space on one machine shows the same signatures.
     single = pc.run("fuzz", "--out", str(pc.tmp / "single"), *SPACE, timeout=900)
@@ -234,3 +239,29 @@ def test_mismatched_options_are_refused(pc: PcEnv) -> None:
                       "--mount-opts", "nodelalloc", "--out", str(pc.tmp / "other"))
     assert other.returncode == 2 and "run.mount_opts" in other.stderr, other.stderr
     assert len(other.stderr.strip().splitlines()) == 1 and not (pc.tmp / "other").exists()
+
+
+UNJOURNALED = ["--fs", "ext4", "--mkfs-opts", "-O ^has_journal", "--crash-points", "write", "--shrink-seconds", "20",
+               "--duration", "10m", "--jobs", "1"]
+
+
+def test_hypothesis_machines_share_examples_and_one_set_of_findings(pc: PcEnv) -> None:
+    """Machine 0 saves a finding; machine 1, joining later, replays that failing example first
+    (Hypothesis' example database in the coordinator's Redis) and saves nothing of its own."""
+    with lab(pc.tmp, 2) as n:
+        rc, out = finished(start(pc, n, 0, "hyp", *UNJOURNALED, "--seed", "1", "--max-findings", "1"))
+        assert rc == 1, out
+        assert redis_cli(n, "--raw", "keys", "powercut:hyp:hyp:*").split(), "no example in the shared database"
+        rc, out = finished(start(pc, n, 1, "hyp", *UNJOURNALED, "--seed", "2", "--max-workloads", "1"))
+        assert rc in (0, 1), out
+        p = in_ns(pc, n, 0, "campaign", "report", n.url(0), "hyp", "--out", str(pc.tmp / "merged"))
+        assert p.returncode == 1, p.stdout + p.stderr
+    # Machine 1's first workload is machine 0's failing example (the first one saved) ...
+    finding = json.loads(next((pc.tmp / "m0" / "findings").glob("001-*/finding.json")).read_text())
+    first = journal(pc.tmp / "m1")[0]
+    assert first["digest"] == digest(finding["original_workload"]), (first, finding["original_workload"])
+    assert set(finding["signatures"]) & set(first["signatures"]), (first, finding)
+    # ... and what it saved, if anything, is a signature nobody had saved: one set of findings.
+    check_saved_once(pc.tmp / "merged", [pc.tmp / "m0", pc.tmp / "m1"])
+    merged = json.loads((pc.tmp / "merged" / "report.json").read_text())
+    assert merged["workloads"] == len(journal(pc.tmp / "m0")) + 1
