@@ -130,6 +130,7 @@ ci-kernel: ROWS ?= ext4-ordered
 ci-kernel: OUT ?= out/ci-kernel
 ci-kernel: CI_FUZZ_WORKLOADS ?= 10
 ci-kernel: CI_FUZZ_DURATION ?= 10m
+ci-kernel: CI_FUZZ_ARGS ?=
 ci-kernel: deps
 	@test -n "$(KERNEL)" || { echo "make ci-kernel: set KERNEL=debian:PACKAGE (e.g. debian:linux-image-6.12-amd64)" >&2; exit 2; }
 	@rm -f $(OUT)/diff.rc $(OUT)/fuzz.rc $(OUT)/bisect.rc $(OUT)/bisect.txt; mkdir -p $(OUT)
@@ -137,7 +138,7 @@ ci-kernel: deps
 	$(PC) corpus run --backend vm --kernel '$(KERNEL)' --entries '$(ENTRIES)' --rows '$(ROWS)' \
 	    --out $(OUT)/kernel || [ $$? = 1 ]
 	$(PC) fuzz --fs ext4 --backend vm --kernel '$(KERNEL)' --engine exhaustive --seq 1 \
-	    --max-workloads $(CI_FUZZ_WORKLOADS) --duration $(CI_FUZZ_DURATION) \
+	    --max-workloads $(CI_FUZZ_WORKLOADS) --duration $(CI_FUZZ_DURATION) $(CI_FUZZ_ARGS) \
 	    --out $(OUT)/fuzz-$$(date +%Y%m%d-%H%M%S); \
 	    rc=$$?; echo $$rc > $(OUT)/fuzz.rc; [ $$rc -le 1 ]
 	$(PC) corpus diff $(OUT)/host/results.json $(OUT)/kernel/results.json --out $(OUT)/diff.md; \

@@ -9,6 +9,9 @@
 #   OUT      output directory (default out/ci-kernel): host/, kernel/, diff.md, fuzz-*/
 #   PREV_KERNEL  the kernel before the upgrade (debian:PACKAGE of the same series): if a
 #            verdict changed, `powercut bisect` finds the first kernel between them (bisect.txt)
+#   COORDINATOR, CAMPAIGN  join the fuzz step to a campaign shared with other jobs
+#            (redis://HOST:PORT/N and a name; docs/scale-out.md): the jobs of one
+#            kernel share one exhaustive space instead of each running its start
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${KERNEL:-}" ]; then
@@ -20,6 +23,10 @@ args=(KERNEL="$KERNEL" OUT="$OUT")
 [ -n "${ENTRIES:-}" ] && args+=(ENTRIES="$ENTRIES")
 [ -n "${ROWS:-}" ] && args+=(ROWS="$ROWS")
 [ -n "${PREV_KERNEL:-}" ] && args+=(PREV_KERNEL="$PREV_KERNEL")
+if [ -n "${COORDINATOR:-}" ]; then
+    [ -n "${CAMPAIGN:-}" ] || { echo "kernel-upgrade-job: COORDINATOR needs CAMPAIGN=NAME" >&2; exit 2; }
+    args+=(CI_FUZZ_ARGS="--coordinator $COORDINATOR --campaign $CAMPAIGN")
+fi
 make ci-kernel "${args[@]}"
 rc=$?
 # make exits 2 on any failure; the steps' own statuses say what happened:

@@ -46,7 +46,8 @@ from foundation.errors import EnvError, UsageError
 
 LEASE_S = float(os.environ.get("POWERCUT_LEASE_S", "30"))   # a machine silent this long is gone
 TIMEOUT_S = 5.0                                             # one Redis call, connecting included
-FILE_LIMIT = 64 << 20                                       # a finding's files stored in Redis up to this
+# A finding's files are stored in Redis up to this many bytes (bigger: recorded without them).
+FILE_LIMIT = int(float(os.environ.get("POWERCUT_FILE_LIMIT_MIB", "64")) * (1 << 20))
 
 # What every machine must agree on: the run configuration and the engine's options
 # (per-machine and per-session options are left out: duration, jobs, seed, limits, AFL names).
@@ -164,8 +165,8 @@ NEW, TAKEN_OVER, WAIT, ALL_DONE = 0, 1, 2, 3
 
 def check_url(url: str) -> str:
     u = urlparse(url)
-    if u.scheme != "redis" or not u.hostname:
-        raise UsageError(f"--coordinator {url}: expected redis://HOST:PORT/N")
+    if u.scheme not in ("redis", "rediss") or not u.hostname:
+        raise UsageError(f"--coordinator {url}: expected redis://[:PASSWORD@]HOST:PORT/N (rediss:// for TLS)")
     return url
 
 

@@ -253,6 +253,7 @@ def test_exhaustive_gives_an_index_the_harness_failed_on_one_more_try(monkeypatc
 
     class W:  # just what the engine asks of a worker
         options = {"seq": 1, "seq_cap": 0}
+        coord = None  # not joined to other machines
         tried: list[int] = []
 
         def should_stop(self) -> bool:
