@@ -4,7 +4,9 @@ Worker n runs one afl-fuzz instance, PREFIXn, in the sync directory
 CAMPAIGN/afl (or --afl-sync-dir): the first is the main instance (-M) unless
 --afl-secondary, the others are secondaries (-S). Instances on other
 machines sync through the same directory (shared, or rsync'd: AFL++ imports
-every other instance's queue/ it finds there). The target is not
+every other instance's queue/ it finds there), or, in a joined campaign,
+through the coordinator's Redis (fuzz/afl_sync.py; instance names carry the
+machine's tag, and the campaign's first instance is the only -M). The target is not
 instrumented and writes its own feedback (AFL_SKIP_BIN_CHECK, AFL_MAP_SIZE),
 runs without a fork server (AFL_NO_FORKSRV: a Python process per input) and
 is mutated only by the op-record mutator (AFL_PYTHON_MODULE,
@@ -30,6 +32,7 @@ from foundation import ownership, paths
 from foundation.errors import EnvError
 from foundation.runstate import RunState, spawn_recorded
 from foundation.sysres import wait_pid_gone
+from fuzz.afl_sync import QueueSync, claim_main, machine_tag
 from fuzz.afl_target import PIDFILE, TIME_LIMIT_S, pending_dir
 from fuzz.worker import Worker
 from workloads.format import workload_doc
@@ -70,7 +73,10 @@ def environment(w: Worker) -> dict[str, str]:
 
 
 def command(w: Worker, sync_dir: str, instance: str) -> list[str]:
-    role = "-S" if w.number or w.options.get("afl_secondary") else "-M"
+    if w.coord is not None:  # joined: the first instance of the whole campaign is the main one
+        role = "-M" if claim_main(w.coord, instance) else "-S"
+    else:
+        role = "-S" if w.number or w.options.get("afl_secondary") else "-M"
     resumed = os.path.isdir(os.path.join(sync_dir, instance, "queue"))
     return [afl_fuzz(), "-i", "-" if resumed else seeds(sync_dir, w.seed), "-o", sync_dir, role, instance,
             "-t", str(EXEC_TIMEOUT_MS), "-m", "none", "-s", str(w.seed + w.number), "--",
@@ -82,7 +88,9 @@ def run(w: Worker) -> None:
     sync_dir = os.path.abspath(w.options.get("afl_sync_dir") or w.campaign.sub("afl"))
     if not os.path.isdir(sync_dir):
         ownership.make_dir(sync_dir)
-    instance = f"{w.options.get('afl_prefix', 'w')}{w.number}"
+    prefix = w.options.get("afl_prefix", "w")
+    instance = f"{prefix}{machine_tag(w.coord)}-{w.number}" if w.coord is not None else f"{prefix}{w.number}"
+    sync = QueueSync(w.coord, sync_dir, instance) if w.coord is not None else None
     target = f"{w.name}-target"
     state = RunState.create(f"afl-fuzz {instance}")
     log = open(os.path.join(sync_dir, f"{instance}.log"), "ab")
@@ -93,6 +101,8 @@ def run(w: Worker) -> None:
         try:
             while not w.should_stop() and proc.poll() is None:
                 triage_pending(w, pending)
+                if sync is not None:
+                    sync()
                 time.sleep(POLL_S)
             if proc.poll() is not None and not w.should_stop():
                 raise EnvError(f"afl-fuzz exited with {proc.returncode}: see {log.name}")

@@ -265,3 +265,24 @@ def test_hypothesis_machines_share_examples_and_one_set_of_findings(pc: PcEnv) -
     check_saved_once(pc.tmp / "merged", [pc.tmp / "m0", pc.tmp / "m1"])
     merged = json.loads((pc.tmp / "merged" / "report.json").read_text())
     assert merged["workloads"] == len(journal(pc.tmp / "m0")) + 1
+
+
+@pytest.mark.skipif(shutil.which("afl-fuzz") is None, reason="afl++ not installed (`make afl`)")
+def test_afl_instances_have_unique_names_and_share_queues_through_redis(pc: PcEnv) -> None:
+    with lab(pc.tmp, 2) as n:
+        procs = [start(pc, n, j, "afl", "--fs", "ext4", "--engine", "afl", "--duration", "60s", "--seed", str(j))
+                 for j in range(2)]
+        for p in procs:
+            rc, out = finished(p)
+            assert rc == 0, out
+    own = [sorted(r for r in json.loads((pc.tmp / f"m{j}" / "report.json").read_text())["afl"]) for j in range(2)]
+    assert len(own[0]) == len(own[1]) == 1 and own[0] != own[1], own
+    mains = [" -M " in (pc.tmp / f"m{j}" / "afl" / own[j][0] / "fuzzer_stats").read_text() for j in range(2)]
+    assert sorted(mains) == [False, True], mains  # one -M for the whole campaign
+    for j in range(2):
+        theirs, mine = own[1 - j][0], pc.tmp / f"m{j}" / "afl"
+        queue = pc.tmp / f"m{1 - j}" / "afl" / theirs / "queue"
+        sent = {f.name: f.read_bytes() for f in queue.iterdir() if f.name.startswith("id:")}
+        got = {f.name: f.read_bytes() for f in (mine / theirs / "queue").iterdir()}
+        assert sent and set(got) <= set(sent) and all(got[k] == sent[k] for k in got), (sorted(got), sorted(sent))
+        assert len(got) >= len([k for k in sent if "orig:" in k])  # at least the seeds' entries arrived
