@@ -264,9 +264,13 @@ class Coordinator:
         return bool(self._script("claim_sig", key))
 
     def known_signatures(self) -> set[str]:
-        saved, claims = self.call("read", lambda: (self.r.hkeys(self.key("saved")), self.r.hgetall(self.key("claims"))))
-        alive = {m for m, _ in claims.items() if self.r.exists(self.key("alive", m.decode()))} if claims else set()
-        return {k.decode() for k in saved} | {k.decode() for k, m in claims.items() if m in alive}
+        """Signature keys saved, or claimed by a live machine (being shrunk)."""
+        def read() -> set[str]:
+            claims = self.r.hgetall(self.key("claims"))
+            alive = {m for m in set(claims.values()) if self.r.exists(self.key("alive", m.decode()))}
+            return {k.decode() for k in self.r.hkeys(self.key("saved"))} | \
+                {k.decode() for k, m in claims.items() if m in alive}
+        return set(self.call("read", read))
 
     def next_finding_number(self) -> int:
         return int(self.call("save", lambda: self.r.incr(self.key("seq"))))
@@ -320,10 +324,13 @@ class Heartbeat:
         while not self._stop.wait(LEASE_S / 3):
             try:
                 self.coord.heartbeat()
-                self.coord.publish(self.totals())
             except CoordinatorLost as e:
                 self.lost = str(e)
                 return
+            try:  # the totals are for `campaign status` only: a failure here must not stop the heartbeat
+                self.coord.publish(self.totals())
+            except Exception:  # the next beat tries again
+                continue
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()

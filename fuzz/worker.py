@@ -19,7 +19,7 @@ from checkers.findings import Finding
 from harness.backends import BackendOpener
 from foundation.errors import PowercutError, Terminated
 from harness.pipeline.run import RunConfig
-from fuzz.coordinator import Coordinator
+from fuzz.coordinator import Coordinator, CoordinatorLost
 from fuzz.layout import CampaignDir, remove_owned
 from fuzz.minimize import Shrinker
 from fuzz.shared_store import SharedFindingStore
@@ -105,7 +105,11 @@ class Worker:
         self.last_entry = entry
         self.campaign.append(self.name, entry)
         if self.coord is not None and (entry.get("index") is None or "error" in entry):
-            self.coord.append(entry)
+            try:
+                self.coord.append(entry)
+            except CoordinatorLost:
+                # Kept here (the journal); the machine stops, and the campaign says why when it does.
+                self.stop.set()
 
     def new_signatures(self, trial: Trial) -> list[tuple[Signature, Finding]]:
         known = self.store.known()
