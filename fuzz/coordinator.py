@@ -179,7 +179,10 @@ class Coordinator:
         self.url, self.name = check_url(url), name
         self.prefix = f"powercut:{name}:"
         self.machine = machine or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.r = redis.Redis.from_url(url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S)
+        try:
+            self.r = redis.Redis.from_url(url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S)
+        except ValueError as e:  # a port or database that is not a number
+            raise UsageError(f"--coordinator {url}: {e}") from e
         self._scripts = {n: self.r.register_script(s) for n, s in
                          (("claim", _CLAIM), ("complete", _COMPLETE), ("release", _RELEASE),
                           ("claim_sig", _CLAIM_SIG), ("save", _SAVE))}
