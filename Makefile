@@ -26,6 +26,10 @@ SOAK_FS        ?= ext4 ext4:fast_commit xfs btrfs
 SOAK_WORKLOADS ?= 300
 SOAK_DURATION  ?= 4h
 SOAK_OPS       ?= 5-20
+# make soak on several machines: each configuration one campaign joined through this Redis
+# (redis://HOST:PORT/N), named SOAK_CAMPAIGN-CONFIG; run the same make soak on every machine.
+SOAK_COORDINATOR ?=
+SOAK_CAMPAIGN    ?= soak
 # The oracle's tier for make fuzz/soak: linux (what ext4/xfs/btrfs developers promise) or posix.
 SEMANTICS      ?= linux
 
@@ -100,7 +104,8 @@ soak: deps
 	    fs=$${c%%:*}; feat=$${c#$$fs}; feat=$${feat#:}; \
 	    $(PC) fuzz --fs $$fs $${feat:+--mkfs-opts "-O $$feat"} --engine $(ENGINE) --max-workloads $(SOAK_WORKLOADS) \
 	        --duration $(SOAK_DURATION) --jobs $(JOBS) --ops $(SOAK_OPS) --semantics $(SEMANTICS) \
-	        --out $$out/$$fs$${feat:+-$$feat} $(FUZZ_ARGS); \
+	        --out $$out/$$fs$${feat:+-$$feat} $(FUZZ_ARGS) \
+	        $(if $(SOAK_COORDINATOR),--coordinator $(SOAK_COORDINATOR) --campaign $(SOAK_CAMPAIGN)-$$fs$${feat:+-$$feat}); \
 	    r=$$?; [ $$r -gt $$rc ] && rc=$$r; [ $$r -ge 2 ] && break; \
 	done; \
 	$(VENV)/bin/python -m harness.reports.soak_summary --json $$out/summary.json $$out \

@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.e2e, needs_root_stack,
 PORT = 6379
 LEASE_S = "10"  # a killed machine's positions go to the others after this long (beats every third of it)
 SPACE = ["--fs", "ext4", "--engine", "exhaustive", "--seq", "1", "--core-ops", "creat,unlink,rename",
-         "--fault", "drop-flush", "--shrink-seconds", "20", "--duration", "10m", "--jobs", "1"]
+         "--fault", "drop-flush", "--shrink-seconds", "8", "--duration", "10m", "--jobs", "1"]
 SPACE_SIZE = 9
 
 
