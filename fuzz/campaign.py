@@ -247,9 +247,10 @@ class Campaign:
         if self.spec.engine == "exhaustive":
             space = f" of {self.space()}"
         inner = f" (+{t.recovery_states} inside recoveries)" if self.cfg.recovery_crash else ""
-        if self.coord is not None:
-            space = f" here, campaign {self.coord.name}: {self._joined_done()}{space} done"
-        return (f"{self.spec.engine} {self.cfg.fs}: {t.workloads}{space} workloads ({r['workloads_per_minute']}/min)"
+        done = f"{t.workloads}{space} workloads"
+        if self.coord is not None:  # this machine's numbers, and how far the whole campaign is
+            done = f"{t.workloads} workloads here (campaign {self.coord.name}: {self._joined_done()}{space} done)"
+        return (f"{self.spec.engine} {self.cfg.fs}: {done} ({r['workloads_per_minute']}/min)"
                 f", {t.states} crash states{inner} ({r['crash_states_per_second']}/s), findings: {kinds}, "
                 f"saved {len(self.store.dirs())}, elapsed {clock(r['elapsed_s'])}, remaining {clock(remaining)}")
 
