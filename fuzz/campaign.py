@@ -248,8 +248,10 @@ class Campaign:
             space = f" of {self.space()}"
         inner = f" (+{t.recovery_states} inside recoveries)" if self.cfg.recovery_crash else ""
         done = f"{t.workloads}{space} workloads"
-        if self.coord is not None:  # this machine's numbers, and how far the whole campaign is
+        if self.coord is not None and space:  # this machine's numbers, and how far the whole space is
             done = f"{t.workloads} workloads here (campaign {self.coord.name}: {self._joined_done()}{space} done)"
+        elif self.coord is not None:
+            done = f"{t.workloads} workloads here (campaign {self.coord.name})"
         return (f"{self.spec.engine} {self.cfg.fs}: {done} ({r['workloads_per_minute']}/min)"
                 f", {t.states} crash states{inner} ({r['crash_states_per_second']}/s), findings: {kinds}, "
                 f"saved {len(self.store.dirs())}, elapsed {clock(r['elapsed_s'])}, remaining {clock(remaining)}")
