@@ -19,7 +19,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from checkers.crashwalk.walk import Inspect, RecoveryOptions, check_crash_states
+from checkers.crashwalk.walk import Inspect, RecoveryOptions, WalkOptions, check_crash_states
 from checkers.crashwalk.recovery_crash import RecoveryCrashSpec
 from checkers.crashwalk.recovery_modes import check_recovers, mode_opts, parse_recovery
 from checkers.findings import Finding
@@ -280,11 +280,11 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
         walk_t0 = time.perf_counter()
         label = f"checking {fs.name}" + _budget_label(checks.report.get("budget"))
         with (nullcontext() if cfg.quiet else CrashProgress(label)) as progress:
+            opts = WalkOptions(reorder=cfg.reorder_spec(), jobs=cfg.jobs, first_failure=cfg.first_failure,
+                               inspect=inspect, engines=None if image else engines, progress=progress,
+                               only=state_ids, recovery=recovery, image=image)
             result = check_crash_states(rec.log_path, points, fs=fs, mount_opts=mount_opts,
-                                        device_bytes=rec.device_bytes, state=state, reorder=cfg.reorder_spec(),
-                                        jobs=cfg.jobs, first_failure=cfg.first_failure, inspect=inspect,
-                                        engines=None if image else engines, progress=progress, only=state_ids,
-                                        recovery=recovery, image=image)
+                                        device_bytes=rec.device_bytes, state=state, opts=opts)
         walk_s = time.perf_counter() - walk_t0
         figures = plots.result() if plots else None
     finally:
