@@ -296,7 +296,8 @@ def totals_fields(t: Totals) -> dict[str, Any]:
             "first_harness_error": t.first_error, "crash_states_checked": t.states,
             "mount_retries": t.mount_retries, "device_waits": t.device_waits,
             "recovery_crash_states_checked": t.recovery_states, "ops_per_workload": ops_distribution(t.ops),
-            "findings_by_kind": dict(sorted(t.kinds.items())), "signatures_found": sorted(t.signatures)}
+            "findings_by_kind": dict(sorted(t.kinds.items())), "expected_damage": t.expected_damage,
+            "signatures_found": sorted(t.signatures)}
 
 
 def saved_entry(s: dict[str, Any]) -> dict[str, Any]:
@@ -340,6 +341,9 @@ def summary(report: dict[str, Any], path: str) -> str:
              f"checked: {report['crash_states_checked']} ({report['crash_states_per_second']}/s), shrink runs: "
              f"{report['shrink_runs']}",
              f"  findings (crash states): {kinds}"]
+    if report.get("expected_damage"):
+        lines.append(f"  expected damage (the configuration documents it, e.g. ext4 without a journal before a "
+                     f"completed sync; not findings): {report['expected_damage']}")
     if report["run"].get("recovery_crash"):
         lines.insert(3, f"  crash states inside recoveries checked: {report['recovery_crash_states_checked']} "
                         f"(--recovery-crash-rate {report['run']['recovery_crash_rate']}, at most "

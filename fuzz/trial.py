@@ -103,7 +103,8 @@ class Trial:
                 **({"signatures": sorted(s.key() for s, _ in self.signatures())} if kinds else {}),
                 "mount_retries": len(self.result.report.get("mount_retries", [])),
                 "device_waits": len(self.result.report.get("device_waits", [])),
-                "recovery_states": (self.result.report.get("recovery_crash") or {}).get("states_checked", 0), **extra}
+                "recovery_states": (self.result.report.get("recovery_crash") or {}).get("states_checked", 0),
+                "expected_damage": (self.result.report.get("expected_damage") or {}).get("count", 0), **extra}
 
 
 def digest(doc: dict[str, Any]) -> str:
