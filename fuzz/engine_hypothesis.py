@@ -17,16 +17,20 @@ directory or a Redis URL; in a joined campaign (--coordinator) it is in the
 coordinator's Redis, under the campaign's keys.
 
 A workload whose new finding was saved ends its round as a failure
-(NewFinding), so Hypothesis keeps it in the example database; every round
-on every machine sharing that database replays it first (Phase.reuse). The
-replay Hypothesis makes of a failure before reporting it is answered from
-memory, not run again.
+(NewFinding), so Hypothesis keeps it in the example database; each worker's
+first round on every machine sharing that database replays it first
+(Phase.reuse; later rounds only generate). The replay Hypothesis makes of a
+failure before reporting it is answered from memory, not run again. A
+joined campaign's database forgets nothing (Hypothesis deletes a replayed
+example that no longer fails: here it passes because its bug is saved, and
+the next machine to join should still replay it).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
@@ -53,9 +57,29 @@ def example_database(spec: str) -> ExampleDatabase:
     return DirectoryBasedExampleDatabase(spec)
 
 
+class Unforgetting(ExampleDatabase):
+    """DB without deletes: every machine that joins replays every failing example found so far."""
+
+    def __init__(self, db: ExampleDatabase) -> None:
+        super().__init__()
+        self.db = db
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self.db.save(key, value)
+
+    def fetch(self, key: bytes) -> Iterable[bytes]:
+        return self.db.fetch(key)
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        pass
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self.db.save(dest, value)
+
+
 def worker_database(w: Worker) -> ExampleDatabase:
     if w.coord is not None:
-        return RedisExampleDatabase(w.coord.r, key_prefix=w.coord.key("hyp").encode() + b":")
+        return Unforgetting(RedisExampleDatabase(w.coord.r, key_prefix=w.coord.key("hyp").encode() + b":"))
     return example_database(w.options.get("hypothesis_db") or w.campaign.sub("hypothesis-db"))
 
 
@@ -77,7 +101,7 @@ def run(w: Worker) -> None:
         failing: list[str] = []  # the workload of this round's NewFinding, as JSON
 
         @settings(database=db, max_examples=ROUND_EXAMPLES, deadline=None, report_multiple_bugs=False,
-                  phases=[Phase.explicit, Phase.reuse, Phase.generate],
+                  phases=[Phase.explicit, *([Phase.reuse] if n == 1 else []), Phase.generate],
                   suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet, print_blob=False)
         @seed(hash((w.seed, w.number, done, n)) & 0xFFFFFFFF)
         @given(generated)

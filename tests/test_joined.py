@@ -154,7 +154,8 @@ def check_saved_once(merged: Path, machines: list[Path]) -> None:
         info = json.loads((d / "finding.json").read_text())
         assert set(info["signatures"]) - first_for, f"{d.name} saved again: {info['signatures']}"
         first_for |= set(info["signatures"])
-        assert (d / "crash.img.tar.gz").is_file() and (d / "reproduce.sh").is_file()
+        assert (d / "reproduce.sh").is_file() and (d / "workload.json").is_file()
+        assert (d / "crash.img.tar.gz").is_file() or info["state_id"] is None  # semantics: no crash state
     local = [d.name for m in machines for d in (m / "findings").glob("[0-9]*") if (d / "finding.json").is_file()]
     assert sorted(local) == [d.name for d in findings], (local, findings)
 
