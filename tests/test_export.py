@@ -57,16 +57,20 @@ def test_fstests_export_is_a_generic_test_with_golden_output(pc: PcEnv, finding:
     out, _ = export(pc, finding, "fstests")
     test, golden = (out / "generic-999").read_text(), (out / "generic-999.out").read_text()
     assert subprocess.run(["bash", "-n", str(out / "generic-999")]).returncode == 0
+    # an fsck finding: the test prints nothing, fsck judges
     assert golden == "QA output created by 999\nSilence is golden\n"
     for helper in ("_begin_fstest", "_require_scratch", "_require_dm_target flakey",
                    "_require_scratch_ext4_feature fast_commit", "_scratch_mkfs -O fast_commit",
-                   "_init_flakey", "_mount_flakey", "_flakey_drop_and_remount", "_check_scratch_fs"):
+                   "_init_flakey", "_scratch_mount", "_flakey_drop_and_remount", "_check_scratch_fs"):
         assert helper in test, helper
-    # the ops, in order, before the power cut; nothing after it
-    body = test[test.index("_mount_flakey\n"):test.index("_flakey_drop_and_remount")]
+    # the ops, in order, before the power cut; nothing after it; the fd the
+    # ops opened is held by the test's shell and closed only after the cut
+    body = test[test.index("_scratch_mount\n"):test.index("_load_flakey_table $FLAKEY_DROP_WRITES")]
     assert [ln.split()[0] for ln in body.splitlines()[1:] if ln.strip() and not ln.startswith("#")] == \
-        ["$XFS_IO_PROG", "sync", "$XFS_IO_PROG", "mkdir", "$XFS_IO_PROG"], body
-    assert "truncate 3000" in body and "-c fsync $SCRATCH_MNT/bar" in body
+        ["exec", "sync", "$XFS_IO_PROG", "mkdir", "$XFS_IO_PROG"], body
+    assert "exec 3<>$SCRATCH_MNT/bar" in body and "truncate 3000" in body and "-c fsync /proc/$$/fd/3" in body
+    after = test[test.index("_load_flakey_table $FLAKEY_DROP_WRITES"):test.index("_flakey_drop_and_remount")]
+    assert "exec 3<&-" in after
     assert "Seen on kernels:" in test and "e2fsck" in test  # the evidence travels with it
 
 

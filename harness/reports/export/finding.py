@@ -34,6 +34,7 @@ class ExportInput:
     mount_opts: str
     device_bytes: int
     ops: list[dict[str, Any]]       # the ops completed at the crash point, in order
+    seqs: list[int]                 # each op's index in the workload (its marks' seq)
     ops_after: int                  # ops of the workload after them (not run: the crash comes first)
     in_flight: str = ""             # the op that was running at the crash point and is run to its end here
     kernels: list[str] = field(default_factory=list)      # seen on
@@ -73,6 +74,8 @@ def load(directory: str) -> ExportInput:
                                               info.get("crash_point"), info.get("crash_mark")):
         in_flight = ops[done]["op"]
         done += 1
+    # Ops that leave nothing on disk and that the exports have no form for
+    kept = [i for i in range(done) if ops[i]["op"] not in ("sleep", "fiemap", "statx")]
     cfg = info.get("config", {})
     kernels = [k for k in [report.get("kernel"), *info.get("seen_on", [])] if k]
     fsck = ""
@@ -86,7 +89,7 @@ def load(directory: str) -> ExportInput:
         in_order=state_id.startswith("p") and "-" not in state_id,
         fs=cfg.get("fs") or report["fs"], mkfs_opts=cfg.get("mkfs_opts", report.get("mkfs_opts", "")) or "",
         mount_opts=report.get("mount_opts", "") or "", device_bytes=int(report["device_bytes"]),
-        ops=[op for op in ops[:done] if op["op"] not in ("sleep", "fiemap")], ops_after=len(ops) - done,
+        ops=[ops[i] for i in kept], seqs=kept, ops_after=len(ops) - done,
         in_flight=in_flight,
         kernels=sorted(set(kernels)), fsck_output=fsck, expected=str(info.get("expected") or ""),
         found=str(info.get("found") or ""), evidence=info.get("evidence", {}))

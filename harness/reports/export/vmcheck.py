@@ -67,17 +67,19 @@ _require_scratch_ext4_feature() {{ :; }}
 _require_metadata_journaling() {{ :; }}
 _require_attrs() {{ :; }}
 _require_renameat2() {{ :; }}
+_require_test_program() {{ :; }}
 _scratch_mkfs() {{ {mkfs} "$@" $SCRATCH_DEV; }}
 _flakey_table() {{  # 0: every write passes, 1: every write is dropped
     size=$(blockdev --getsz $NON_FLAKEY_DEV)
     if [ "$1" = 1 ]; then echo "0 $size flakey $NON_FLAKEY_DEV 0 0 180 1 drop_writes"
     else echo "0 $size flakey $NON_FLAKEY_DEV 0 180 0"; fi
 }}
+FLAKEY_ALLOW_WRITES=0; FLAKEY_DROP_WRITES=1
 _init_flakey() {{ NON_FLAKEY_DEV=$SCRATCH_DEV; dmsetup create flakey-test --table "$(_flakey_table 0)" || _fail "no flakey target"; SCRATCH_DEV=/dev/mapper/flakey-test; }}
 _load_flakey_table() {{ dmsetup suspend --nolockfs flakey-test; _flakey_table $1 | dmsetup load flakey-test; dmsetup resume flakey-test; }}
-_mount_flakey() {{ mount -t $FSTYP $MOUNT_OPTIONS $SCRATCH_DEV $SCRATCH_MNT; }}
-_unmount_flakey() {{ umount $SCRATCH_MNT; }}
-_flakey_drop_and_remount() {{ _load_flakey_table 1; umount $SCRATCH_MNT; _load_flakey_table 0; _mount_flakey || echo "mount after the power cut failed"; }}
+_scratch_mount() {{ mount -t $FSTYP $MOUNT_OPTIONS $SCRATCH_DEV $SCRATCH_MNT || _fail "mount failed"; }}
+_scratch_unmount() {{ umount $SCRATCH_MNT; }}
+_flakey_drop_and_remount() {{ _load_flakey_table 1; umount $SCRATCH_MNT; _load_flakey_table 0; _scratch_mount; }}
 _cleanup_flakey() {{ dmsetup resume flakey-test 2>/dev/null; umount $SCRATCH_MNT 2>/dev/null; dmsetup remove flakey-test 2>/dev/null; }}
 _check_scratch_fs() {{
     {fsck} $SCRATCH_DEV >> $seqres.full 2>&1
