@@ -11,6 +11,10 @@ from harness.reports.export import shell
 
 
 def _cmd(args: argparse.Namespace) -> int:
+    if args.verify:  # a usage error before anything is written
+        from harness.reports.export.verify import check_fstests_dir, parse_kernels
+        parse_kernels(args.verify)
+        args.fstests = check_fstests_dir(args.fstests or os.environ.get("POWERCUT_FSTESTS"))
     x = export.load(args.finding)
     for k in args.seen_on or []:
         if k not in x.kernels:
@@ -44,9 +48,9 @@ def _cmd(args: argparse.Namespace) -> int:
 def _verify(x: export.ExportInput, args: argparse.Namespace, out: str) -> int:
     """Exit 1 when the first kernel shows the bug in both exports and the fixed one (if given) in neither."""
     from harness.reports.export import fstests
-    from harness.reports.export.verify import check_fstests_dir, parse_kernels, verify_on
+    from harness.reports.export.verify import parse_kernels, verify_on
     kernels = parse_kernels(args.verify)
-    checkout = check_fstests_dir(args.fstests or os.environ.get("POWERCUT_FSTESTS"))
+    checkout = args.fstests
     test, golden = fstests.render(x)
     script = shell.render(x)
     verdicts = []

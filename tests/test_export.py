@@ -105,6 +105,11 @@ def test_export_of_something_that_is_no_finding_is_one_line_exit_2(pc: PcEnv) ->
     assert POWERCUT  # (the command runs through the real CLI)
 
 
+def test_verify_with_no_fstests_checkout_is_one_line_exit_2(pc: PcEnv, finding: Path) -> None:
+    p = pc.run("export", str(finding), "--format", "fstests", "--verify", "debian:x", "--fstests", str(pc.tmp))
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "not an fstests checkout" in p.stderr, p.stderr
+
+
 def test_the_kernels_of_a_bisection_go_into_the_header(pc: PcEnv, finding: Path) -> None:
     from fuzz import bisect
     report = {"powercut_bisect": 1, "kernels": ["debian:A", "debian:B", "debian:C"], "first_changed": None,

@@ -24,7 +24,7 @@ from harness.reports.export.model import State, states_of
 
 SECTOR = 4096
 MAX_BYTES = 1 << 20          # larger ranges: the sector the finding names only
-_OP_MARK = re.compile(r"op \d+\.(\d+)\.\d+")
+_OP_SEQ = re.compile(r"\[op (\d+)[ ,]")   # the oracle's op description: "fsync(fd=0) [op 4, thread 0]"
 
 # Shell helpers both exports define (bash and busybox sh alike): a name's kind,
 # a byte range as runs ("4096x61 512x00": count x hex byte), the distinct bytes
@@ -92,8 +92,8 @@ def runs(data: bytes) -> str:
     return " ".join(out) or "(none)"
 
 
-def _seq(mark: str | None) -> int | None:
-    m = _OP_MARK.search(mark or "")
+def _seq(described: str | None) -> int | None:
+    m = _OP_SEQ.search(described or "")
     return int(m[1]) if m else None
 
 
@@ -109,7 +109,7 @@ class _Builder:
         self.n = len(x.ops)
         ev = x.evidence
         self.path: str = str(ev.get("path") or "")
-        seq = _seq(ev.get("op_mark"))
+        seq = _seq(ev.get("op"))
         # the op whose promise broke, as an index into the exported ops (None: no such op here)
         self.op = x.seqs.index(seq) if seq is not None and seq in x.seqs else None
 
@@ -162,7 +162,8 @@ def build(x: ExportInput, mnt: str) -> tuple[list[Check], list[str]]:
     b = _Builder(x, mnt)
     ev = x.evidence
     rule, found, expected = str(ev.get("rule") or ""), str(ev.get("found") or ""), str(ev.get("expected") or "")
-    promise = f"{ev['op']} made it durable" if ev.get("op") else "the ops never made it so"
+    op_text = re.sub(r" \[op .*\]$", "", str(ev.get("op") or ""))
+    promise = f"{op_text} made it durable" if op_text else "the ops never made it so"
     path = b.path
     if x.kind in ("mount", "fsck", "kernel", "design", "latency", "semantics"):
         return [], []
@@ -174,7 +175,7 @@ def build(x: ExportInput, mnt: str) -> tuple[list[Check], list[str]]:
     if rule == "rename-atomic" and b.op is not None:
         op = x.ops[b.op]
         return [b.kinds([op["from"], op["to"]], b.since(b.op),
-                        f"{ev['op']} leaves the file at its old or its new name, never at neither")], []
+                        f"{op_text} leaves the file at its old or its new name, never at neither")], []
     if rule == "ordered-metadata":
         m = re.fullmatch(r"(.*) (\S+), (.*) (\S+)", found)
         paths = [path] + ([m[3]] if m and m[3] != path else [])
@@ -182,7 +183,7 @@ def build(x: ExportInput, mnt: str) -> tuple[list[Check], list[str]]:
                         "namespace ops (ext4 and xfs journal them in order)")], []
     if rule == "untorn-write" and "range" in ev:
         s, e = ev["range"]
-        c = b.bytes_at(path, s, e - s, b.since(0), f"{ev['op']} is all there or not at all (RWF_ATOMIC)")
+        c = b.bytes_at(path, s, e - s, b.since(0), f"{op_text} is all there or not at all (RWF_ATOMIC)")
         return ([c], []) if c else ([], [f"the bytes of {path} are shifted by collapse/insert: not checked"])
     if x.kind == "stale-data" and not ev.get("op"):
         if "offset" in ev:
@@ -201,7 +202,7 @@ def build(x: ExportInput, mnt: str) -> tuple[list[Check], list[str]]:
     # the state the promising op made, or a later one
     states = b.since(b.floor())
     if expected in ("present", "absent") or found == "missing" or found.startswith("a "):
-        stays = f"after {ev['op']} returned, {path} is {expected or 'as it made it'} for good" if ev.get("op") else promise
+        stays = f"after {op_text} returned, {path} is {expected or 'as it made it'} for good" if op_text else promise
         return [b.kind(path, states, stays)], []
     if found.startswith("size "):
         return [b.size(path, states, promise)], []

@@ -34,6 +34,8 @@ TEST_DEV_BYTES = 512 << 20
 COPY = "fstests"
 
 GUEST_JOB = """set -u
+# No udev in the guest: dmsetup (fstests' and the script's) makes the /dev/mapper nodes itself.
+export DM_DISABLE_UDEV=1
 cd "$OUT"
 truncate -s {test_bytes} /tmp/test.img && truncate -s {scratch_bytes} /tmp/scratch.img
 TEST_DEV=$(losetup -f --show /tmp/test.img) && SCRATCH_DEV=$(losetup -f --show /tmp/scratch.img) || exit 2
