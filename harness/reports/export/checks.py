@@ -131,7 +131,9 @@ class _Builder:
         vals = [" ".join(s.kind(p) for p in paths) for s in states]
         return Check(" ".join(paths), cmd, _distinct(vals), why)
 
-    def size(self, path: str, states: list[State], why: str) -> Check:
+    def size(self, path: str, states: list[State], why: str) -> Check | None:
+        if any(i is not None and not i.exact for s in states for i in [s.inode(path)]):
+            return None
         vals = [str(len(i.data)) if (i := s.inode(path)) and i.kind == "file" else "" for s in states]
         return Check(f"{path} size", f"stat -c %s {self.at(path)} 2>/dev/null", _distinct(vals), why)
 
@@ -204,13 +206,13 @@ def build(x: ExportInput, mnt: str) -> tuple[list[Check], list[str]]:
     if expected in ("present", "absent") or found == "missing" or found.startswith("a "):
         stays = f"after {op_text} returned, {path} is {expected or 'as it made it'} for good" if op_text else promise
         return [b.kind(path, states, stays)], []
-    if found.startswith("size "):
-        return [b.size(path, states, promise)], []
-    if "offset" in ev:
-        off = int(ev["offset"])
-        c = b.bytes_at(path, off - off % SECTOR, SECTOR, states, promise)
-        return ([b.size(path, states, promise), c], []) if c else \
-            ([b.size(path, states, promise)], [f"the bytes of {path} are shifted by collapse/insert: not checked"])
+    if found.startswith("size ") or "offset" in ev:
+        off = int(ev.get("offset", 0))
+        data = [b.size(path, states, promise)] + \
+            ([b.bytes_at(path, off - off % SECTOR, SECTOR, states, promise)] if "offset" in ev else [])
+        checks = [c for c in data if c is not None]
+        return checks, [] if checks else [f"{path}: the model cannot follow its bytes (collapse/insert, "
+                                          "unaligned O_DIRECT): only the mount and fsck judge"]
     if "link count" in x.detail:
         vals = _distinct([str(s.nlink(path)) if s.inode(path) else "" for s in states])
         return [Check(f"{path} link count", f"stat -c %h {b.at(path)} 2>/dev/null", vals, promise)], []

@@ -10,7 +10,9 @@ may show, for a fact a completed fsync covers, only what one of
 states[g..k] shows (g: the op that made it durable).
 
 An op the model cannot follow exactly (collapse and insert ranges shift
-bytes) marks its inode inexact: no byte check is written for it.
+bytes; an unaligned O_DIRECT write fails or falls back to buffered I/O as
+the file system decides) marks its inode inexact: no size or byte check is
+written for it.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class _Fd:
     read: bool
     write: bool
     append: bool
+    direct: bool = False
 
 
 class Model:
@@ -138,6 +141,10 @@ class Model:
             return
         ino = self.inodes[fd.ino]
         at = len(ino.data) if fd.append else (fd.pos if off is None or off < 0 else off)
+        if fd.direct and (at % 4096 or length % 4096):
+            # Unaligned O_DIRECT: EINVAL, a buffered fallback (ext4), part of it: the file system's call
+            ino.exact = False
+            return
         self._write(ino, at, bytes([fill(i)]) * length)
         if off is None or off < 0:
             fd.pos = at + length
@@ -160,7 +167,8 @@ class Model:
                 return  # symlinks are followed by open(2); the workloads' never resolve: an error either way
             if "O_TRUNC" in flags and write:
                 self._resize(ino, 0)
-            self.fds[op["fd"]] = _Fd(ino_n, 0, "O_WRONLY" not in flags, write, "O_APPEND" in flags)
+            self.fds[op["fd"]] = _Fd(ino_n, 0, "O_WRONLY" not in flags, write, "O_APPEND" in flags,
+                                     "O_DIRECT" in flags)
         elif k == "close":
             self.fds.pop(op["fd"], None)
         elif k == "write":
