@@ -141,9 +141,9 @@ class _Builder:
         vals = []
         for s in states:
             ino = s.inode(path)
-            if ino is None or ino.kind != "file" or not ino.exact:
+            if ino is not None and (ino.kind != "file" or not ino.exact):
                 return None  # the model cannot say which bytes a correct kernel shows there
-            vals.append(runs(bytes(ino.data[start:start + length])))
+            vals.append(runs(bytes(ino.data[start:start + length])) if ino else runs(b""))  # absent: od reads nothing
         cmd = f"byte_runs -j {start} -N {length} {self.at(path)}"
         return Check(f"{path} bytes {start}..{start + length}", cmd, _distinct(vals), why)
 

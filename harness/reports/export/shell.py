@@ -127,6 +127,7 @@ fi
 dd if=/dev/zero of="$LOG_DEV" bs=1M count=1 conv=fsync 2>/dev/null
 
 say "kernel $(uname -r), $FS, mkfs options '$MKFS_OPTS', mount options '$MOUNT_OPTS'"
+KMSG_SEEN=$(dmesg 2>/dev/null | wc -l)   # a correct kernel logs no WARNING or BUG from here on
 sectors=$(blockdev --getsz "$DATA_DEV") || die "blockdev --getsz $DATA_DEV"
 dmsetup create "$LW" --table "0 $sectors log-writes $DATA_DEV $LOG_DEV" || die "no log-writes target (modprobe dm-log-writes)"
 $MKFS $MKFS_OPTS "/dev/mapper/$LW" >/dev/null || die "mkfs failed"
@@ -176,7 +177,13 @@ def _check_lines(checks: list[Check]) -> str:
 
 def _verdict(fs: str) -> str:
     bad = "[ $((code & 12)) -ne 0 ]" if fs == "ext4" else "[ $code -ne 0 ]"
-    return f"""if [ -n "$wrong" ]; then
+    return f"""warned=$(dmesg 2>/dev/null | tail -n +$((KMSG_SEEN + 1)) | grep -E 'WARNING:|BUG:|Oops|general protection' | head -n 5)
+if [ -n "$warned" ]; then
+    echo "RESULT: REPRODUCED: the kernel logged (fsck exit $code):"
+    echo "$warned"
+    exit 1
+fi
+if [ -n "$wrong" ]; then
     echo "RESULT: REPRODUCED: after the kernel's recovery, wrong:${{wrong#;}} (fsck exit $code)"
     exit 1
 fi
