@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,8 +81,8 @@ def load(directory: str) -> ExportInput:
     kernels = [k for k in [report.get("kernel"), *info.get("seen_on", [])] if k]
     fsck = ""
     if os.path.exists(os.path.join(directory, "fsck.txt")):
-        with open(os.path.join(directory, "fsck.txt")) as f:
-            fsck = f.read().strip()
+        with open(os.path.join(directory, "fsck.txt")) as f:  # the image's scratch path says nothing upstream
+            fsck = re.sub(r"/\S*/([^/\s]+\.img)\b", r"\1", f.read().strip())
     state_id = info.get("state_id") or ""
     return ExportInput(
         directory=os.path.abspath(directory), name=os.path.basename(os.path.abspath(directory)),

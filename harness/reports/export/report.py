@@ -42,7 +42,7 @@ def render(x: ExportInput, script_name: str) -> str:
         "## Crash point\n", crash + "\n",
         "## Expected (what a correct kernel shows after recovery)\n", want,
         "".join(f"- not checked: {u}\n" for u in unchecked),
-        "## Found\n", f"{ev.get('found') or x.found or x.detail}\n",
+        "## Found\n", f"{x.detail or ev.get('found') or x.found}\n",
     ]
     if ev.get("rule"):
         parts += ["## Rule and evidence\n", f"`{ev['rule']}`" + (f": {ev['reference']}" if ev.get("reference") else "")

@@ -53,7 +53,9 @@ def header(x: ExportInput, what: str) -> str:
         f"# The crash point fell while {x.in_flight} (the last op above) was running: it runs to its end here, "
         "and power goes right after it." if x.in_flight else "",
         "# What the kernel logged at the failed recovery mount:\n" + _comment(kernel_log) if kernel_log else "",
-        "# fsck after the kernel's recovery mount, as powercut saw it:\n" + _comment(x.fsck_output) if x.fsck_output else "",
+        # fsck's output is evidence only where fsck or the mount judged (a clean run is noise)
+        "# fsck after the kernel's recovery mount, as powercut saw it:\n" + _comment(x.fsck_output)
+        if x.fsck_output and x.kind in ("fsck", "mount", "corruption", "kernel") else "",
     ]
     return "\n".join(p for p in parts if p)
 
