@@ -1,0 +1,431 @@
+#!/bin/sh
+# Standalone reproducer of powercut finding 001-stale-data (stale-data).
+# Found: dir/bar: bytes 0..512 hold a chunk written by op 2 iter 0 at file offset 0 of pattern file 1
+# Expected: 0..512: zeros
+# File system: btrfs, mkfs options (none), mount options (none), device 128 MiB.
+# Seen on kernels: 6.12.113+deb12-amd64.
+# Ops completed before the power cut: mkdir(dir); open(dir/foo, O_CREAT|O_RDWR); pwrite(fd f, 0, 65536); sync(); ftruncate(fd f, 0); fsync(fd f); link(dir/foo, dir/bar); open(dir, O_RDONLY); fsync(fd d) (2 later ops of the workload never ran)
+# crash state p1301: the recorded log cut right after the last op above.
+# The crash point fell while fsync (the last op above) was running: it runs to its end here, and power goes right after it.
+#
+# Run as root on a host with device-mapper's log-writes target (dm-log-writes):
+#   sh 001-stale-data.sh           exit 1: reproduced, 0: the image came back clean, 2: could not run
+# Devices: three loop devices on files in $WORK (default: a new directory in /tmp), or
+# DATA_DEV, LOG_DEV and REPLAY_DEV (REPLAY_DEV is zeroed first). The ops run in a small
+# bundled C program (compiled with cc; PC_REPRO=/path/to/pc-repro to use a built one);
+# REPLAY_LOG=/path/to/xfstests/src/log-writes/replay-log replays with xfstests' tool instead.
+set -u
+FS=btrfs
+MKFS="mkfs.btrfs -q -f"
+MKFS_OPTS=''
+MOUNT_OPTS=''
+RECOVERY_OPTS=''
+FSCK="btrfs check --readonly"
+SIZE=134217728
+LOG_SIZE=268435456
+WORK=${WORK:-$(mktemp -d /tmp/pc-repro.XXXXXX)}
+MNT=$WORK/mnt
+LW=pc-repro-$$
+LOOPS=""
+say() { echo "repro: $*"; }
+cleanup() {
+    cd /
+    umount "$MNT" 2>/dev/null
+    dmsetup remove "$LW" 2>/dev/null
+    for l in $LOOPS; do losetup -d "$l" 2>/dev/null; done
+}
+die() { echo "repro: cannot run: $*" >&2; cleanup; exit 2; }
+trap cleanup EXIT
+mkdir -p "$MNT" || die "mkdir $MNT"
+[ "$(id -u)" = 0 ] || die "run as root"
+command -v dmsetup >/dev/null || die "dmsetup not found"
+
+if [ -z "${PC_REPRO:-}" ]; then
+    cat > "$WORK/pc-repro.c" <<'PC_REPRO_SOURCE'
+/* pc-repro: the small program a powercut shell export bundles.
+ *
+ *   pc-repro ops OP ARGS... [OP ARGS...]   run file-system ops in the current
+ *                                          directory, holding named fds open
+ *   pc-repro replay LOG TARGET MARK        write a dm-log-writes LOG onto TARGET
+ *                                          up to and including the entry MARK
+ *
+ * ops: open NAME PATH FLAGS MODE | close NAME | write NAME LEN | pwrite NAME OFF LEN
+ *      | read NAME LEN | pread NAME OFF LEN | fallocate NAME MODE OFF LEN
+ *      | ftruncate NAME LEN | truncate PATH LEN | fsync NAME | fdatasync NAME
+ *      | syncfs NAME | sync | sync_file_range NAME OFF LEN FLAGS
+ *      | rename FROM TO FLAGS | link FROM TO | symlink TARGET PATH | unlink PATH
+ *      | rmdir PATH | mkdir PATH MODE | setxattr PATH NAME LEN | removexattr PATH NAME
+ *      | mmap_write NAME OFF LEN MSYNC | pwritev2 NAME OFF FLAGS LEN,LEN,... | mark TEXT
+ * Numbers are decimal (FLAGS and MODE: the numeric values). Data is one byte
+ * value per op ('a' + op number % 26). `mark TEXT` runs
+ * `dmsetup message $PC_LOGWRITES 0 mark TEXT`. Each op prints one line with its
+ * result; a failing op is reported and the run goes on, like powercut's executor.
+ *
+ * The log format (little endian): a super block (magic, version, nr_entries,
+ * sectorsize), then per entry one header block (sector, nr_sectors, flags,
+ * data_len; a mark's text follows the header) and nr_sectors * sectorsize
+ * bytes of data unless it is a discard (written as zeros here).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#define MAXFDS 64
+#define LW_MAGIC 0x6A736677736872ULL
+#define LW_DISCARD 4
+#define LW_MARK 8
+
+static struct { char name[64]; int fd; } fds[MAXFDS];
+static int nfds;
+
+static int fd_of(const char *name)
+{
+    for (int i = 0; i < nfds; i++)
+        if (!strcmp(fds[i].name, name))
+            return fds[i].fd;
+    return -1;
+}
+
+static void bind_fd(const char *name, int fd)
+{
+    for (int i = 0; i < nfds; i++)
+        if (!strcmp(fds[i].name, name)) {
+            fds[i].fd = fd;
+            return;
+        }
+    if (nfds < MAXFDS) {
+        snprintf(fds[nfds].name, sizeof fds[nfds].name, "%s", name);
+        fds[nfds++].fd = fd;
+    }
+}
+
+static long long num(const char *s) { return strtoll(s, NULL, 10); }
+
+static char *buffer(size_t len, int op)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, len ? len : 1))  /* aligned: O_DIRECT works too */
+        return NULL;
+    memset(p, 'a' + op % 26, len);
+    return p;
+}
+
+static long long run_mark(const char *text)
+{
+    const char *dev = getenv("PC_LOGWRITES");
+    if (!dev)
+        return errno = EINVAL, -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        execlp("dmsetup", "dmsetup", "message", dev, "0", "mark", text, (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) < 0)
+        return -1;
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : (errno = EIO, -1);
+}
+
+static long long mmap_write(int fd, off_t off, size_t len, int do_msync, int op)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    off_t start = off - off % page;
+    size_t span = (size_t)(off - start) + len;
+    char *m = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_SHARED, fd, start);
+    if (m == MAP_FAILED)
+        return -1;
+    memset(m + (off - start), 'a' + op % 26, len);
+    long long r = do_msync ? msync(m, span, MS_SYNC) : 0;
+    munmap(m, span);
+    return r;
+}
+
+/* pwritev2(2) of consecutive parts (lengths LENS, comma separated) of one buffer. */
+static long long write_vec(int fd, off_t off, int flags, const char *lens, int op)
+{
+    struct iovec iov[16];
+    size_t total = 0;
+    int n = 0;
+    for (const char *p = lens; *p && n < 16; n++) {
+        char *end;
+        iov[n].iov_len = strtoull(p, &end, 10);
+        total += iov[n].iov_len;
+        p = *end == ',' ? end + 1 : end;
+    }
+    char *buf = buffer(total, op);
+    if (!buf)
+        return -1;
+    for (int i = 0, at = 0; i < n; at += (int)iov[i].iov_len, i++)
+        iov[i].iov_base = buf + at;
+    long long r = pwritev2(fd, iov, n, off, flags);
+    int saved = errno;
+    free(buf);
+    errno = saved;
+    return r;
+}
+
+/* Run the op at argv[0]; returns how many arguments it took (0: unknown op). */
+static int one_op(char **a, int left, int op)
+{
+    static const struct { const char *name; int args; } arity[] = {
+        {"open", 5}, {"close", 2}, {"write", 3}, {"pwrite", 4}, {"read", 3}, {"pread", 4},
+        {"fallocate", 5}, {"ftruncate", 3}, {"truncate", 3}, {"fsync", 2}, {"fdatasync", 2},
+        {"syncfs", 2}, {"sync", 1}, {"sync_file_range", 5}, {"rename", 4}, {"link", 3},
+        {"symlink", 3}, {"unlink", 2}, {"rmdir", 2}, {"mkdir", 3}, {"setxattr", 4},
+        {"removexattr", 3}, {"mmap_write", 5}, {"pwritev2", 5}, {"mark", 2},
+    };
+    int n = 0;
+    for (size_t i = 0; i < sizeof arity / sizeof arity[0]; i++)
+        if (!strcmp(a[0], arity[i].name))
+            n = arity[i].args;
+    if (!n || n > left)
+        return 0;
+    const char *k = a[0];
+    long long r = -1;
+    char *buf = NULL;
+    errno = 0;
+    if (!strcmp(k, "open")) {
+        r = open(a[2], (int)num(a[3]), (mode_t)num(a[4]));
+        if (r >= 0)
+            bind_fd(a[1], (int)r);
+    } else if (!strcmp(k, "close")) {
+        r = close(fd_of(a[1]));
+    } else if (!strcmp(k, "write")) {
+        buf = buffer((size_t)num(a[2]), op);
+        r = buf ? write(fd_of(a[1]), buf, (size_t)num(a[2])) : -1;
+    } else if (!strcmp(k, "pwrite")) {
+        buf = buffer((size_t)num(a[3]), op);
+        r = buf ? pwrite(fd_of(a[1]), buf, (size_t)num(a[3]), (off_t)num(a[2])) : -1;
+    } else if (!strcmp(k, "read")) {
+        buf = buffer((size_t)num(a[2]), op);
+        r = buf ? read(fd_of(a[1]), buf, (size_t)num(a[2])) : -1;
+    } else if (!strcmp(k, "pread")) {
+        buf = buffer((size_t)num(a[3]), op);
+        r = buf ? pread(fd_of(a[1]), buf, (size_t)num(a[3]), (off_t)num(a[2])) : -1;
+    } else if (!strcmp(k, "fallocate")) {
+        r = fallocate(fd_of(a[1]), (int)num(a[2]), (off_t)num(a[3]), (off_t)num(a[4]));
+    } else if (!strcmp(k, "ftruncate")) {
+        r = ftruncate(fd_of(a[1]), (off_t)num(a[2]));
+    } else if (!strcmp(k, "truncate")) {
+        r = truncate(a[1], (off_t)num(a[2]));
+    } else if (!strcmp(k, "fsync")) {
+        r = fsync(fd_of(a[1]));
+    } else if (!strcmp(k, "fdatasync")) {
+        r = fdatasync(fd_of(a[1]));
+    } else if (!strcmp(k, "syncfs")) {
+        r = syncfs(fd_of(a[1]));
+    } else if (!strcmp(k, "sync")) {
+        sync();
+        r = 0;
+    } else if (!strcmp(k, "sync_file_range")) {
+        r = sync_file_range(fd_of(a[1]), (off_t)num(a[2]), (off_t)num(a[3]), (unsigned)num(a[4]));
+    } else if (!strcmp(k, "rename")) {
+        r = syscall(SYS_renameat2, AT_FDCWD, a[1], AT_FDCWD, a[2], (unsigned)num(a[3]));
+    } else if (!strcmp(k, "link")) {
+        r = link(a[1], a[2]);
+    } else if (!strcmp(k, "symlink")) {
+        r = symlink(a[1], a[2]);
+    } else if (!strcmp(k, "unlink")) {
+        r = unlink(a[1]);
+    } else if (!strcmp(k, "rmdir")) {
+        r = rmdir(a[1]);
+    } else if (!strcmp(k, "mkdir")) {
+        r = mkdir(a[1], (mode_t)num(a[2]));
+    } else if (!strcmp(k, "setxattr")) {
+        buf = buffer((size_t)num(a[3]), op);
+        r = buf ? setxattr(a[1], a[2], buf, (size_t)num(a[3]), 0) : -1;
+    } else if (!strcmp(k, "removexattr")) {
+        r = removexattr(a[1], a[2]);
+    } else if (!strcmp(k, "mmap_write")) {
+        r = mmap_write(fd_of(a[1]), (off_t)num(a[2]), (size_t)num(a[3]), (int)num(a[4]), op);
+    } else if (!strcmp(k, "pwritev2")) {
+        r = write_vec(fd_of(a[1]), (off_t)num(a[2]), (int)num(a[3]), a[4], op);
+    } else if (!strcmp(k, "mark")) {
+        r = run_mark(a[1]);
+    }
+    int saved = errno;
+    free(buf);
+    printf("op %d: %s", op, k);
+    for (int i = 1; i < n; i++)
+        printf(" %s", a[i]);
+    if (r < 0)
+        printf(" = -1 (%s)\n", strerror(saved));
+    else
+        printf(" = %lld\n", r);
+    fflush(stdout);
+    return n;
+}
+
+static int ops(int argc, char **argv)
+{
+    int op = 0;
+    for (int i = 0; i < argc;) {
+        int used = one_op(argv + i, argc - i, op++);
+        if (!used) {
+            fprintf(stderr, "pc-repro: bad op at '%s'\n", argv[i]);
+            return 2;
+        }
+        i += used;
+    }
+    return 0;
+}
+
+static uint64_t le64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static int replay(const char *log, const char *target, const char *mark)
+{
+    int lf = open(log, O_RDONLY), tf = open(target, O_WRONLY);
+    if (lf < 0 || tf < 0) {
+        perror("pc-repro replay: open");
+        return 2;
+    }
+    unsigned char sb[32];
+    if (pread(lf, sb, sizeof sb, 0) != (ssize_t)sizeof sb || le64(sb) != LW_MAGIC) {
+        fprintf(stderr, "pc-repro replay: %s is no dm-log-writes log\n", log);
+        return 2;
+    }
+    uint64_t entries = le64(sb + 16);
+    uint32_t ss = (uint32_t)(sb[24] | sb[25] << 8 | sb[26] << 16 | (uint32_t)sb[27] << 24);
+    unsigned char *hdr = malloc(ss);
+    off_t pos = ss;
+    for (uint64_t i = 0; i < entries; i++) {
+        if (pread(lf, hdr, ss, pos) != (ssize_t)ss) {
+            fprintf(stderr, "pc-repro replay: log cut short at entry %llu\n", (unsigned long long)i);
+            return 2;
+        }
+        pos += ss;
+        uint64_t sector = le64(hdr), nr = le64(hdr + 8), flags = le64(hdr + 16), dlen = le64(hdr + 24);
+        if (flags & LW_MARK) {
+            if (dlen == strlen(mark) && !memcmp(hdr + 32, mark, dlen)) {
+                printf("replayed entries 0..%llu (mark %s)\n", (unsigned long long)i, mark);
+                return fsync(tf) ? 2 : 0;
+            }
+            continue;
+        }
+        size_t len = (size_t)(nr * ss);
+        unsigned char *data = calloc(1, len ? len : 1);
+        if (!(flags & LW_DISCARD)) {
+            if (pread(lf, data, len, pos) != (ssize_t)len) {
+                fprintf(stderr, "pc-repro replay: data of entry %llu cut short\n", (unsigned long long)i);
+                return 2;
+            }
+            pos += (off_t)len;
+        }
+        if (len && pwrite(tf, data, len, (off_t)(sector * ss)) != (ssize_t)len) {
+            perror("pc-repro replay: write");
+            return 2;
+        }
+        free(data);
+    }
+    fprintf(stderr, "pc-repro replay: mark '%s' not in %s\n", mark, log);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && !strcmp(argv[1], "ops"))
+        return ops(argc - 2, argv + 2);
+    if (argc == 5 && !strcmp(argv[1], "replay"))
+        return replay(argv[2], argv[3], argv[4]);
+    fprintf(stderr, "usage: pc-repro ops OP ARGS... | pc-repro replay LOG TARGET MARK\n");
+    return 2;
+}
+PC_REPRO_SOURCE
+    cc -O2 -o "$WORK/pc-repro" "$WORK/pc-repro.c" || die "cc could not build pc-repro (set PC_REPRO)"
+    PC_REPRO=$WORK/pc-repro
+fi
+
+loop_on() {  # a loop device on a new zeroed file $1 of $2 bytes
+    rm -f "$1"; truncate -s "$2" "$1" || die "truncate $1"
+    l=$(losetup --find --show "$1") || die "losetup $1"
+    LOOPS="$LOOPS $l"
+    echo "$l"
+}
+[ -n "${DATA_DEV:-}" ] || DATA_DEV=$(loop_on "$WORK/data.img" "$SIZE")
+[ -n "${LOG_DEV:-}" ] || LOG_DEV=$(loop_on "$WORK/log.img" "$LOG_SIZE")
+if [ -n "${REPLAY_DEV:-}" ]; then
+    dd if=/dev/zero of="$REPLAY_DEV" bs=1M count=$((SIZE >> 20)) conv=fsync 2>/dev/null || die "zeroing $REPLAY_DEV"
+else
+    REPLAY_DEV=$(loop_on "$WORK/replay.img" "$SIZE")
+fi
+# The log device starts zeroed, so no stale entry is read back.
+dd if=/dev/zero of="$LOG_DEV" bs=1M count=1 conv=fsync 2>/dev/null
+
+say "kernel $(uname -r), $FS, mkfs options '$MKFS_OPTS', mount options '$MOUNT_OPTS'"
+KMSG_SEEN=$(dmesg 2>/dev/null | wc -l)   # a correct kernel logs no WARNING or BUG from here on
+sectors=$(blockdev --getsz "$DATA_DEV") || die "blockdev --getsz $DATA_DEV"
+dmsetup create "$LW" --table "0 $sectors log-writes $DATA_DEV $LOG_DEV" || die "no log-writes target (modprobe dm-log-writes)"
+$MKFS $MKFS_OPTS "/dev/mapper/$LW" >/dev/null || die "mkfs failed"
+dmsetup message "$LW" 0 mark mkfs
+mount -t "$FS" ${MOUNT_OPTS:+-o "$MOUNT_OPTS"} "/dev/mapper/$LW" "$MNT" || die "mount of the new file system failed"
+say "running the ops; power is cut right after the last one (mark pc-crash)"
+(cd "$MNT" && PC_LOGWRITES=$LW "$PC_REPRO" ops mkdir dir 493 open f dir/foo 66 420 pwrite f 0 65536 sync ftruncate f 0 fsync f link dir/foo dir/bar open d dir 0 420 fsync d mark pc-crash) || die "the ops could not run"
+umount "$MNT" || die "umount"
+dmsetup remove "$LW" || die "dmsetup remove"
+
+say "replaying the log up to mark pc-crash onto $REPLAY_DEV"
+if [ -n "${REPLAY_LOG:-}" ]; then
+    "$REPLAY_LOG" --log "$LOG_DEV" --replay "$REPLAY_DEV" --end-mark pc-crash || die "replay-log failed"
+else
+    "$PC_REPRO" replay "$LOG_DEV" "$REPLAY_DEV" pc-crash || die "replay failed"
+fi
+
+say "recovery: mount (the kernel replays its journal), check, unmount"
+if ! mount -t "$FS" ${RECOVERY_OPTS:+-o "$RECOVERY_OPTS"} "$REPLAY_DEV" "$MNT"; then
+    echo "RESULT: REPRODUCED: the recovery mount failed; kernel log:"
+    dmesg | tail -n 15
+    exit 1
+fi
+(cd "$MNT" && ls -laR .) | head -n 60
+wrong=""
+byte_runs() {
+	od -A n -v -t x1 "$@" 2>/dev/null | tr -s ' ' '\n' | grep -v '^$' | uniq -c | \
+		awk '{ printf "%s%sx%s", sep, $1, $2; sep = " " } END { if (!NR) printf "(none)"; print "" }'
+}
+value=$(stat -c %s "$MNT"/dir/bar 2>/dev/null)
+case "$value" in
+0|'') say "as expected: dir/bar size: $value" ;;
+*) echo "WRONG: dir/bar size: $value"; echo '    a correct kernel shows: 0 or (nothing)'; wrong="$wrong; dir/bar size" ;;
+esac
+value=$(byte_runs -j 0 -N 4096 "$MNT"/dir/bar)
+case "$value" in
+'(none)') say "as expected: dir/bar bytes 0..4096: $value" ;;
+*) echo "WRONG: dir/bar bytes 0..4096: $value"; echo '    a correct kernel shows: (none)'; wrong="$wrong; dir/bar bytes 0..4096" ;;
+esac
+umount "$MNT" || die "umount after recovery"
+say "$FSCK $REPLAY_DEV"
+$FSCK "$REPLAY_DEV"
+code=$?
+warned=$(dmesg 2>/dev/null | tail -n +$((KMSG_SEEN + 1)) | grep -E 'WARNING:|BUG:|Oops|general protection' | head -n 5)
+if [ -n "$warned" ]; then
+    echo "RESULT: REPRODUCED: the kernel logged (fsck exit $code):"
+    echo "$warned"
+    exit 1
+fi
+if [ -n "$wrong" ]; then
+    echo "RESULT: REPRODUCED: after the kernel's recovery, wrong:${wrong#;} (fsck exit $code)"
+    exit 1
+fi
+if [ $code -ne 0 ]; then
+    echo "RESULT: REPRODUCED: fsck exit $code after the kernel's recovery (expected: clean)"
+    exit 1
+fi
+echo "RESULT: not reproduced: fsck exit $code, the recovered image is consistent"
+exit 0
