@@ -60,7 +60,8 @@ def test_fstests_export_is_a_generic_test_with_golden_output(pc: PcEnv, finding:
     # an fsck finding: the test prints nothing, fsck judges
     assert golden == "QA output created by 999\nSilence is golden\n"
     for helper in ("_begin_fstest", "_require_scratch", "_require_dm_target flakey",
-                   "_require_scratch_ext4_feature fast_commit", "_scratch_mkfs -O fast_commit",
+                   "_require_scratch_ext4_feature fast_commit", 'MKFS_OPTIONS="$MKFS_OPTIONS -O fast_commit"',
+                   "_scratch_mkfs_sized",
                    "_init_flakey", "_scratch_mount", "_flakey_drop_and_remount", "_check_scratch_fs"):
         assert helper in test, helper
     # the ops, in order, before the power cut; nothing after it; the fd the

@@ -15,7 +15,7 @@ fails the test) and `_check_scratch_fs` judge them.
 Helpers used (common/rc, common/dmflakey): _begin_fstest, _require_scratch,
 _require_dm_target, _require_xfs_io_command, _require_metadata_journaling,
 _require_scratch_ext4_feature, _require_attrs, _require_renameat2,
-_scratch_mkfs, _init_flakey, _scratch_mount, _load_flakey_table,
+_require_scratch_size, _scratch_mkfs_sized, _init_flakey, _scratch_mount, _load_flakey_table,
 _flakey_drop_and_remount, _scratch_unmount, _cleanup_flakey, _check_scratch_fs.
 """
 
@@ -32,7 +32,8 @@ NUMBER = "999"   # fstests' `./new generic` picks the real number; rename both f
 
 
 def _requires(x: ExportInput, needs: set[str], checks: list[Check]) -> list[str]:
-    out = ["_require_scratch", "_require_dm_target flakey", "_require_xfs_io_command fsync"]
+    out = ["_require_scratch", f"_require_scratch_size $(({x.device_bytes} / 1024))",
+           "_require_dm_target flakey", "_require_xfs_io_command fsync"]
     if x.fs == "ext4":
         features = [v for k, v in zip(x.mkfs_opts.split(), x.mkfs_opts.split()[1:]) if k == "-O"]
         out += [f"_require_scratch_ext4_feature {shlex.quote(f)}" for f in features if not f.startswith("^")]
@@ -63,6 +64,7 @@ def render(x: ExportInput) -> tuple[str, str]:
     notes = list(dict.fromkeys(script.caveats + unchecked))
     caveats = "".join(f"# Note: {c}\n" for c in notes)
     mount = f'MOUNT_OPTIONS="$MOUNT_OPTIONS -o {x.mount_opts}"\n' if x.mount_opts else ""
+    mkfs_opts = f'MKFS_OPTIONS="$MKFS_OPTIONS {x.mkfs_opts}"\n' if x.mkfs_opts else ""
     fs_line = f"_supported_fs {x.fs}\n" if x.mkfs_opts or x.mount_opts else ""
     held = [f"exec {n}<&-" for n in script.shell_fds.values()]
     close = ("\n# The fds the ops still hold die with the power: closed only now.\n" + "\n".join(held)) if held else ""
@@ -90,8 +92,8 @@ _cleanup()
 
 {fs_line}{chr(10).join(_requires(x, script.needs, checks))}
 
-{helpers(checks)}
-_scratch_mkfs{" " + x.mkfs_opts if x.mkfs_opts else ""} >> $seqres.full 2>&1 || _fail "mkfs failed"
+{helpers(checks) + chr(10) if checks else ""}{mkfs_opts}# The size the finding's device had: the bug may depend on the geometry.
+_scratch_mkfs_sized {x.device_bytes} >> $seqres.full 2>&1 || _fail "mkfs failed"
 _require_metadata_journaling $SCRATCH_DEV
 {mount}_init_flakey
 _scratch_mount

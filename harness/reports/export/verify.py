@@ -29,7 +29,9 @@ from harness.reports.export import fstests
 from harness.reports.export.finding import ExportInput
 
 TIMEOUT_S = 2400
-TEST_DEV_BYTES = 512 << 20
+TEST_DEV_BYTES = 1 << 30
+# fstests wants room: _require_scratch_ext4_feature makes a 512 MiB file system on SCRATCH_DEV
+SCRATCH_MIN_BYTES = 1 << 30
 # Where the checkout lives in the output directory; tests/generic/999 is added to the copy only.
 COPY = "fstests"
 
@@ -134,7 +136,7 @@ def verify_on(x: ExportInput, kernel_spec: str, fstests_dir: str, test: str, gol
         with open(os.path.join(work, "repro.sh"), "w") as f:
             f.write(script)
         fs = get_fs(x.fs)
-        job = GUEST_JOB.format(test_bytes=TEST_DEV_BYTES, scratch_bytes=max(x.device_bytes, 256 << 20),
+        job = GUEST_JOB.format(test_bytes=TEST_DEV_BYTES, scratch_bytes=max(x.device_bytes, SCRATCH_MIN_BYTES),
                                mkfs=" ".join(fs.mkfs_cmd("", "")[:-1]), copy=COPY, fs=fs.name,
                                number=fstests.NUMBER)
         command = f"OUT={work} sh -c {_q(job)}"

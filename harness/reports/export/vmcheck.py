@@ -53,7 +53,7 @@ fi
 # Stand-ins for the xfstests helpers the generated test calls (busybox sh).
 FSTESTS_SHIM = """seq=999; seqres=/tmp/999; tmp=/tmp/999.tmp; here=/pc; status=1
 : > $seqres.full
-FSTYP={fs}; SCRATCH_DEV=/dev/vda; SCRATCH_MNT=/mnt/scratch; MOUNT_OPTIONS=""
+FSTYP={fs}; SCRATCH_DEV=/dev/vda; SCRATCH_MNT=/mnt/scratch; MOUNT_OPTIONS=""; MKFS_OPTIONS=""
 XFS_IO_PROG={xfs_io}; SETFATTR_PROG=setfattr
 mkdir -p $SCRATCH_MNT
 _begin_fstest() {{ echo "QA output created by $seq"; }}
@@ -69,6 +69,8 @@ _require_attrs() {{ :; }}
 _require_renameat2() {{ :; }}
 _require_test_program() {{ :; }}
 _scratch_mkfs() {{ {mkfs} "$@" $SCRATCH_DEV; }}
+_scratch_mkfs_sized() {{ {mkfs} $MKFS_OPTIONS $SCRATCH_DEV; }}
+_require_scratch_size() {{ :; }}
 _flakey_table() {{  # 0: every write passes, 1: every write is dropped
     size=$(blockdev --getsz $NON_FLAKEY_DEV)
     if [ "$1" = 1 ]; then echo "0 $size flakey $NON_FLAKEY_DEV 0 0 180 1 drop_writes"
