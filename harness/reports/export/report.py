@@ -55,6 +55,7 @@ def render(x: ExportInput, script_name: str) -> str:
     parts += ["## Reproducers\n",
               f"An fstests test (copy to tests/generic/NNN and NNN.out of an fstests checkout, then `./check generic/NNN`):\n",
               _block(test, "bash"), "Its golden output:\n", _block(golden),
-              f"A standalone root script (dm-log-writes, no fstests needed): `{script_name}` beside this report; "
-              "exit 1 and `RESULT: REPRODUCED` when the bug shows.\n"]
+              f"A standalone root script (dm-log-writes, no fstests needed): `{script_name}`, written beside this "
+              "report by `powercut export --format report` (or `--format shell`); exit 1 and `RESULT: REPRODUCED` "
+              "when the bug shows.\n"]
     return "\n".join(parts)
