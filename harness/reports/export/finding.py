@@ -67,6 +67,8 @@ def load(directory: str) -> ExportInput:
     if any(op["op"] in ("repeat", "barrier") for op in ops):
         raise UsageError(f"{directory}: export does not handle repeat, barrier or fiemap ops yet")
     done = completed_ops(info.get("crash_mark"), len(ops))
+    if info["kind"] == "kernel" and info.get("evidence", {}).get("phase") == "workload":
+        done = len(ops)  # the kernel complained while running the ops: all of them run, then the power cut
     # A crash point after some of the next op's writes: that op had begun to
     # reach the disk. A power cut between ops cannot be in the middle of it,
     # so it runs to its end here (the nearest state after it).

@@ -35,7 +35,9 @@ def _comment(text: str, limit: int = 60) -> str:
 def header(x: ExportInput, what: str) -> str:
     """The comment block both exports start with: what was found, where, with what evidence."""
     ops = "; ".join(describe(op) for op in x.ops) or "(none: the crash comes before the first op)"
-    state = (f"crash state {x.state_id}: the recorded log cut right after the last op above"
+    state = ("no crash state: the kernel complained while the ops ran; power is cut after them all"
+             if not x.state_id else
+             f"crash state {x.state_id}: the recorded log cut right after the last op above"
              if x.in_order else
              f"crash state {x.state_id} is a reordered one (some writes of the last flush epoch dropped or torn); "
              "this script cuts power right after the last op above instead, which may not show the bug")
