@@ -46,7 +46,7 @@ bytes_within() {
 	if [ -z "$bad" ]; then echo yes; else echo "no:$bad"; fi
 }
 xattr_names() {
-	getfattr --absolute-names -m '^user\.' "$1" 2>/dev/null | grep '^user\.' | sort | tr '\n' ' '
+	${GETFATTR_PROG:-getfattr} --absolute-names -m '^user\.' "$1" 2>/dev/null | grep '^user\.' | sort | tr '\n' ' '
 	echo
 }
 """

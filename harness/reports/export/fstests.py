@@ -42,6 +42,13 @@ def _requires(x: ExportInput, needs: set[str], checks: list[Check]) -> list[str]
     return out + sorted(needs)
 
 
+def _sources(needs: set[str], checks: list[Check]) -> str:
+    """The common/ files that define the _require_* helpers NEEDS name (common/rc's are always there)."""
+    wanted = {n.split()[0] for n in needs} | ({"_require_attrs"} if any("xattr_names" in c.cmd for c in checks) else set())
+    files = {"_require_attrs": "attr", "_require_renameat2": "renameat2"}
+    return "".join(f". ./common/{files[n]}\n" for n in sorted(wanted) if n in files)
+
+
 def _check_lines(checks: list[Check]) -> str:
     """Each check prints its fact; a value a correct kernel may show in more than one
     way prints one fixed line when it is one of them."""
@@ -92,7 +99,7 @@ _cleanup()
 
 . ./common/filter
 . ./common/dmflakey
-
+{_sources(script.needs, checks)}
 {fs_line}{chr(10).join(_requires(x, script.needs, checks))}
 
 {helpers(checks) + chr(10) if checks else ""}{mkfs_opts}# The size the finding's device had: the bug may depend on the geometry.
