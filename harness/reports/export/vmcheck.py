@@ -7,8 +7,9 @@ fsck, xfs_io, the dm-flakey module, pc-repro built statically on the host
 
 - shell: the script runs exactly as a kernel developer would run it, with
   DATA_DEV, LOG_DEV, REPLAY_DEV and PC_REPRO pointing at those disks.
-- fstests: there is no xfstests in the guest, so the test runs under
-  FSTESTS_SHIM, a small stand-in for the common/ helpers it calls
+- fstests, without a checkout at hand: the test runs under FSTESTS_SHIM,
+  a small stand-in for the common/ helpers it calls (with a real fstests
+  checkout, `--verify` runs it under ./check instead: verify.py)
   (dm-flakey tables as common/dmflakey sets them up: all writes pass, or
   all are dropped; fsck for _check_scratch_fs), and its output is compared
   with the golden .out as ./check would.
