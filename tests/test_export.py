@@ -69,7 +69,7 @@ def test_fstests_export_is_a_generic_test_with_golden_output(pc: PcEnv, finding:
     body = test[test.index("_scratch_mount\n"):test.index("_load_flakey_table $FLAKEY_DROP_WRITES")]
     assert [ln.split()[0] for ln in body.splitlines()[1:] if ln.strip() and not ln.startswith("#")] == \
         ["exec", "sync", "$XFS_IO_PROG", "mkdir", "$XFS_IO_PROG"], body
-    assert "exec 3<>$SCRATCH_MNT/bar" in body and "truncate 3000" in body and "-c fsync /proc/$$/fd/3" in body
+    assert "exec 3<>$SCRATCH_MNT/bar" in body and "truncate 3000" in body and "-c fsync /proc/self/fd/3" in body
     after = test[test.index("_load_flakey_table $FLAKEY_DROP_WRITES"):test.index("_flakey_drop_and_remount")]
     assert "exec 3<&-" in after
     assert "Seen on kernels:" in test and "e2fsck" in test  # the evidence travels with it

@@ -2,7 +2,7 @@
 
 Without a crash, a correct kernel shows exactly the model's last state
 (model.py). So the fstests export's op lines (ops.py: held fds, xfs_io on
-/proc/$$/fd/N, coreutils) run in bash on a real ext4 loop mount, then every
+/proc/self/fd/N, coreutils) run in bash on a real ext4 loop mount, then every
 check checks.py can write (kind, size, bytes) for every path the workload
 names must print the model's value: the translation of the ops and the model
 agree with the kernel, op for op. The shell helpers are run by bash and by

@@ -6,7 +6,7 @@
   per op instead of the self-describing chunks).
 - xfs_io and shell commands (the fstests export, in fstests' own idiom): the
   test's shell holds each fd the finding opened (`exec N<>path`) until the
-  finding closed it, and each fd op is one xfs_io command on /proc/$$/fd/N:
+  finding closed it, and each fd op is one xfs_io command on /proc/self/fd/N:
   the same file even after an unlink or rename (the generic/764 shape), with
   the fd's O_DIRECT/O_SYNC/O_APPEND flags, as one syscall (`-b LEN`). Data
   bytes are 'a' + op number % 26 (pc-repro's too). What xfs_io cannot say
@@ -97,7 +97,7 @@ def repro_args(ops: list[dict[str, Any]]) -> list[str]:
 @dataclass
 class XfsIoScript:
     """Shell lines for fstests: paths under $SCRATCH_MNT, every fd the finding opened
-    held open by the test's shell (`exec N<>path`) and used through /proc/$$/fd/N,
+    held open by the test's shell (`exec N<>path`) and used through /proc/self/fd/N (inherited),
     so an fsync on an fd whose file was unlinked or renamed reaches that same file."""
 
     lines: list[str] = field(default_factory=list)
@@ -124,7 +124,7 @@ class XfsIoScript:
         if "O_DSYNC" in flags:
             self.caveats.append("xfs_io has no O_DSYNC open flag: the fd is reopened O_SYNC (stronger)")
         c = " ".join(f"-c {shlex.quote(x)}" for x in cmds)
-        self.emit(" ".join(["$XFS_IO_PROG", *opts, c, f"/proc/$$/fd/{self.shell_fds[name]}"]))
+        self.emit(" ".join(["$XFS_IO_PROG", *opts, c, f"/proc/self/fd/{self.shell_fds[name]}"]))
 
     def op(self, i: int, op: dict[str, Any]) -> None:
         k = op["op"]
