@@ -56,7 +56,7 @@ BUGS = [
         "testdir/foo: absent"),
     # generic/788: fixed in 6.12.115 (upstream 5254d4181add)
     Bug("stale-data", "btrfs_truncate_fsync_link.json", "btrfs", "", "debian:linux-image-6.12.113+deb12-amd64",
-        "debian:linux-image-6.12.115+deb12-amd64", "size: 0"),
+        "debian:linux-image-6.12.115+deb12-amd64", "bytes 0..4096: (none)"),
     # ext4 fast_commit, powercut's own: seen on 6.1, 6.12 and 6.18
     Bug("fsck", "ext4_fast_commit_ftruncate_mkdir.json", "ext4", "-O fast_commit",
         "debian:linux-image-6.12.117+deb12-amd64", None, ""),
