@@ -27,14 +27,10 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 if TYPE_CHECKING:
     from replay.logformat import LogReader
 
-ROOT = Path(__file__).resolve().parents[1]
-BUILD = ROOT / "build"
-POWERCUT = [sys.executable, "-m", "cli.main"]
-WORKLOADS = ROOT / "tests" / "workloads"
+# Paths and require_* markers live in common.py; the old names stay importable from here.
+from common import BUILD, POWERCUT, ROOT, ROOT_REASON, ROOT_STACK_REASON, WORKLOADS, require_root_stack  # noqa: F401
 
-needs_root_stack = pytest.mark.skipif(
-    os.geteuid() != 0 or not Path("/dev/fuse").exists() or not (BUILD / "pc-recorder").exists(),
-    reason="needs root, /dev/fuse and build/pc-recorder (run `make test`)")
+needs_root_stack = require_root_stack
 
 
 @dataclass
@@ -100,3 +96,13 @@ def assert_log_replays_to(reader: LogReader, device_bytes: int, final: Path, scr
     assert final.stat().st_size == device_bytes
     at = log_differs_from(reader, str(final), str(scratch / "replayed.img"))
     assert at is None, f"replayed image differs in the 64 KiB at byte {at}"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that is neither e2e, vm nor slow is `quick` (the inner loop: `make test-quick`).
+    A test that requires root (real devices, mounts) counts as e2e."""
+    for item in items:
+        if any(m.kwargs.get("reason") in (ROOT_REASON, ROOT_STACK_REASON) for m in item.iter_markers("skipif")):
+            item.add_marker(pytest.mark.e2e)
+        if not any(item.get_closest_marker(m) for m in ("e2e", "vm", "slow")):
+            item.add_marker(pytest.mark.quick)

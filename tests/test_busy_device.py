@@ -23,8 +23,9 @@ from foundation.errors import EnvError
 from foundation.filesystems import get_fs
 from foundation.loopdev import LoopDevice
 from replay.crashstates import CrashState
+from common import require_root
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (loop devices, mounts)")
+pytestmark = require_root
 EXT4 = get_fs("ext4")
 HOLD = "import os, sys; os.open(sys.argv[1], os.O_RDONLY | os.O_EXCL); print('held', flush=True); sys.stdin.read()"
 

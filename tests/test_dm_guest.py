@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from common import vm
 from conftest import ROOT, assert_log_replays_to
 from harness.backends.vm.hostroot import run_in_guest
 from harness.backends.vm.kernel import resolve
@@ -24,8 +25,7 @@ from foundation.runstate import RunState
 from replay.logformat import END_MARK, METADATA, LogReader
 
 pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (QEMU, kernel cache)"),
+    *vm,
 ]
 
 KERNEL = "debian:linux-image-6.12-amd64"

@@ -16,13 +16,14 @@ import pytest
 
 from checkers.history import build_history
 from checkers.oracle import ContentOracle
+from common import require_exec, run_exec
 from conftest import BUILD
 from workloads.format import parse_workload
 from workloads.pattern import generate
 from workloads.plan import build_plan, render_plan
 from workloads.results import read_records
 
-pytestmark = pytest.mark.skipif(not (BUILD / "pc-exec").exists(), reason="build/pc-exec not built (make test)")
+pytestmark = require_exec
 
 
 def doc(ops: list[dict]) -> dict:
@@ -38,9 +39,7 @@ class Run:
         self.dir = tmp / "fs"
         self.dir.mkdir()
         (tmp / "plan").write_text(render_plan(self.plan))
-        subprocess.run([str(BUILD / "pc-exec"), "--plan", str(tmp / "plan"), "--dir", str(self.dir),
-                        "--out", str(tmp / "records"), "--mark-file", str(tmp / "marks")], check=True,
-                       capture_output=True)
+        run_exec(tmp / "plan", self.dir, "--out", str(tmp / "records"), "--mark-file", str(tmp / "marks"))
         results = read_records(tmp / "records", self.plan)
         if tamper:
             results = dataclasses.replace(results, records=tuple(tamper(r) for r in results.records))
