@@ -155,7 +155,9 @@ def test_promote_a_run_into_the_corpus(pc: PcEnv) -> None:
     entry = load_entry(corpus / "promoted" / "promoted-stale.json")
     assert entry.expect == {"ext4-writeback": ["stale-data"], "default": []} and entry.fs == ["ext4"]
     assert "ext4-writeback" in p.stdout
-    assert (ROOT / "corpus" / "matrix.json").exists()
+    # the row it was promoted into is a row of the repository's matrix, with the run's mount options
+    rows = {r.name: r for r in load_matrix(CORPUS_DIR / "matrix.json")}
+    assert rows["ext4-writeback"].fs == "ext4" and "data=writeback" in rows["ext4-writeback"].mount_opts
 
 
 def test_runnable_skips_rows_this_host_cannot_run(pc: PcEnv) -> None:

@@ -257,8 +257,15 @@ def test_o_creat_o_excl_does_not_follow_a_dangling_symlink(tmp_path: Path) -> No
 def test_report_evidence_is_json(tmp_path: Path) -> None:
     run = Run(tmp_path, FSYNCED)
     os.unlink(run.dir / "A/foo")
-    for f in run.check(run.after(3)):
-        json.dumps(f.to_json())
+    found = run.check(run.after(3))
+    assert found, "an fsynced file that is gone must be a finding"
+    for f in found:
+        doc = f.to_json()
+        assert json.loads(json.dumps(doc)) == doc              # survives the round trip unchanged
+        # the evidence as a JSON object a reader can query: which file, which rule, which op
+        assert doc["kind"] == "durability" and doc["crash_point"] == run.after(3), doc
+        assert doc["evidence"]["path"] == "A/foo" and doc["evidence"]["rule"] == "fsync-new-name", doc
+        assert (doc["evidence"]["expected"], doc["evidence"]["found"]) == ("present", "missing"), doc
 
 
 def test_a_failed_write_may_leave_its_bytes(tmp_path: Path) -> None:
