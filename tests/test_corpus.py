@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, WORKLOADS, PcEnv, needs_root_stack
+from conftest import WORKLOADS, PcEnv, needs_root_stack
 from harness.corpus.entries import CORPUS_DIR, load_corpus, load_entry, load_matrix
 from harness.corpus.run import Case, compare_baseline
 from foundation.errors import UsageError
