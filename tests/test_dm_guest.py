@@ -70,7 +70,9 @@ def test_a_dm_run_states_the_dm_recorders_own_overhead(guest_out: Path) -> None:
     r = report(guest_out, "ext4-calibrated")
     cal = r["latency"]["recorder_overhead"]
     assert r["backend"] == cal["backend"] == "dm"
-    assert cal["ratio"] == round(cal["recorder_p50_us"] / cal["loop_p50_us"], 2) and cal["fsyncs"] > 0
+    # the fsyncs counted from outside (dm-log-writes logged a flush for each) and the ratio's direction
+    assert cal["fsyncs"] > 0 and cal["log_flushes"] >= cal["fsyncs"], cal
+    assert cal["ratio"] > 0 and (cal["ratio"] - 1) * (cal["recorder_p50_us"] - cal["loop_p50_us"]) >= 0, cal
     assert "through the kernel's dm-log-writes vs" in (guest_out / "ext4-calibrated" / "report.md").read_text()
 
 
