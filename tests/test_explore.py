@@ -293,17 +293,6 @@ def test_bench_only_recorder_measures_just_that(pc: PcEnv) -> None:
     assert pc.leftovers() == []
 
 
-def test_bench_only_walk_and_only_oracle_measure_just_those(pc: PcEnv) -> None:
-    walk, oracle = pc.tmp / "walk.json", pc.tmp / "oracle.json"
-    pc.run("bench", "--quick", "--only", "walk", "--json", str(walk), check_rc=0)
-    pc.run("bench", "--quick", "--only", "oracle", "--json", str(oracle), check_rc=0)
-    w, o = json.loads(walk.read_text()), json.loads(oracle.read_text())
-    assert {"crash_states_per_s", "crash_states_per_s_xfs", "floor_ms_per_state"} <= set(w)
-    assert not {"oracle_bulk_speedup", "recorder_fsync_p50_ratio", "seq1_workloads_per_min"} & set(w)
-    assert "oracle_bulk_speedup" in o and not {"crash_states_per_s", "recorder_fsync_p50_ratio"} & set(o)
-    assert o["details"]["bulk_vs_sector"]["same_findings"] and o["details"]["incremental_vs_full"]["same_findings"]
-
-
 @pytest.mark.parametrize("code", [errno.EBADMSG, errno.EUCLEAN, errno.EIO, errno.ENOENT, errno.ELOOP])
 def test_a_read_error_any_inspector_hits_is_a_corruption_finding(code: int) -> None:
     """EBADMSG/EUCLEAN/EIO (the kernel's own checks failed), or a name that vanished or loops:

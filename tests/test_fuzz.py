@@ -52,7 +52,12 @@ def check_reproduces(pc: PcEnv, d: Path, kind: str) -> None:
 
 
 def test_healthy_ext4_campaign_finds_nothing(pc: PcEnv) -> None:
-    report, out, text = campaign(pc, "--fs", "ext4", "--duration", "30s", "--jobs", "4", "--ops", "4-12", rc=0)
+    db = pc.tmp / "shared-db"   # --hypothesis-db: a directory database another machine could share
+    report, out, text = campaign(pc, "--fs", "ext4", "--duration", "30s", "--jobs", "4", "--ops", "4-12",
+                                 "--hypothesis-db", str(db), rc=0)
+    # Hypothesis kept its examples there (one directory per test key), not in the campaign
+    assert any(db.iterdir()) and not (out / "hypothesis-db").exists()
+    assert report["spec"]["options"]["hypothesis_db"] == str(db)
     # How many fit in 30 s depends on the machine's load: only that there were some.
     assert report["workloads"] >= 1 and report["crash_states_checked"] >= report["workloads"]
     assert report["findings_by_kind"] == {} and report["saved_findings"] == []
@@ -154,8 +159,14 @@ def test_afl_planted_violation_becomes_a_saved_shrunk_finding(pc: PcEnv) -> None
     """A recorder that drops flushes (test-only fault) makes every write one flush epoch:
     crash states then lose writes the file system relied on. The target abort()s, the
     worker shrinks the input and saves it with its reproducer."""
+    # As one machine of several: its instance (prefix m2, no main instance here: -S) in a sync
+    # directory outside the campaign, where AFL++ keeps each instance's queue.
+    sync = pc.tmp / "sync"
     report, out, _ = campaign(pc, "--fs", "ext4", "--engine", "afl", "--fault", "drop-flush",
-                              "--duration", "3m", "--max-findings", "1", rc=1)
+                              "--duration", "3m", "--max-findings", "1", "--afl-sync-dir", str(sync),
+                              "--afl-prefix", "m2", "--afl-secondary", rc=1)
+    assert not (out / "afl").exists() and (sync / "m20" / "queue").is_dir() and list(report["afl"]) == ["m20"]
+    assert " -S m20 " in (sync / "m20" / "fuzzer_stats").read_text()   # afl-fuzz's own record of its command
     saved = json.loads((out / "report.json").read_text())["saved_findings"]
     d = out / "findings" / saved[0]["dir"]
     f = json.loads((d / "finding.json").read_text())

@@ -85,6 +85,20 @@ def test_kernel_written_log_is_read_and_replays_to_the_guest_disk(vm_run: tuple[
         assert_log_replays_to(reader, r["device_bytes"], out / "final.img", pc.tmp)
 
 
+def test_replay_log_next_fua_stops_at_the_kernels_first_fua(vm_run: tuple[str, Path, PcEnv]) -> None:
+    """dm-log-writes in the guest logs the kernel's FUA writes (the FUSE recorder sees none):
+    --next-fua finds and replays up to the first one that `log dump` shows."""
+    _, out, pc = vm_run
+    log, size = str(out / "recording.log"), str(report(out)["device_bytes"])
+    dump = pc.run("log", "dump", log, check_rc=0).stdout.splitlines()[1:]
+    fua = next(line.split()[0] for line in dump if "FUA" in line.split("flags=")[1])
+    assert pc.run("replay-log", "--log", log, "--find", "--next-fua", check_rc=0).stdout.startswith(f"{fua}@")
+    pc.run("replay-log", "--log", log, "--replay", str(pc.tmp / "fua.img"), "--size", size, "--next-fua", check_rc=0)
+    pc.run("replay-log", "--log", log, "--replay", str(pc.tmp / "limit.img"), "--size", size,
+           "--limit", str(int(fua) + 1), check_rc=0)
+    assert (pc.tmp / "fua.img").read_bytes() == (pc.tmp / "limit.img").read_bytes()
+
+
 def test_run_is_clean_with_recovery_in_the_guest(vm_run: tuple[str, Path, PcEnv]) -> None:
     series, out, pc = vm_run
     r = report(out)
