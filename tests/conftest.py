@@ -106,3 +106,34 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
         if not any(item.get_closest_marker(m) for m in ("e2e", "vm", "slow")):
             item.add_marker(pytest.mark.quick)
+
+
+# --- the suite never writes into the source tree -------------------------------------------
+# Snapshot of what git would show (new or changed files) plus the ignored output folders a
+# command writes by default (out/, campaigns/), before and after the session: anything new
+# there came from a test (a command run with cwd=ROOT and no --out, a build into the tree).
+def _tree_state() -> set[str]:
+    p = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=all"],
+                       capture_output=True, text=True)
+    state = set(p.stdout.splitlines()) if p.returncode == 0 else set()
+    for d in ("out", "campaigns"):
+        if (ROOT / d).is_dir():
+            state |= {f"{d}/{name}" for name in os.listdir(ROOT / d)}
+    return state
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_TREE] = _tree_state()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    before = session.config.stash.get(_TREE, None)
+    if before is None or os.environ.get("POWERCUT_TESTS_TREE_CHECK") == "0":
+        return
+    new = sorted(_tree_state() - before)
+    if new:
+        print(f"\ntests wrote into the source tree {ROOT}: {', '.join(new[:10])}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_TREE = pytest.StashKey[set[str]]()
