@@ -100,9 +100,11 @@ def assert_log_replays_to(reader: LogReader, device_bytes: int, final: Path, scr
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that is neither e2e, vm nor slow is `quick` (the inner loop: `make test-quick`).
-    A test that requires root (real devices, mounts) counts as e2e."""
+    A test that requires root (real devices, mounts) or runs powercut itself (the `pc` fixture)
+    counts as e2e."""
     for item in items:
-        if any(m.kwargs.get("reason") in (ROOT_REASON, ROOT_STACK_REASON) for m in item.iter_markers("skipif")):
+        if "pc" in getattr(item, "fixturenames", ()) or any(
+                m.kwargs.get("reason") in (ROOT_REASON, ROOT_STACK_REASON) for m in item.iter_markers("skipif")):
             item.add_marker(pytest.mark.e2e)
         if not any(item.get_closest_marker(m) for m in ("e2e", "vm", "slow")):
             item.add_marker(pytest.mark.quick)
