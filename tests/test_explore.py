@@ -20,7 +20,6 @@ import pytest
 from checkers.crashwalk.walk import CrashCheckResult, check_crash_states
 from checkers.findings import Finding
 from checkers.crashwalk.recovery import guarded_inspect
-from common import KERNEL_612
 from conftest import POWERCUT, WORKLOADS, PcEnv, needs_root_stack
 from foundation import runstate
 from foundation.filesystems import get_fs
@@ -244,19 +243,16 @@ def is_number(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x   # (NaN != NaN)
 
 
-@pytest.mark.vm
-@pytest.mark.slow
-def test_bench_quick_with_a_kernel_writes_every_key_and_counts_agree(pc: PcEnv) -> None:
-    """`bench --quick --kernel K`: every measurement once, the vm part in one live guest and the
-    dm recorder (this host has no device-mapper) in a guest of K. Counts, never speeds: the
-    numbers are the machine's, the counts are the harness's."""
+def test_bench_quick_writes_every_key_and_counts_agree(pc: PcEnv) -> None:
+    """`bench --quick`: every measurement once. Counts, never speeds: the numbers are the
+    machine's, the counts are the harness's. (`--kernel` adds a guest boot and workloads under
+    TCG, ~5 min here: left to `make bench`; the dm recorder's bench runs in tests/test_dm_guest.py.)"""
     out = pc.tmp / "bench.json"
-    pc.run("bench", "--quick", "--kernel", KERNEL_612, "--json", str(out), check_rc=0, timeout=1800)
+    pc.run("bench", "--quick", "--json", str(out), check_rc=0)
     result = json.loads(out.read_text())
     for key in ("crash_states_per_s", "crash_states_per_s_xfs", "floor_ms_per_state", "overhead_ratio",
                 "recorder_fsync_p50_ratio", "seq1_workloads_per_min", "crash_states_per_s_over_floor",
-                "oracle_bulk_speedup", "oracle_incremental_speedup", "recorder_fsync_p50_ratio_dm",
-                "vm_seq1_workloads_per_min_per_worker", "vm_crash_states_per_s", "vm_over_fuse_states_ratio"):
+                "oracle_bulk_speedup", "oracle_incremental_speedup"):
         assert is_number(result[key]), key
     d = result["details"]
     whole = d["oracle"]["recorder_whole_runs"]["0.01"]
@@ -264,14 +260,8 @@ def test_bench_quick_with_a_kernel_writes_every_key_and_counts_agree(pc: PcEnv) 
     for name in ("bulk_vs_sector", "incremental_vs_full"):   # two implementations, one answer
         ref = d["oracle"][name]
         assert ref["same_loss_rows"] and ref["same_findings"] and ref["states"] > 0, name
-    # the same seq-1 workloads through fuse on this kernel and through one live guest of K
-    vm = d["vm"]
-    assert vm["vm"]["workloads"] == vm["fuse"]["workloads"] == vm["workloads"] > 0
-    assert vm["vm"]["findings"] == vm["fuse"]["findings"] == 0 and vm["vm"]["crash_states"] > 0
-    assert vm["cost_per_workload_s"]["boots"] == 1
-    # every fsync the recorders claim, counted again in their logs (fuse here, dm-log-writes in the guest)
-    for fsync in (d["fsync"], d["fsync_dm"]):
-        assert fsync["log_flushes"] >= fsync["fsyncs"] > 0, fsync
+    # every fsync the recorder claims, counted again in its log
+    assert d["fsync"]["log_flushes"] >= d["fsync"]["fsyncs"] > 0, d["fsync"]
     assert pc.leftovers() == []
 
 
