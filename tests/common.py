@@ -9,6 +9,7 @@ and a missing part skips it with one reason, written here once.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -53,3 +54,14 @@ def run_exec(plan: Path, directory: Path, *args: str, check: bool = True) -> sub
     """pc-exec runs PLAN on DIRECTORY (a plain directory: no recording)."""
     return subprocess.run([str(EXEC), "--plan", str(plan), "--dir", str(directory), *args],
                           capture_output=True, check=check)
+
+
+def report(out: Path) -> dict:
+    """OUT/report.json of a run or a campaign."""
+    return json.loads((out / "report.json").read_text())
+
+
+def journal(campaign: Path) -> list[dict]:
+    """Every workload a campaign journaled (all workers), in file order."""
+    return [json.loads(line) for j in sorted((campaign / "journal").glob("*.jsonl"))
+            for line in j.read_text().splitlines() if line.strip()]

@@ -11,7 +11,6 @@ dm run's final image byte for byte. One boot, several minutes under TCG (docs/dm
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 

@@ -9,12 +9,11 @@ keeps the indices i with i % N == K.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from common import require_root_stack
+from common import journal, report, require_root_stack
 from conftest import PcEnv
 
 pytestmark = [pytest.mark.e2e, require_root_stack]
@@ -25,12 +24,7 @@ def campaign(pc: PcEnv, *args: str) -> tuple[dict, Path]:
     p = pc.run("fuzz", "--out", str(out), "--seed", "1", "--engine", "exhaustive", "--duration", "10m", *args)
     assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout}\n{p.stderr}"
     assert pc.leftovers() == []
-    return json.loads((out / "report.json").read_text()), out
-
-
-def journal(out: Path) -> list[dict]:
-    return [json.loads(line) for j in sorted((out / "journal").glob("*.jsonl")) for line in j.read_text().splitlines()
-            if line.strip()]
+    return report(out), out
 
 
 def test_seq3_capped_and_sharded_runs_exactly_its_indices(pc: PcEnv) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import uuid
 
-import pytest
 
 from foundation.kmsg import KMSG, KernelLog
 from common import require_root

@@ -9,15 +9,12 @@ import errno
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
 
 from checkers.history import build_history
 from checkers.oracle import ContentOracle
 from common import require_exec, run_exec
-from conftest import BUILD
 from workloads.format import parse_workload
 from workloads.pattern import generate
 from workloads.plan import build_plan, render_plan

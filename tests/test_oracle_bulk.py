@@ -16,7 +16,7 @@ from checkers.history import build_history
 from checkers.oracle import ContentOracle
 from checkers.workload_checks import log_marks
 from common import require_exec
-from conftest import BUILD, WORKLOADS, PcEnv, needs_root_stack
+from conftest import WORKLOADS, PcEnv, needs_root_stack
 from replay.logformat import LogReader
 from test_oracle import Run
 from workloads.pattern import CHUNK, generate

@@ -27,7 +27,7 @@ from checkers.history import build_history
 from checkers.oracle import ContentOracle
 from checkers.workload_checks import log_marks
 from common import require_exec, require_root
-from conftest import BUILD, WORKLOADS, PcEnv, needs_root_stack
+from conftest import WORKLOADS, PcEnv, needs_root_stack
 from foundation.sparse import data_extents
 from replay.logformat import LogReader
 from test_oracle_bulk import INVARIANTS, OPS, verdicts

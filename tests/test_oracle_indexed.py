@@ -20,7 +20,7 @@ import checkers.eventindex as eventindex
 from checkers.eventindex import Allowed
 from checkers.oracle import ContentOracle
 from common import require_exec
-from conftest import BUILD, WORKLOADS, PcEnv, needs_root_stack
+from conftest import WORKLOADS, PcEnv, needs_root_stack
 from test_oracle import Run
 from test_oracle_bulk import INVARIANTS, OPS, _pair_inspector_for, tampered_trials, verdicts
 from workloads.pattern import generate

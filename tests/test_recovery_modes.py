@@ -7,22 +7,18 @@ the content oracle judge.
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from common import report
 from conftest import WORKLOADS, PcEnv, needs_root_stack
 from checkers.crashwalk.recovery_crash import RecoveryCrashSpec
 from checkers.crashwalk.recovery_modes import mode_opts, parse_recovery
 from foundation.errors import UsageError
 from replay.crashstates import join_recovery_id, split_recovery_id
 from replay.logformat import LogReader
-
-
-def report(out: Path) -> dict:
-    return json.loads((out / "report.json").read_text())
 
 
 # -- units -------------------------------------------------------------------------

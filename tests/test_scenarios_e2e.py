@@ -14,6 +14,7 @@ import pytest
 from matplotlib.image import imread
 
 from checkers.latency import summarize
+from common import report
 from conftest import POWERCUT, PcEnv, needs_root_stack
 from harness.reports.markdown import STAT_COLUMNS
 from workloads import scenarios
@@ -23,10 +24,6 @@ from workloads.results import read_records
 pytestmark = [pytest.mark.e2e, needs_root_stack]
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def report(out: Path) -> dict[str, Any]:
-    return json.loads((out / "report.json").read_text())
 
 
 def assert_figures(out: Path, r: dict[str, Any]) -> None:

@@ -6,13 +6,12 @@ xfs with reflink (software atomic writes) and ext4 (no atomic writes here)."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from common import require_exec, run_exec
-from conftest import BUILD, WORKLOADS, PcEnv, needs_root_stack
+from conftest import WORKLOADS, PcEnv, needs_root_stack
 from foundation.errors import UsageError
 from test_oracle import Run
 from workloads.format import parse_workload

@@ -8,7 +8,6 @@ tests and runs.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from common import vm
+from common import report, vm
 from conftest import POWERCUT, WORKLOADS, PcEnv, assert_log_replays_to
 from harness.backends.vm.kernel import resolve
 from test_corrupt_images import TORN_UNJOURNALED, assert_corrupt_images_are_findings
@@ -58,10 +57,6 @@ def vm_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
            "--kernel", kernel_spec(request.param), "--keep-image", "--out", str(out), check_rc=0)
     assert pc.leftovers() == []
     return request.param, out, pc
-
-
-def report(out: Path) -> dict:
-    return json.loads((out / "report.json").read_text())
 
 
 def test_kernel_written_log_is_read_and_replays_to_the_guest_disk(vm_run: tuple[str, Path, PcEnv]) -> None:

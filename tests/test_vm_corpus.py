@@ -11,7 +11,6 @@ copy of the crash image) and that nothing is left behind.
 from __future__ import annotations
 
 import json
-import os
 import re
 
 import pytest
