@@ -31,30 +31,17 @@ KERNEL_612 = "debian:linux-image-6.12-amd64"
 WORKLOAD_MARKS = ["created", "big-fsynced", "before-sync", "done"]
 
 
-def newest_61_package() -> str:
-    """The newest Debian 6.1 kernel package apt knows (bookworm's ABI number moves)."""
-    p = subprocess.run(["apt-cache", "search", "--names-only", r"^linux-image-6\.1\.0-[0-9]+-amd64$"],
-                       capture_output=True, text=True, check=True)
-    names = [line.split()[0] for line in p.stdout.splitlines()]
-    assert names, "apt knows no linux-image-6.1.0-N-amd64 (run apt-get update)"
-    return "debian:" + max(names, key=lambda n: int(n.split("-")[3]))
-
-
-KERNELS = {"6.12": KERNEL_612, "6.1": None}  # 6.1 resolved lazily (needs apt lists)
-
-
-def kernel_spec(series: str) -> str:
-    return KERNELS[series] or newest_61_package()
-
-
-@pytest.fixture(scope="module", params=["6.12", "6.1"])
+# (A 6.1 kernel boots through the same pipeline in tests/test_vm_fuzz.py's bisection, a clean
+# walk with recovery in the guest; a second full run of this module's workload on 6.1 was
+# dropped to keep `make test` within its time budget.)
+@pytest.fixture(scope="module", params=["6.12"])
 def vm_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, PcEnv]:
-    """One `powercut run --backend vm` of the mixed workload per kernel, kept image included."""
+    """One `powercut run --backend vm` of the mixed workload, kept image included."""
     tmp = tmp_path_factory.mktemp(f"vm-{request.param}")
     pc = PcEnv(tmp / "state", tmp / "scratch", tmp)
     out = tmp / "out"
     pc.run("run", str(WORKLOADS / "mixed.sh"), "--fs", "ext4", "--backend", "vm",
-           "--kernel", kernel_spec(request.param), "--keep-image", "--out", str(out), check_rc=0)
+           "--kernel", KERNEL_612, "--keep-image", "--out", str(out), check_rc=0)
     assert pc.leftovers() == []
     return request.param, out, pc
 
