@@ -19,12 +19,13 @@ import pytest
 import checkers.eventindex as eventindex
 from checkers.eventindex import Allowed
 from checkers.oracle import ContentOracle
-from conftest import BUILD, WORKLOADS, PcEnv, needs_root_stack
+from common import require_exec
+from conftest import WORKLOADS, PcEnv, needs_root_stack
 from test_oracle import Run
 from test_oracle_bulk import INVARIANTS, OPS, _pair_inspector_for, tampered_trials, verdicts
 from workloads.pattern import generate
 
-pytestmark = pytest.mark.skipif(not (BUILD / "pc-exec").exists(), reason="build/pc-exec not built (make test)")
+pytestmark = require_exec
 
 
 class Pair:
@@ -95,7 +96,7 @@ def test_indexed_and_plain_oracles_agree_on_tampered_images(tmp_path: Path, monk
     assert pair.compared > 300 and {"durability", "stale-data"} <= pair.kinds
     assert pair.classified >= 3 and pair.torn > 0
     if wide == 2:
-        assert any(idx.wide for idx in pair.fast._event_index.values())
+        assert any(idx.wide for idx in pair.fast.model.index._event_index.values())
 
 
 @pytest.mark.e2e
