@@ -51,6 +51,7 @@ def _all_checks(ops: list[dict]) -> list[Check]:
     return out
 
 
+@pytest.mark.e2e
 @needs_root_stack
 @pytest.mark.parametrize("name", WORKLOADS_USED)
 def test_ops_run_by_the_kernel_leave_what_the_model_says(tmp_path: Path, name: str) -> None:

@@ -31,7 +31,7 @@ from harness.pipeline.run import RunConfig
 
 FSTESTS = os.environ.get("POWERCUT_FSTESTS", "")
 pytestmark = [
-    pytest.mark.e2e, needs_root_stack,
+    pytest.mark.e2e, pytest.mark.vm, needs_root_stack,
     pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
                        reason="qemu not installed (the vm backend installs it on first use)"),
     pytest.mark.skipif(not FSTESTS, reason="no fstests checkout: set POWERCUT_FSTESTS=DIR to a built one "
