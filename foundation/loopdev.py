@@ -140,11 +140,12 @@ def _open(path: str, flags: int) -> int:
 
 
 @contextmanager
-def recorded_loop(state: RunState, backing: str, *, block_size: int = 512) -> Iterator[LoopDevice]:
+def recorded_loop(state: RunState, backing: str, *, block_size: int = 512,
+                  read_only: bool = False) -> Iterator[LoopDevice]:
     """A loop device on BACKING, written into STATE's journal before it exists."""
     res = state.record("loop", backing=os.path.realpath(backing))
     try:
-        loop = LoopDevice(backing, block_size=block_size)
+        loop = LoopDevice(backing, block_size=block_size, read_only=read_only)
     except BaseException:
         state.released(res)
         raise

@@ -29,6 +29,7 @@ import re
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from typing import Any, Protocol
 
 from checkers.findings import Finding
@@ -36,8 +37,8 @@ from checkers.crashwalk.recovery import PointInspect, Verdict, fsck_verdict, ins
 from foundation import ownership
 from foundation.errors import EnvError
 from foundation.filesystems import FsType, join_opts
-from foundation.loopdev import LoopDevice
-from foundation.runstate import Resource, RunState
+from foundation.loopdev import LoopDevice, recorded_loop
+from foundation.runstate import RunState
 from foundation.sparse import copy_range
 from harness.backends.vm import console as vmconsole
 from harness.backends.vm.qemu import BatchDisk, Disk, Outcome
@@ -77,7 +78,8 @@ class VmRecovery:
         self.check_fds = [ownership.create_file(p) for p in self.check_paths]
         # The content oracle reads each image through a read-only loop device kept per check
         # file (attached at its first image): attaching one per image cost more than the read.
-        self.loops: dict[int, tuple[LoopDevice, Resource]] = {}
+        self.loops: dict[int, LoopDevice] = {}
+        self._loop_stack = ExitStack()
         self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
         for i in range(CHECK_THREADS):
             self._free.put(i)
@@ -102,9 +104,7 @@ class VmRecovery:
     def close(self) -> None:
         self._clear_batch()
         os.close(self.batch_fd)
-        for loop, res in self.loops.values():
-            loop.close()
-            self.state.released(res)
+        self._loop_stack.close()
         self.loops.clear()
         for fd in self.check_fds:
             os.close(fd)
@@ -112,13 +112,9 @@ class VmRecovery:
     def _loop(self, i: int) -> LoopDevice:
         """Check file I's read-only loop device (its size is the images', fixed from now on)."""
         if i not in self.loops:
-            res = self.state.record("loop", backing=os.path.realpath(self.check_paths[i]))
-            try:
-                self.loops[i] = (LoopDevice(self.check_paths[i], read_only=True), res)
-            except BaseException:
-                self.state.released(res)
-                raise
-        return self.loops[i][0]
+            self.loops[i] = self._loop_stack.enter_context(recorded_loop(self.state, self.check_paths[i],
+                                                                         read_only=True))
+        return self.loops[i]
 
     def _run_batch(self) -> list[tuple[int, Verdict]]:
         n = len(self.pending)
