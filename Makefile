@@ -68,6 +68,7 @@ APT_DEP      ?= $(BUILD)/.apt-ok
 RECORDER_SRC := $(wildcard harness/backends/fuse/*.c)
 EXEC_SRC     := $(wildcard workloads/executor/*.c)
 DMLOG_SRC    := $(wildcard harness/backends/dm/*.c)
+RECOVER_SRC  := $(wildcard harness/backends/vm/*.c)
 
 $(BUILD)/pc-recorder: $(RECORDER_SRC) $(wildcard harness/backends/fuse/*.h) | $(APT_DEP)
 	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(RECORDER_SRC) $(FUSE_LIBS) -lpthread
@@ -79,8 +80,12 @@ $(BUILD)/pc-exec: $(EXEC_SRC) $(wildcard workloads/executor/*.h) | $(APT_DEP)
 $(BUILD)/pc-dmlog: $(DMLOG_SRC) | $(APT_DEP)
 	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(DMLOG_SRC) $(FUSE_LIBS)
 
+# pc-recover: the recovery mounts of a vm guest's batch (copied into the guest).
+$(BUILD)/pc-recover: $(RECOVER_SRC) | $(APT_DEP)
+	$(CC) $(CFLAGS) -o $@ $(RECOVER_SRC)
+
 CPROGS := $(if $(RECORDER_SRC),$(BUILD)/pc-recorder) $(if $(EXEC_SRC),$(BUILD)/pc-exec) \
-          $(if $(DMLOG_SRC),$(BUILD)/pc-dmlog)
+          $(if $(DMLOG_SRC),$(BUILD)/pc-dmlog) $(if $(RECOVER_SRC),$(BUILD)/pc-recover)
 cbuild: $(CPROGS)
 
 # afl++ is optional (only the afl engine needs it): installed on demand.

@@ -117,7 +117,7 @@ def _initrd(kernel: vmkernel.Kernel, fs_name: str, repro: str) -> str:
 
 
 def _boot(x: ExportInput, kernel_spec: str, job: str, files: dict[str, bytes]) -> VmCheck:
-    packages.ensure(packages.VM_HOST_PACKAGES, "--check-vm")
+    packages.ensure(packages.vm_host_packages(), "--check-vm")
     kernel = vmkernel.resolve(kernel_spec, None)
     state = RunState.create(f"export check of {x.name} on {kernel_spec}")
     try:
