@@ -33,12 +33,13 @@ SOAK_CAMPAIGN    ?= soak
 # The oracle's tier for make fuzz/soak: linux (what ext4/xfs/btrfs developers promise) or posix.
 SEMANTICS      ?= linux
 
-.PHONY: all deps apt venv cbuild test corpus-check bench clean help ci-kernel fuzz soak afl
+.PHONY: all deps apt venv cbuild test test-deps test-quick corpus-check bench clean help ci-kernel fuzz soak afl fstests
 
 all: deps
 
 help:
 	@echo "make test        install what is missing, build, run the test suite"
+	@echo "make test-quick  the quick tests only (no root, no guests, no campaigns)"
 	@echo "make deps        only install/build (apt packages, venv, C programs)"
 	@echo "make fuzz        a fuzzing campaign: FS=ext4|xfs|btrfs ENGINE=hypothesis|exhaustive|afl DURATION=10m"
 	@echo "                 JOBS=N MOUNT_OPTS=... MKFS_OPTS=... FUZZ_ARGS='more powercut fuzz options'"
@@ -46,6 +47,7 @@ help:
 	@echo "                 (ext4:fast_commit finds a known kernel bug: exit 1 is expected there)"
 	@echo "make corpus-check  every corpus entry on every matrix row this host can run; fails on an unexpected verdict"
 	@echo "make bench       measure crash states/s and overheads; writes $(BUILD)/bench.json"
+	@echo "make fstests FSTESTS=DIR  build a user's fstests checkout (for powercut export --verify --fstests DIR)"
 	@echo "make clean       remove build products and the venv"
 	@echo "make ci-kernel KERNEL=debian:PKG [PREV_KERNEL=debian:PKG] [ENTRIES=globs] [ROWS=rows] [OUT=dir]"
 	@echo "                 corpus sample on that kernel (vm backend) vs the host kernel, diffed"
@@ -70,6 +72,7 @@ APT_DEP      ?= $(BUILD)/.apt-ok
 RECORDER_SRC := $(wildcard harness/backends/fuse/*.c)
 EXEC_SRC     := $(wildcard workloads/executor/*.c)
 DMLOG_SRC    := $(wildcard harness/backends/dm/*.c)
+RECOVER_SRC  := $(wildcard harness/backends/vm/*.c)
 
 $(BUILD)/pc-recorder: $(RECORDER_SRC) $(wildcard harness/backends/fuse/*.h) | $(APT_DEP)
 	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(RECORDER_SRC) $(FUSE_LIBS) -lpthread
@@ -81,8 +84,12 @@ $(BUILD)/pc-exec: $(EXEC_SRC) $(wildcard workloads/executor/*.h) | $(APT_DEP)
 $(BUILD)/pc-dmlog: $(DMLOG_SRC) | $(APT_DEP)
 	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(DMLOG_SRC) $(FUSE_LIBS)
 
+# pc-recover: the recovery mounts of a vm guest's batch (copied into the guest).
+$(BUILD)/pc-recover: $(RECOVER_SRC) | $(APT_DEP)
+	$(CC) $(CFLAGS) -o $@ $(RECOVER_SRC)
+
 CPROGS := $(if $(RECORDER_SRC),$(BUILD)/pc-recorder) $(if $(EXEC_SRC),$(BUILD)/pc-exec) \
-          $(if $(DMLOG_SRC),$(BUILD)/pc-dmlog)
+          $(if $(DMLOG_SRC),$(BUILD)/pc-dmlog) $(if $(RECOVER_SRC),$(BUILD)/pc-recover)
 cbuild: $(CPROGS)
 
 # afl++ is optional (only the afl engine needs it): installed on demand.
@@ -90,6 +97,14 @@ $(BUILD)/.afl-ok: ci/install-deps.sh | $(BUILD)/.apt-ok
 	POWERCUT_EXTRA_PKGS=afl++ bash ci/install-deps.sh
 	@touch $@
 afl: $(BUILD)/.afl-ok
+
+# Build a user's fstests checkout for `powercut export --verify --fstests DIR`
+# (its build needs these -dev packages and autotools; nothing is cloned here).
+fstests: $(BUILD)/.apt-ok
+	@test -n "$(FSTESTS)" -a -f "$(FSTESTS)/check" || { echo "make fstests FSTESTS=DIR: DIR must be an fstests checkout (git clone https://git.kernel.org/pub/scm/fs/xfs/xfstests-dev.git)"; exit 2; }
+	POWERCUT_EXTRA_PKGS="autoconf automake libtool xfslibs-dev libattr1-dev libacl1-dev libaio-dev uuid-dev attr acl gawk bc" \
+	    bash ci/install-deps.sh
+	$(MAKE) -C "$(FSTESTS)" -j$(JOBS)
 
 fuzz: deps $(if $(filter afl,$(ENGINE)),afl)
 	$(PC) fuzz --fs $(FS) --engine $(ENGINE) --duration $(DURATION) --jobs $(JOBS) --semantics $(SEMANTICS) \
@@ -111,8 +126,20 @@ soak: deps
 	$(VENV)/bin/python -m harness.reports.soak_summary --json $$out/summary.json $$out \
 	    | tee $$out/summary.md; exit $$rc
 
-test: deps
+# Everything the whole suite needs beyond `deps`: the afl engine's afl++ and the vm backend's
+# QEMU parts (packages.py VM_HOST_PACKAGES), so no test skips for want of a package.
+TEST_PKGS := afl++ qemu-system-x86 busybox-static dmsetup kmod zstd
+$(BUILD)/.test-deps-ok: ci/install-deps.sh | $(BUILD)/.apt-ok
+	POWERCUT_EXTRA_PKGS="$(TEST_PKGS)" bash ci/install-deps.sh
+	@touch $@ $(BUILD)/.afl-ok
+test-deps: $(BUILD)/.test-deps-ok
+
+test: deps test-deps
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=15 tests
+
+# The inner loop: tests without root, guests or campaigns (marker `quick`, seconds).
+test-quick: deps
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=5 -m quick tests
 
 # The whole corpus on every matrix row this host can run (CI runs it after `make test`).
 CORPUS_JOBS ?= 2
