@@ -580,6 +580,9 @@ class _Builder:
         updates: dict[str, int | None] = {}
         if "EXCHANGE" in flags and d is not None:
             moves = [(src, dst), (dst, src)]
+            # The names under each side go with it: none stays where it was unless the
+            # other side brings the same name (exchange(dir A, file foo) leaves no A/C).
+            updates.update({child: None for a in (src, dst) for child in self.children(a)})
         elif src == dst or s is d:
             return
         else:
