@@ -105,3 +105,15 @@ def test_error_precedence_on_each_file_system(pc: PcEnv, fs: str) -> None:
     report = json.loads((out / "report.json").read_text())
     kinds = [f["kind"] for f in report.get("findings", [])]
     assert "semantics" not in kinds and p.returncode == 0, p.stdout + p.stderr
+
+
+def test_exchange_moves_the_names_under_each_side(tmp_path: Path) -> None:
+    """renameat2(RENAME_EXCHANGE) of a directory with a child and a file: the child moves
+    with its directory and no name stays behind (the model kept D/sub: found by running
+    the ACE space on the kernel, tests/test_ace.py)."""
+    ops = [{"op": "mkdir", "path": "D"}, {"op": "mkdir", "path": "D/sub"},
+           {"op": "open", "path": "foo", "flags": ["O_CREAT", "O_RDWR"], "fd": "f"}, {"op": "close", "fd": "f"},
+           {"op": "rename", "from": "D", "to": "foo", "flags": ["EXCHANGE"]}]
+    h = run_exec(tmp_path, ops)
+    on_disk = sorted(str(p.relative_to(tmp_path / "fs")) for p in (tmp_path / "fs").rglob("*"))
+    assert on_disk == sorted(set(h.ns[-1]) - {"."}) == ["D", "foo", "foo/sub"]
