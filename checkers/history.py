@@ -598,7 +598,8 @@ class _Builder:
                     updates[child] = None
         self.change_names(ex.pos, updates)
 
-    def rename_errno(self, src: str, dst: str, s: Inode | None, d: Inode | None, flags: set[str]) -> int | None | tuple[int, ...]:
+    def rename_errno(self, src: str, dst: str, s: Inode | None, d: Inode | None,
+                     flags: set[str]) -> int | None | tuple[int, ...]:
         """What renameat2(SRC, DST, FLAGS) returns, in the kernel's order of checks
         (fs/namei.c do_renameat2, then vfs_rename): both parents are resolved (old, then
         new: ENOENT/ENOTDIR) before SRC is looked up (ENOENT); NOREPLACE with DST

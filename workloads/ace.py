@@ -180,11 +180,13 @@ def cores(st: State) -> list[Core]:
 
     for p in NAMES:
         if free(p):
-            out.append(Core(f"creat({p})", ({"op": "open", "path": p, "flags": ["O_CREAT", "O_RDWR"], "fd": f"F{nxt}"},),
+            creat = {"op": "open", "path": p, "flags": ["O_CREAT", "O_RDWR"], "fd": f"F{nxt}"}
+            out.append(Core(f"creat({p})", (creat,),
                             frozenset({nxt}), dirs(p), True, (("file", p),)))
     for p in DIR_NAMES:
         if free(p):
-            out.append(Core(f"mkdir({p})", ({"op": "mkdir", "path": p},), frozenset({nxt}), dirs(p), True, (("dir", p),)))
+            out.append(Core(f"mkdir({p})", ({"op": "mkdir", "path": p},), frozenset({nxt}), dirs(p), True,
+                            (("dir", p),)))
     for p in FILE_NAMES:
         if free(p):
             out.append(Core(f"symlink({p})", ({"op": "symlink", "target": "foo", "path": p},), frozenset({nxt}),
