@@ -56,6 +56,10 @@ OPEN_FLAGS = [["O_CREAT", "O_RDWR"], ["O_RDWR"], ["O_CREAT", "O_RDWR", "O_TRUNC"
               ["O_CREAT", "O_EXCL", "O_RDWR"], ["O_RDONLY"]]
 SYNC_FILE_RANGE_FLAGS = [["WAIT_BEFORE", "WRITE", "WAIT_AFTER"], ["WRITE"]]
 SYMLINK_TARGETS = ["foo", "A/foo", "C/foo", "missing"]
+# renameat2(2) flags, plain rename first: RENAME_NOREPLACE (create-if-absent, as apps that must
+# not clobber do) and RENAME_EXCHANGE (atomic swap of two names, e.g. of a directory tree).
+# RENAME_WHITEOUT is left out: it makes a whiteout device node for overlayfs, not an app's op.
+RENAME_FLAGS: Tiers = [[[]], [["NOREPLACE"], ["EXCHANGE"]]]
 # pwritev2: untorn (RWF_ATOMIC) writes first. Their sizes are powers of two
 # inside the unit range statx reports where they work (xfs -m reflink=1 here:
 # 4 KiB to 1 MiB), naturally aligned, on an O_DIRECT fd (one is opened, and
@@ -163,6 +167,9 @@ class OpListBuilder:
                 op["path"] = pick(self._path_tiers(FILES))
         elif kind in ("rename", "link"):
             op.update({"from": pick(self._path_tiers(PATHS)), "to": pick(one(PATHS))})
+            flags = pick(RENAME_FLAGS) if kind == "rename" else []
+            if flags:
+                op["flags"] = flags
         elif kind == "symlink":
             op.update(target=pick(one(SYMLINK_TARGETS)), path=pick([FILES, DIRS]))
         elif kind == "unlink":
