@@ -175,6 +175,7 @@ class _Builder:
         self.lost = False  # an op went where the model cannot follow: no content checks
         self.disagreements: list[Disagreement] = []
         self.statx: dict[int, StatxResult] = {}  # inode -> the untorn-write limits statx last read for it
+        self.linkable: set[int] = set()   # O_TMPFILE files linkat may still name
         self._next_ino = 1
 
     # -- helpers ---------------------------------------------------------
@@ -326,6 +327,9 @@ class _Builder:
         if path is None:
             return
         ino = self.lookup(path)
+        if "O_TMPFILE" in flags:
+            self.open_tmpfile(ex, ino, path, flags)
+            return
         if ino is None and "O_CREAT" not in flags:
             self.predict(ex, self.missing(path))
         elif ino is None and not self.parent_ok(path):
@@ -348,6 +352,49 @@ class _Builder:
         self.fds[(ex.rec.thread, ex.f("fd"))] = (ino.ino, bool(flags & O_SYNC_FLAGS), "O_APPEND" in flags)
 
     op_creat = op_open
+
+    def open_tmpfile(self, ex: Exec, d: Inode | None, path: str, flags: set[str]) -> None:
+        """open(2) O_TMPFILE: opened for writing and without O_CREAT, else EINVAL before any
+        lookup (fs/open.c build_open_flags); PATH must be a directory (ENOENT/ENOTDIR);
+        the new file has no name, and linkat may give it one (it is linkable:
+        fs/namei.c vfs_tmpfile sets I_LINKABLE unless O_EXCL)."""
+        if "O_CREAT" in flags or not flags & {"O_WRONLY", "O_RDWR"}:
+            self.predict(ex, E.EINVAL)
+        elif d is None:
+            self.predict(ex, self.missing(path))
+        elif d.kind != "dir":
+            self.predict(ex, E.ENOTDIR)
+        else:
+            self.predict(ex, None)
+        if ex.ok:
+            ino = self.new_inode("file", ex.pos)
+            if "O_EXCL" not in flags:
+                self.linkable.add(ino.ino)
+            self.fds[(ex.rec.thread, ex.f("fd"))] = (ino.ino, bool(flags & O_SYNC_FLAGS), "O_APPEND" in flags)
+
+    def op_linkat(self, ex: Exec) -> None:
+        """linkat(fd, "", AT_FDCWD, to, AT_EMPTY_PATH), in fs/namei.c's order: the new name's
+        parent (ENOENT/ENOTDIR), the name taken (EEXIST), then vfs_link: a directory EPERM,
+        a file with no name left that is not a linkable O_TMPFILE file ENOENT."""
+        ino, _, _ = self.fd_inode(ex)
+        dst = self.path(ex, "to", follow=False)
+        if ino is None or dst is None:
+            return
+        named = ino.ino in self.ns.values()
+        parent = self.parent_errno(dst)
+        if parent:
+            self.predict(ex, parent)
+        elif dst in self.ns:
+            self.predict(ex, E.EEXIST)
+        elif ino.kind == "dir":
+            self.predict(ex, E.EPERM)
+        elif not named and ino.ino not in self.linkable:
+            self.predict(ex, E.ENOENT)
+        else:
+            self.predict(ex, None)
+        if ex.ok:
+            self.linkable.discard(ino.ino)  # vfs_link clears I_LINKABLE
+            self.change_names(ex.pos, {dst: ino.ino})
 
     def op_close(self, ex: Exec) -> None:
         self.fds.pop((ex.rec.thread, ex.f("fd")), None)

@@ -6,9 +6,11 @@ prunes it; this module does the same over powercut's set-up
 
 - Core ops are op kinds applied to a small name set (files foo, bar, A/foo,
   A/bar, B/foo, A/C/foo; dirs A, B, A/C), not fixed calls: creat (also at a
-  directory's name), mkdir, link, unlink, rmdir, rename (of a file, symlink
-  or directory, to a new name or over one), renameat2 RENAME_EXCHANGE,
-  symlink, and four data ops (append, overwrite, punch a hole, shrink).
+  directory's name), tmplink (open O_TMPFILE in the directory, write 4 KiB,
+  linkat to the name: the atomic create), mkdir, link, unlink, rmdir,
+  rename (of a file, symlink or directory, to a new name or over one),
+  renameat2 RENAME_EXCHANGE, symlink, and five data ops (append, overwrite, punch a hole, shrink,
+  truncate to 0).
 - Every core op must succeed in a model of the namespace after the ops
   before it. ACE adds the ops a core op depends on (a creat before a write);
   here the set-up makes the common ones exist and a call that would fail is
@@ -70,6 +72,7 @@ DATA_OPS: dict[str, dict[str, Any]] = {
     "overwrite": {"op": "pwrite", "offset": 0, "length": 4096},
     "punch": {"op": "fallocate", "mode": ["PUNCH_HOLE", "KEEP_SIZE"], "offset": 0, "length": 4096},
     "shrink": {"op": "ftruncate", "length": 3000},
+    "empty": {"op": "ftruncate", "length": 0},                  # the boundary: a file of size 0
 }
 ROOT_ID = 0                                    # "." is the first name of START
 SIZE_OF = {"foo": 16384, "A/foo": 256 << 10}   # the set-up's file sizes (append goes there)
@@ -135,7 +138,7 @@ def apply(st: State, core: Core) -> State:
     nxt = max(kinds) + 1
     if core.new:
         k, path = core.new[0]
-        names[path], kinds[nxt], sizes[nxt] = nxt, k, 0
+        names[path], kinds[nxt], sizes[nxt] = nxt, k, 4096 if core.name.startswith("tmplink") else 0
     elif kind == "link":
         names[op["to"]] = names[op["from"]]
     elif kind in ("unlink", "rmdir"):
@@ -156,7 +159,8 @@ def apply(st: State, core: Core) -> State:
             names.update({dst + p[len(src):]: o for p, o in moved.items()})
     elif core.data_on is not None:
         o = core.data_on
-        sizes[o] = {"append": sizes[o] + 4096, "shrink": 3000}.get(core.name.split("(")[0], max(sizes[o], 4096))
+        sizes[o] = {"append": sizes[o] + 4096, "shrink": 3000, "empty": 0}.get(core.name.split("(")[0],
+                                                                              max(sizes[o], 4096))
     return State(tuple(sorted(names.items())), tuple(sorted(kinds.items())), tuple(sorted(sizes.items())))
 
 
@@ -182,6 +186,12 @@ def cores(st: State) -> list[Core]:
         if free(p):
             creat = {"op": "open", "path": p, "flags": ["O_CREAT", "O_RDWR"], "fd": f"F{nxt}"}
             out.append(Core(f"creat({p})", (creat,),
+                            frozenset({nxt}), dirs(p), True, (("file", p),)))
+    for p in FILE_NAMES:
+        if free(p):  # the atomic create: a file made with no name, written, then named (open(2) O_TMPFILE)
+            tmp = {"op": "open", "path": _parent(p), "flags": ["O_TMPFILE", "O_RDWR"], "fd": f"F{nxt}"}
+            out.append(Core(f"tmplink({p})", (tmp, {"op": "pwrite", "fd": f"F{nxt}", "offset": 0, "length": 4096},
+                                               {"op": "linkat", "fd": f"F{nxt}", "to": p}),
                             frozenset({nxt}), dirs(p), True, (("file", p),)))
     for p in DIR_NAMES:
         if free(p):

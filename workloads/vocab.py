@@ -36,11 +36,11 @@ KIND_TIERS: Tiers = [["pwrite", "write", "ftruncate"],
                      ["close", "unlink", "open", "truncate", "rename", "fallocate", "mmap_write", "link",
                       "pwritev2"],
                      ["mkdir", "rmdir", "symlink", "setxattr", "removexattr", "syncfs", "sync_file_range",
-                      "read", "pread", "statx"],
+                      "read", "pread", "statx", "tmpfile"],
                      # Namespace ops once more, in a tier of their own: a namespace op followed by
                      # an fsync of the file or of its directory is the shape xfstests' power-failure
                      # tests check most (docs/semantics.md), so they weigh as much as data ops.
-                     ["rename", "link", "unlink", "symlink", "mkdir", "rmdir"]]
+                     ["rename", "link", "unlink", "symlink", "mkdir", "rmdir", "linkat"]]
 NAMESPACE_KINDS = frozenset(KIND_TIERS[-1])
 PERSIST_KINDS = ["fsync", "fdatasync", "sync", "fsync_dir"]
 # The persistence op after a namespace op (a record's byte 2, modulo its length; 0 none,
@@ -48,7 +48,7 @@ PERSIST_KINDS = ["fsync", "fdatasync", "sync", "fsync_dir"]
 # its directory three times in four.
 PERSIST_AFTER_NAMESPACE = [None, "fsync", "fdatasync", "sync", "fsync_dir", "fsync_dir", "fsync", "fsync_dir"]
 FD_KINDS = {"pwrite", "fsync", "close", "write", "fdatasync", "ftruncate", "fallocate", "syncfs",
-            "sync_file_range", "mmap_write", "read", "pread", "pwritev2"}
+            "sync_file_range", "mmap_write", "read", "pread", "pwritev2", "linkat"}
 FALLOC_MODES = [["KEEP_SIZE"], [], ["PUNCH_HOLE", "KEEP_SIZE"], ["ZERO_RANGE"], ["ZERO_RANGE", "KEEP_SIZE"],
                 ["COLLAPSE_RANGE"], ["INSERT_RANGE"], ["UNSHARE_RANGE"]]  # unshare: copy-on-write on reflink xfs
 OPEN_FLAGS = [["O_CREAT", "O_RDWR"], ["O_RDWR"], ["O_CREAT", "O_RDWR", "O_TRUNC"], ["O_CREAT", "O_RDWR", "O_APPEND"],
@@ -140,6 +140,14 @@ class OpListBuilder:
             # No fd on what the namespace op just changed: open it by its new name (a file or a
             # directory, read-only: enough to fsync it) and persist that.
             self.open(self.touched[-1], ["O_RDONLY"])
+        if kind == "tmpfile":  # open(O_TMPFILE) in a directory: a file with no name, until linkat
+            if len(self.fds) < MAX_FDS:
+                name = self.last_fd = f"f{self._next_fd}"
+                self._next_fd += 1
+                self.ops.append({"op": "open", "path": pick(one(PERSIST_DIRS)), "flags": ["O_TMPFILE", "O_RDWR"],
+                                 "fd": name})
+                self.fds.append(name)
+            return
         if kind in FD_KINDS and not self.fds:
             kind = "open"
         if kind == "open":
@@ -174,6 +182,8 @@ class OpListBuilder:
             op.update(target=pick(one(SYMLINK_TARGETS)), path=pick([FILES, DIRS]))
         elif kind == "unlink":
             op["path"] = pick(self._path_tiers(FILES))
+        elif kind == "linkat":  # name the fd's file (a tmpfile, or one renamed or unlinked since)
+            op["to"] = pick(one(FILES))
         elif kind in ("mkdir", "rmdir"):
             op["path"] = pick([DIRS, FILES])  # a file's name reused as a directory too
         elif kind == "setxattr":

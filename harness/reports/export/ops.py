@@ -20,7 +20,7 @@ from typing import Any
 
 O_FLAGS = {"O_CREAT": os.O_CREAT, "O_RDWR": os.O_RDWR, "O_WRONLY": os.O_WRONLY, "O_RDONLY": os.O_RDONLY,
            "O_TRUNC": os.O_TRUNC, "O_APPEND": os.O_APPEND, "O_DIRECT": os.O_DIRECT, "O_SYNC": os.O_SYNC,
-           "O_DSYNC": os.O_DSYNC, "O_EXCL": os.O_EXCL}
+           "O_DSYNC": os.O_DSYNC, "O_EXCL": os.O_EXCL, "O_TMPFILE": os.O_TMPFILE}
 FALLOC = {"KEEP_SIZE": 0x01, "PUNCH_HOLE": 0x02, "COLLAPSE_RANGE": 0x08, "ZERO_RANGE": 0x10,
           "INSERT_RANGE": 0x20, "UNSHARE_RANGE": 0x40}
 SFR = {"WAIT_BEFORE": 1, "WRITE": 2, "WAIT_AFTER": 4}
@@ -69,6 +69,8 @@ def repro_args(ops: list[dict[str, Any]]) -> list[str]:
             out += [k, op["from"], op["to"], str(_bits(op.get("flags", []), RENAME))]
         elif k == "link":
             out += [k, op["from"], op["to"]]
+        elif k == "linkat":
+            out += [k, op["fd"], op["to"]]
         elif k == "symlink":
             out += [k, op["target"], op["path"]]
         elif k in ("unlink", "rmdir"):
@@ -123,7 +125,14 @@ class XfsIoScript:
         k = op["op"]
         fd = self.fds.get(op.get("fd", ""))
         fill = "-S 0x61"
-        if k in ("open", "creat"):
+        if k == "open" and "O_TMPFILE" in op["flags"]:
+            # xfs_io -T opens a tmpfile, but separate commands cannot share it, and this
+            # export runs one command per op: the tmpfile's ops are left out, with a caveat.
+            self.fds[op["fd"]] = _Fd(op["path"], ["O_TMPFILE"])
+            self.caveats.append(f"an O_TMPFILE file in {op['path']}: its ops are left out here; "
+                                "use the shell export (pc-repro) to replay it")
+            self.lines.append(f"# open O_TMPFILE in {op['path']} as fd {op['fd']}: left out (see the caveat)")
+        elif k in ("open", "creat"):
             flags = ["O_CREAT", "O_WRONLY", "O_TRUNC"] if k == "creat" else op["flags"]
             new = _Fd(op["path"], [f for f in flags if f in ("O_DIRECT", "O_SYNC", "O_DSYNC", "O_APPEND")])
             self.fds[op["fd"]] = new
@@ -133,6 +142,8 @@ class XfsIoScript:
                     self.sizes[op["path"]] = 0
         elif k == "close":
             self.fds.pop(op["fd"], None)
+        elif fd is not None and "O_TMPFILE" in fd.flags:
+            self.lines.append(f"# {k} on the O_TMPFILE fd {op['fd']}: left out (see the caveat)")
         elif fd is not None and k in ("write", "pwrite"):
             off = op.get("offset", self.sizes.get(fd.path, 0) if "O_APPEND" in fd.flags else fd.pos)
             self.xfs_io(fd, f"pwrite {fill} {off} {op['length']}")
@@ -172,6 +183,11 @@ class XfsIoScript:
                 self.emit(f"mv -T {_mnt(op['from'])} {_mnt(op['to'])}")
         elif k == "link":
             self.emit(f"ln {_mnt(op['from'])} {_mnt(op['to'])}")
+        elif fd is not None and k == "linkat":  # xfs_io's flink: linkat(fd, "", ..., AT_EMPTY_PATH)
+            if fd.moved:
+                self.caveats.append(f"linkat of an fd of {fd.path} after it was renamed or unlinked: "
+                                    "reopened by its old path here, not the same file as in the finding")
+            self.emit(f'$XFS_IO_PROG -c "flink $SCRATCH_MNT/{op["to"]}" {_mnt(fd.path)}')
         elif k == "symlink":
             self.emit(f"ln -s {shlex.quote(op['target'])} {_mnt(op['path'])}")
         elif k == "unlink":
