@@ -380,18 +380,7 @@ class _Builder:
         dst = self.path(ex, "to", follow=False)
         if ino is None or dst is None:
             return
-        named = ino.ino in self.ns.values()
-        parent = self.parent_errno(dst)
-        if parent:
-            self.predict(ex, parent)
-        elif dst in self.ns:
-            self.predict(ex, E.EEXIST)
-        elif ino.kind == "dir":
-            self.predict(ex, E.EPERM)
-        elif not named and ino.ino not in self.linkable:
-            self.predict(ex, E.ENOENT)
-        else:
-            self.predict(ex, None)
+        self.predict(ex, self.new_link_errno(ino, dst))
         if ex.ok:
             self.linkable.discard(ino.ino)  # vfs_link clears I_LINKABLE
             self.change_names(ex.pos, {dst: ino.ino})
@@ -586,19 +575,24 @@ class _Builder:
         # Error precedence (fs/namei.c do_linkat): the source is looked up first, then
         # the new name's parent (filename_create: ENOENT/ENOTDIR, then EEXIST), and
         # only vfs_link refuses a directory (EPERM): link(dir, missing/x) is ENOENT.
-        parent = self.parent_errno(dst)
-        if ino is None:
-            self.predict(ex, self.missing(src))
-        elif parent:
-            self.predict(ex, parent)
-        elif dst in self.ns:
-            self.predict(ex, E.EEXIST)
-        elif ino.kind == "dir":
-            self.predict(ex, E.EPERM)
-        else:
-            self.predict(ex, None)
+        self.predict(ex, self.missing(src) if ino is None else self.new_link_errno(ino, dst))
         if ex.ok and ino is not None:
             self.change_names(ex.pos, {dst: ino.ino})
+
+    def new_link_errno(self, ino: Inode, dst: str) -> int | None:
+        """What giving INO the new name DST returns once the source is found (fs/namei.c
+        filename_create, then vfs_link): DST's parent (ENOENT/ENOTDIR), DST taken (EEXIST),
+        a directory (EPERM), a file with no name left that is no linkable tmpfile (ENOENT)."""
+        parent = self.parent_errno(dst)
+        if parent:
+            return parent
+        if dst in self.ns:
+            return E.EEXIST
+        if ino.kind == "dir":
+            return E.EPERM
+        if ino.ino not in self.ns.values() and ino.ino not in self.linkable:
+            return E.ENOENT
+        return None
 
     def op_symlink(self, ex: Exec) -> None:
         path = self.path(ex, "path", follow=False)

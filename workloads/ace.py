@@ -119,7 +119,7 @@ def start_state() -> State:
 @dataclass(frozen=True)
 class Core:
     """One core op: its name, the call(s) (fd "F<id>" is object id's fd), the objects it
-    acts on, the directories whose entries it changes, what it creates."""
+    acts on, the directories holding the names it uses and their ancestors, what it creates."""
 
     name: str
     ops: tuple[dict[str, Any], ...]
