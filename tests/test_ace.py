@@ -48,12 +48,13 @@ def test_the_start_state_is_the_set_up(tmp_path: Path) -> None:
     assert found == ace.START
 
 
+@pytest.mark.timeout(1800)  # each workload's set-up syncs the host: slow on a loaded machine
 @pytest.mark.parametrize("seq", [2, 3])
 def test_every_core_op_succeeds_on_the_kernel_and_the_model_agrees(tmp_path: Path, seq: int) -> None:
-    """The first 40 workloads (a short campaign's start) and 40 spread over the rest:
+    """The first 30 workloads (a short campaign's start) and 30 spread over the rest:
     no failed call, no disagreement, and the namespace the kernel leaves is the model's."""
     n = exhaustive.space_size(seq)
-    for i in sorted(set(range(40)) | set(range(40, n, n // 40))):
+    for i in sorted(set(range(30)) | set(range(30, n, n // 30))):
         doc = exhaustive.workload(seq, i)
         h, root = execute(tmp_path / str(i), doc)
         failed = [ex.describe() for ex in h.execs if not ex.ok]
