@@ -207,7 +207,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     g.add_argument("--seq", type=int, default=None,
                    help="sequence length: 1, 2 or 3 core ops (default 1; 2 for the mixed engine)")
     g.add_argument("--seq-cap", type=int, default=None, metavar="N",
-                   help=f"visit N evenly spread workloads of a larger space (default: all; {SEQ3_CAP} for --seq 3)")
+                   help=f"visit N workloads of a larger space: the first N of the ordered seq-2/3 space, N evenly "
+                        f"spread ones with --core-ops (default: all; {SEQ3_CAP} for --seq 3)")
     g.add_argument("--core-ops", metavar="NAMES", help="bound the space to these core ops, comma-separated, enumerated "
                    f"in that order (default all: {', '.join(exhaustive.CORE_NAMES)})")
     g.add_argument("--shard", default="0/1", metavar="K/N", help="only workloads with index %% N == K (several machines)")
