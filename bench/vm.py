@@ -21,7 +21,7 @@ from typing import Any
 from fuzz.trial import run_doc
 from harness.backends.vm.backend import LiveVm
 from harness.pipeline.live import live_guest
-from harness.pipeline.run import RunConfig
+from harness.pipeline.config import RunConfig
 from workloads import exhaustive
 
 
@@ -44,9 +44,9 @@ def _rates(r: dict[str, Any], exclude_s: float = 0.0) -> dict[str, float]:
 
 def bench_vm(kernel: str, scratch: str, n: int, fs_name: str = "ext4") -> dict[str, Any]:
     docs = [exhaustive.workload(1, i) for i in range(n)]
-    fuse = _run_all(docs, RunConfig(fs=fs_name, quiet=True), os.path.join(scratch, "fuse"), None)
-    vm_cfg = RunConfig(fs=fs_name, backend="vm", kernel=kernel, quiet=True)
-    with live_guest(vm_cfg, [fs_name]) as live:
+    fuse = _run_all(docs, RunConfig.parse({"fs": fs_name, "quiet": True}), os.path.join(scratch, "fuse"), None)
+    vm_cfg = RunConfig.parse({"fs": fs_name, "backend": "vm", "kernel": kernel, "quiet": True})
+    with live_guest(vm_cfg.backend, [fs_name]) as live:
         assert live is not None
         vm = _run_all(docs, vm_cfg, os.path.join(scratch, "vm"), live)
         stats = live.stats()

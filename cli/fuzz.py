@@ -11,14 +11,12 @@ from typing import Any
 
 from foundation.jsondoc import write_json
 from checkers.findings import KINDS
-from cli.options import add_backend_options, add_semantics_option, check_backend_options
+from cli.options import add_backend_options, add_semantics_option, fault_choices, run_config
 from foundation import internal_error, ownership
 from foundation.errors import UsageError
-from harness.backends import require as require_backend, resolve as resolve_backend
-from harness.backends.session import FAULTS
-from harness.backends.vm.backend import FAULTS as VM_FAULTS
-from cli.run import add_recovery_args, recovery_kwargs
-from harness.pipeline.run import RunConfig, default_out_dir
+from cli.run import add_recovery_args
+from harness.pipeline.config import RunConfig
+from harness.pipeline.run import default_out_dir
 from fuzz.campaign import ENGINES, Campaign, CampaignSpec
 from fuzz.layout import CampaignDir
 from fuzz.minimize import MAX_RUNS, Shrinker
@@ -51,22 +49,14 @@ def parse_shard(text: str) -> tuple[int, int]:
 def _run_config(args: argparse.Namespace) -> RunConfig:
     if not args.fs:
         raise UsageError("--fs is required (ext4, xfs or btrfs), unless --resume DIR")
-    check_backend_options(args)
-    args.backend = resolve_backend(args.backend)  # auto: the campaign records (and says) dm or fuse
-    cfg = RunConfig(fs=args.fs, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts, size_mib=args.size, quiet=True,
-                    crash_points=args.crash_points, reorder=args.reorder, states_per_point=args.states_per_point,
-                    fault=args.fault, backend=args.backend, kernel=args.kernel, kernel_modules=args.kernel_modules,
-                    semantics=args.semantics, **recovery_kwargs(args))
-    cfg.check()
-    require_backend(args.backend)
-    if args.backend == "vm":
-        if getattr(args, "engine", "") == "afl":
-            raise UsageError("--engine afl runs every workload in a new process and cannot keep a vm guest: "
-                             "use --engine hypothesis or exhaustive with --backend vm")
-        if args.fault and args.fault not in VM_FAULTS:
-            raise UsageError(f"--fault {args.fault}: the vm backend knows {', '.join(VM_FAULTS)}")
-    elif args.fault and args.fault not in FAULTS:
-        raise UsageError(f"--fault {args.fault} needs --backend vm")
+    # auto is resolved here: the campaign records (and says) dm or fuse.
+    cfg = run_config(args, fs=args.fs, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts, size_mib=args.size,
+                     quiet=True, crash_points=args.crash_points, reorder=args.reorder,
+                     states_per_point=args.states_per_point, semantics=args.semantics)
+    cfg.backend.engine.require()
+    if cfg.backend.engine.keeps_guest and getattr(args, "engine", "") == "afl":
+        raise UsageError(f"--engine afl runs every workload in a new process and cannot keep a {cfg.backend.name} "
+                         f"guest: use --engine hypothesis or exhaustive with --backend {cfg.backend.name}")
     return cfg
 
 
@@ -105,7 +95,7 @@ def fuzz_cmd(args: argparse.Namespace) -> int:
     if args.resume:
         cdir = CampaignDir.open(args.resume)
         saved = cdir.config()
-        cfg, spec = RunConfig(**saved["run"]), CampaignSpec(**saved["spec"])
+        cfg, spec = RunConfig.parse(saved["run"]), CampaignSpec(**saved["spec"])
     else:
         cfg, spec = _run_config(args), _spec(args)
         out = args.out or os.path.join("campaigns", f"{spec.engine}-{cfg.fs}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -160,7 +150,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--states-per-point", type=int, default=DEFAULT_PER_POINT, metavar="N",
                    help=f"at most N states per reorder mode and crash point (default: {DEFAULT_PER_POINT})")
     add_recovery_args(p)
-    p.add_argument("--fault", choices=sorted({*FAULTS, *VM_FAULTS}), default=None,
+    p.add_argument("--fault", choices=fault_choices(), default=None,
                    help="test-only: drop-flush: flushes are acknowledged but not logged (fuse recorder; with "
                         "--backend vm, left out of the kernel's log); recovery-drop-flush: the same, only while a "
                         "recovery is recorded for --recovery-crash; recovery-panic (vm): the guest kernel crashes "

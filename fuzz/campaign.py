@@ -26,9 +26,11 @@ from typing import Any
 
 from foundation import internal_error
 from foundation.parentdeath import signal_on_parent_death
+from checkers.crashwalk.recovery_modes import recovery_name
 from foundation.errors import PowercutError, Terminated
 from harness.pipeline.live import live_guest
-from harness.pipeline.run import RunConfig, terminate_as_exception
+from harness.pipeline.config import RunConfig
+from harness.pipeline.run import terminate_as_exception
 from fuzz.layout import CampaignDir, Totals
 from fuzz.status import StatusLine, clock
 from fuzz.store import FindingStore
@@ -66,7 +68,7 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
     w = Worker(CampaignDir(path), cfg, f"w{n}", n, spec.jobs, spec.seed, deadline, stop, spec.options,
                budget=budget)
     try:
-        if cfg.backend == "vm":
+        if cfg.backend.engine.keeps_guest:
             _run_in_live_guest(w)
         else:
             importlib.import_module(ENGINES[spec.engine]).run(w)
@@ -83,7 +85,7 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
 def _run_in_live_guest(w: Worker) -> None:
     """--backend vm: the worker's workloads all run in one guest it boots once (and again
     only after the guest kernel died); where the guest's time went is kept in CAMPAIGN/guests/."""
-    with live_guest(w.cfg, [w.cfg.fs]) as live:
+    with live_guest(w.cfg.backend, [w.cfg.fs]) as live:
         assert live is not None
         w.opener = live.open
         try:
@@ -208,7 +210,7 @@ class Campaign:
             **self.rates(t), "workloads": t.workloads, "workloads_this_session": t.workloads - self.before.workloads,
             "shrink_runs": t.shrink_runs, "harness_errors": t.errors, "first_harness_error": t.first_error,
             "crash_states_checked": t.states,
-            "mount_retries": t.mount_retries, "device_waits": t.device_waits, "recovery": self.cfg.recovery,
+            "mount_retries": t.mount_retries, "device_waits": t.device_waits, "recovery": recovery_name(self.cfg.recovery),
             "recovery_crash_states_checked": t.recovery_states,
             "ops_per_workload": ops_distribution(t.ops),
             "findings_by_kind": dict(sorted(t.kinds.items())),
@@ -221,8 +223,9 @@ class Campaign:
         }
         if self.spec.engine == "exhaustive":
             report["exhaustive"] = {"seq": self.spec.options["seq"], "space": self.space(), "done": len(t.indices)}
-        if self.cfg.backend == "vm":
-            report["vm"] = {"kernel_spec": self.cfg.kernel, **self.cdir.guest_stats()}
+        backend = self.cfg.backend
+        if backend.engine.keeps_guest:
+            report[backend.name] = {**backend.engine.describe(backend.options), **self.cdir.guest_stats()}
         if self.spec.engine == "afl":
             report["afl"] = afl_stats(self.spec.options.get("afl_sync_dir") or self.cdir.sub("afl"))
         return report

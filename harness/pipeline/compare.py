@@ -19,7 +19,8 @@ from typing import Any
 from foundation.jsondoc import write_json
 from foundation import internal_error, ownership
 from foundation.errors import UsageError
-from harness.pipeline.run import RunConfig, default_out_dir, run_workload
+from harness.pipeline.config import RunConfig
+from harness.pipeline.run import default_out_dir, run_workload
 from harness.reports.markdown import profile_lines
 from harness.reports.plots import NOT_PLOTTED, PLOT_DIR, cdf, slug
 from harness.reports.report import summary
