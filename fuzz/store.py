@@ -172,7 +172,8 @@ def write_reproduce(d: str, cfg: RunConfig, finding: Finding, info: dict[str, An
     rerun = ["run", '"$here/workload.json"', "--fs", cfg.fs, "--mkfs-opts", shlex.quote(cfg.mkfs_opts),
              "--mount-opts", shlex.quote(cfg.mount_opts or ""),
              "--crash-points", shlex.quote(str(cfg.crash_points or DEFAULT_POINTS)),
-             "--reorder", shlex.quote(str(cfg.reorder)), "--out", '"$(mktemp -d)"', "--recovery", recovery_name(cfg.recovery)]
+             "--reorder", shlex.quote(str(cfg.reorder)), "--out", '"$(mktemp -d)"',
+             "--recovery", recovery_name(cfg.recovery)]
     if cfg.recovery_crash:
         rerun += ["--recovery-crash", "--recovery-crash-states", str(cfg.recovery_crash.budget)]
     rerun += [shlex.quote(a) for a in cfg.backend.engine.command_args(cfg.backend.options)]

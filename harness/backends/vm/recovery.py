@@ -16,9 +16,10 @@ between "pc: mount I" and the next mount is a `kernel` finding of image I.
 
 The guest is either a one-job-per-boot `Guest` (harness/backends/vm/qemu.py) or a
 `LiveGuest` (harness/backends/vm/live.py) that serves many batches; both are a
-`VmGuest` (harness/backends/vm/guests.py): they give each recovery engine its batch
-disk (`batch_disk`, `batch_bytes`) and run the job (`run_job`). `--recovery both` makes one engine per mode, each with its own
-batch disk (engine 0, 1): a live guest has one per mode, so both modes run in it.
+`VmGuest` (harness/backends/vm/guests.py): they give each recovery engine its
+batch disk (`batch_disk`, `batch_bytes`) and run the job (`run_job`).
+`--recovery both` makes one engine per mode, each with its own batch disk
+(engine 0, 1): a live guest has one per mode, so both modes run in it.
 """
 
 from __future__ import annotations
