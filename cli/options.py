@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-
 from typing import Any
 
 from checkers.fsrules import DEFAULT_TIER, TIERS
