@@ -36,6 +36,7 @@ from foundation.errors import EnvError, KernelFailure, UsageError
 from foundation.filesystems import FsType
 from foundation.runstate import RunState
 from foundation.sparse import copy_range
+from harness.backends.vm.engine import FAULTS, NEEDS_KERNEL
 from harness.backends.session import Recording
 from workloads.marks import MARK_MKFS, MARK_MOUNTED, MARK_WORKLOAD_END
 from harness.backends.vm import initramfs, kernel as vmkernel, packages
@@ -54,7 +55,7 @@ SECTOR_SIZE = 512  # virtio-blk's default logical block size: the log's sectorsi
 GUEST_PLAN = "/pc/plan"
 GUEST_RECORDS = "/tmp/records.bin"
 RECORDS_DISK_BYTES = 1 << 30  # sparse: only what the executor writes is allocated
-# (The options, --kernel and --fault among them, are checked by the engine: vm/engine.py.)
+# (FAULTS: vm/engine.py)
 RECOVERY_FAULTS = ("recovery-panic", "recovery-hang")
 CONTENT_CHECKS = ("guest kernel recovers (mount + umount); host fsck, then the content oracle reads a "
                   "read-only host mount of the recovered image (no replay by the host kernel)")
@@ -86,12 +87,14 @@ class LiveVm:
     first use, serving every file system in FSS (one initramfs carries their tools and modules).
     Only one guest runs at a time: switching sizes powers the other off (its disks stay)."""
 
-    def __init__(self, kernel: str, kernel_modules: str | None, fss: Sequence[FsType],
+    def __init__(self, kernel: str | None, kernel_modules: str | None, fss: Sequence[FsType],
                  fault: str | None) -> None:
+        if not kernel:
+            raise UsageError(NEEDS_KERNEL)
         packages.ensure(packages.VM_HOST_PACKAGES, "--backend vm")
         self.kernel = vmkernel.resolve(kernel, kernel_modules)
         self.fs_names = sorted({f.name for f in fss})
-        self.fault = fault
+        self.fault = _check_fault(fault)
         self.base_initrd = initramfs.build(self.kernel, sorted(fss, key=lambda f: f.name))
         self.guests: dict[int, LiveGuest] = {}
         self.fresh: dict[tuple[str, str, int], FreshFs] = {}
@@ -149,18 +152,24 @@ class LiveVm:
         return {"boots": len(boots), "boot_seconds": round(sum(boots), 2), "job_seconds": jobs}
 
 
+def _check_fault(fault: str | None) -> str | None:
+    if fault and fault not in FAULTS:
+        raise UsageError(f"--fault {fault}: the vm backend knows {', '.join(FAULTS)}")
+    return fault
+
+
 class VmBackend:
     def __init__(self, fs: FsType, workload: WorkloadRunner, kernel: str | None,
                  kernel_modules: str | None, fault: str | None, live: LiveVm | None = None) -> None:
-        """KERNEL: None with LIVE (its guest's kernel)."""
-        self.fault = fault
+        self.fault = _check_fault(fault)
         self.workload = workload
         self.command = guest_command(workload)
         self.live = live
         if live is not None:
             self.kernel, self.base_initrd = live.kernel, live.base_initrd
         else:
-            assert kernel is not None
+            if not kernel:
+                raise UsageError(NEEDS_KERNEL)
             packages.ensure(packages.VM_HOST_PACKAGES, "--backend vm")
             self.kernel = vmkernel.resolve(kernel, kernel_modules)
             self.base_initrd = initramfs.build(self.kernel, fs)
