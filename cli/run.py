@@ -10,7 +10,7 @@ from harness.backends.dm.devices import CONFIRM_FLAG
 from harness.pipeline.compare import run_matrix
 from harness.pipeline.run import default_out_dir, recheck, run_workload
 from harness.reports.report import summary
-from cli.options import add_backend_options, add_semantics_option, fault_choices, run_config
+from cli.options import add_backend_options, add_known_damage_option, add_semantics_option, fault_choices, run_config
 from workloads.runner import load_runner
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS, DEFAULT_BUDGET, EVERY_POINT
 from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER
@@ -38,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
                      crash_points=args.crash_points, start_mark=args.start_mark, end_mark=args.end_mark,
                      reorder=args.reorder, states_per_point=args.states_per_point, jobs=args.jobs,
                      first_failure=args.first_failure, keep_image=args.keep_image, markdown=True,
-                     max_states=args.max_states, calibrate=True, semantics=args.semantics)
+                     max_states=args.max_states, calibrate=True, semantics=args.semantics,
+                     known_damage_findings=args.known_damage_findings)
     if args.mount_opts_matrix or args.param_matrix:
         return run_matrix(args.workload, cfg, args.scale, args.param, args.out,
                           mount_opts_matrix=args.mount_opts_matrix, param_matrix=args.param_matrix)
@@ -69,6 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="confirm that DEV (--data-dev or --log-dev) may be erased; needed for each")
     p.add_argument("--mkfs-opts", default="", help="extra mkfs options, e.g. \"-O ^has_journal\"")
     add_semantics_option(p)
+    add_known_damage_option(p)
     p.add_argument("--mount-opts", default=None,
                    help="mount options, e.g. data=writeback,barrier=0 (default: none, or the scenario's)")
     p.add_argument("--size", type=int, default=0,

@@ -174,6 +174,7 @@ def write_reproduce(d: str, cfg: RunConfig, finding: Finding, info: dict[str, An
              "--crash-points", shlex.quote(str(cfg.crash_points or DEFAULT_POINTS)),
              "--reorder", shlex.quote(str(cfg.reorder)), "--out", '"$(mktemp -d)"',
              "--recovery", recovery_name(cfg.recovery)]
+    rerun += ["--known-damage-findings"] if cfg.known_damage_findings else []
     if cfg.recovery_crash:
         rerun += ["--recovery-crash", "--recovery-crash-states", str(cfg.recovery_crash.budget)]
     rerun += [shlex.quote(a) for a in cfg.backend.engine.command_args(cfg.backend.options)]

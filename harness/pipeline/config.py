@@ -51,6 +51,7 @@ class RunConfig:
     quiet: bool = False             # no crash-walk progress (campaigns print their own)
     markdown: bool = False          # also write OUT/report.md with latency figures (powercut run)
     semantics: str = DEFAULT_TIER   # the oracle's tier of rules: posix or linux (checkers/fsrules.py)
+    known_damage_findings: bool = False  # damage the configuration documents as findings (checkers/known_damage.py)
 
     @classmethod
     def parse(cls, values: Mapping[str, Any]) -> RunConfig:
@@ -82,7 +83,8 @@ class RunConfig:
                    end_mark=v["end_mark"], reorder=reorder, jobs=v["jobs"], first_failure=v["first_failure"],
                    recovery=modes, recovery_crash=crash_spec if v["recovery_crash"] else None,
                    keep_image=v["keep_image"], calibrate=v["calibrate"], max_states=budget, quiet=v["quiet"],
-                   markdown=v["markdown"], semantics=v["semantics"])
+                   markdown=v["markdown"], semantics=v["semantics"],
+                   known_damage_findings=v["known_damage_findings"])
 
     def to_json(self) -> dict[str, Any]:
         """The flat form (RunConfig.parse reads it back)."""
@@ -95,7 +97,8 @@ class RunConfig:
                 "recovery_crash_states": spec.budget, "recovery_crash_rate": spec.rate,
                 "keep_image": self.keep_image, "calibrate": self.calibrate,
                 "max_states": str(self.max_states) if self.max_states else 0, "quiet": self.quiet,
-                "markdown": self.markdown, "semantics": self.semantics}
+                "markdown": self.markdown, "semantics": self.semantics,
+                "known_damage_findings": self.known_damage_findings}
 
 
 def check_size(fs: FsType, size_mib: int) -> None:
@@ -110,6 +113,6 @@ FLAT_DEFAULTS: dict[str, Any] = {
     "jobs": 0, "first_failure": False, "recovery": "rw", "recovery_crash": False,
     "recovery_crash_states": RecoveryCrashSpec.budget, "recovery_crash_rate": RecoveryCrashSpec.rate,
     "keep_image": False, "calibrate": False, "max_states": 0, "quiet": False, "markdown": False,
-    "semantics": DEFAULT_TIER,
+    "semantics": DEFAULT_TIER, "known_damage_findings": False,
 }
 KEYS = {"fs", *FLAT_DEFAULTS, *option_keys()}
