@@ -29,12 +29,13 @@ SOAK_OPS       ?= 5-20
 # The oracle's tier for make fuzz/soak: linux (what ext4/xfs/btrfs developers promise) or posix.
 SEMANTICS      ?= linux
 
-.PHONY: all deps apt venv cbuild test corpus-check bench clean help ci-kernel fuzz soak afl
+.PHONY: all deps apt venv cbuild test test-deps test-quick corpus-check bench clean help ci-kernel fuzz soak afl
 
 all: deps
 
 help:
 	@echo "make test        install what is missing, build, run the test suite"
+	@echo "make test-quick  the quick tests only (no root, no guests, no campaigns)"
 	@echo "make deps        only install/build (apt packages, venv, C programs)"
 	@echo "make fuzz        a fuzzing campaign: FS=ext4|xfs|btrfs ENGINE=hypothesis|exhaustive|afl DURATION=10m"
 	@echo "                 JOBS=N MOUNT_OPTS=... MKFS_OPTS=... FUZZ_ARGS='more powercut fuzz options'"
@@ -106,8 +107,20 @@ soak: deps
 	$(VENV)/bin/python -m harness.reports.soak_summary --json $$out/summary.json $$out \
 	    | tee $$out/summary.md; exit $$rc
 
-test: deps
+# Everything the whole suite needs beyond `deps`: the afl engine's afl++ and the vm backend's
+# QEMU parts (packages.py VM_HOST_PACKAGES), so no test skips for want of a package.
+TEST_PKGS := afl++ qemu-system-x86 busybox-static dmsetup kmod zstd
+$(BUILD)/.test-deps-ok: ci/install-deps.sh | $(BUILD)/.apt-ok
+	POWERCUT_EXTRA_PKGS="$(TEST_PKGS)" bash ci/install-deps.sh
+	@touch $@ $(BUILD)/.afl-ok
+test-deps: $(BUILD)/.test-deps-ok
+
+test: deps test-deps
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=15 tests
+
+# The inner loop: tests without root, guests or campaigns (marker `quick`, seconds).
+test-quick: deps
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=5 -m quick tests
 
 # The whole corpus on every matrix row this host can run (CI runs it after `make test`).
 CORPUS_JOBS ?= 2

@@ -15,14 +15,15 @@ import pytest
 from checkers.history import build_history
 from checkers.oracle import ContentOracle
 from checkers.workload_checks import log_marks
-from conftest import BUILD, WORKLOADS, PcEnv, needs_root_stack
+from common import require_exec
+from conftest import WORKLOADS, PcEnv, needs_root_stack
 from replay.logformat import LogReader
 from test_oracle import Run
 from workloads.pattern import CHUNK, generate
 from workloads.plan import build_plan
 from workloads.results import read_records
 
-pytestmark = pytest.mark.skipif(not (BUILD / "pc-exec").exists(), reason="build/pc-exec not built (make test)")
+pytestmark = require_exec
 
 
 def verdicts(found: list) -> list[tuple[str, str, str]]:

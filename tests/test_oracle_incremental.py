@@ -26,14 +26,15 @@ import pytest
 from checkers.history import build_history
 from checkers.oracle import ContentOracle
 from checkers.workload_checks import log_marks
-from conftest import BUILD, WORKLOADS, PcEnv, needs_root_stack
+from common import require_exec, require_root
+from conftest import WORKLOADS, PcEnv, needs_root_stack
 from foundation.sparse import data_extents
 from replay.logformat import LogReader
 from test_oracle_bulk import INVARIANTS, OPS, verdicts
 from workloads.results import read_records
 
-pytestmark = [pytest.mark.skipif(not (BUILD / "pc-exec").exists(), reason="build/pc-exec not built (make test)"),
-              pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
+pytestmark = [require_exec,
+              require_root]
 
 
 def test_write_tracker_sees_every_write_to_its_device(pc: PcEnv, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,13 +19,14 @@ import pytest
 import checkers.eventindex as eventindex
 from checkers.eventindex import Allowed
 from checkers.oracle import ContentOracle
-from conftest import BUILD, WORKLOADS, PcEnv, needs_root_stack
+from common import require_exec
+from conftest import WORKLOADS, PcEnv, needs_root_stack
 from test_oracle import Run
 from test_oracle_bulk import INVARIANTS, OPS, _pair_inspector_for, tampered_trials, verdicts
 from replay.crashstates import DEFAULT_PER_POINT
 from workloads.pattern import generate
 
-pytestmark = pytest.mark.skipif(not (BUILD / "pc-exec").exists(), reason="build/pc-exec not built (make test)")
+pytestmark = require_exec
 
 
 class Pair:
