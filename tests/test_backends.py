@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT
+from common import ROOT
 from foundation.errors import UsageError
 from harness.backends import ENGINES, configure
 from harness.pipeline.config import RunConfig
