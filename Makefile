@@ -29,7 +29,7 @@ SOAK_OPS       ?= 5-20
 # The oracle's tier for make fuzz/soak: linux (what ext4/xfs/btrfs developers promise) or posix.
 SEMANTICS      ?= linux
 
-.PHONY: all deps apt venv cbuild test test-deps test-quick corpus-check bench clean help ci-kernel fuzz soak afl
+.PHONY: all deps apt venv cbuild test test-deps test-quick corpus-check bench clean help ci-kernel fuzz soak afl fstests
 
 all: deps
 
@@ -43,6 +43,7 @@ help:
 	@echo "                 (ext4:fast_commit finds a known kernel bug: exit 1 is expected there)"
 	@echo "make corpus-check  every corpus entry on every matrix row this host can run; fails on an unexpected verdict"
 	@echo "make bench       measure crash states/s and overheads; writes $(BUILD)/bench.json"
+	@echo "make fstests FSTESTS=DIR  build a user's fstests checkout (for powercut export --verify --fstests DIR)"
 	@echo "make clean       remove build products and the venv"
 	@echo "make ci-kernel KERNEL=debian:PKG [PREV_KERNEL=debian:PKG] [ENTRIES=globs] [ROWS=rows] [OUT=dir]"
 	@echo "                 corpus sample on that kernel (vm backend) vs the host kernel, diffed"
@@ -67,6 +68,7 @@ APT_DEP      ?= $(BUILD)/.apt-ok
 RECORDER_SRC := $(wildcard harness/backends/fuse/*.c)
 EXEC_SRC     := $(wildcard workloads/executor/*.c)
 DMLOG_SRC    := $(wildcard harness/backends/dm/*.c)
+RECOVER_SRC  := $(wildcard harness/backends/vm/*.c)
 
 $(BUILD)/pc-recorder: $(RECORDER_SRC) $(wildcard harness/backends/fuse/*.h) | $(APT_DEP)
 	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(RECORDER_SRC) $(FUSE_LIBS) -lpthread
@@ -78,8 +80,12 @@ $(BUILD)/pc-exec: $(EXEC_SRC) $(wildcard workloads/executor/*.h) | $(APT_DEP)
 $(BUILD)/pc-dmlog: $(DMLOG_SRC) | $(APT_DEP)
 	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(DMLOG_SRC) $(FUSE_LIBS)
 
+# pc-recover: the recovery mounts of a vm guest's batch (copied into the guest).
+$(BUILD)/pc-recover: $(RECOVER_SRC) | $(APT_DEP)
+	$(CC) $(CFLAGS) -o $@ $(RECOVER_SRC)
+
 CPROGS := $(if $(RECORDER_SRC),$(BUILD)/pc-recorder) $(if $(EXEC_SRC),$(BUILD)/pc-exec) \
-          $(if $(DMLOG_SRC),$(BUILD)/pc-dmlog)
+          $(if $(DMLOG_SRC),$(BUILD)/pc-dmlog) $(if $(RECOVER_SRC),$(BUILD)/pc-recover)
 cbuild: $(CPROGS)
 
 # afl++ is optional (only the afl engine needs it): installed on demand.
@@ -87,6 +93,14 @@ $(BUILD)/.afl-ok: ci/install-deps.sh | $(BUILD)/.apt-ok
 	POWERCUT_EXTRA_PKGS=afl++ bash ci/install-deps.sh
 	@touch $@
 afl: $(BUILD)/.afl-ok
+
+# Build a user's fstests checkout for `powercut export --verify --fstests DIR`
+# (its build needs these -dev packages and autotools; nothing is cloned here).
+fstests: $(BUILD)/.apt-ok
+	@test -n "$(FSTESTS)" -a -f "$(FSTESTS)/check" || { echo "make fstests FSTESTS=DIR: DIR must be an fstests checkout (git clone https://git.kernel.org/pub/scm/fs/xfs/xfstests-dev.git)"; exit 2; }
+	POWERCUT_EXTRA_PKGS="autoconf automake libtool xfslibs-dev libattr1-dev libacl1-dev libaio-dev uuid-dev attr acl gawk bc" \
+	    bash ci/install-deps.sh
+	$(MAKE) -C "$(FSTESTS)" -j$(JOBS)
 
 fuzz: deps $(if $(filter afl,$(ENGINE)),afl)
 	$(PC) fuzz --fs $(FS) --engine $(ENGINE) --duration $(DURATION) --jobs $(JOBS) --semantics $(SEMANTICS) \

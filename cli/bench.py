@@ -26,8 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--json", metavar="FILE", help="also write the results to FILE")
     p.add_argument("--kernel", metavar="debian:PACKAGE|PATH",
                    help="also measure fuzzing through the vm backend on this kernel, next to fuse")
-    p.add_argument("--only", choices=["all", "walk", "oracle", "recorder"], default="all",
+    p.add_argument("--only", choices=["all", "walk", "oracle", "recorder", "vm"], default="all",
                    help="walk: only the crash walk on ext4 and xfs next to its floors; "
+                        "vm: only the vm backend next to fuse on campaign workloads (needs --kernel); "
                         "oracle: only the content oracle's cost per state across recorder scales; "
                         "recorder: only the recorder's fsync overhead over a plain loop device")
     p.add_argument("--backend", choices=["fuse", "dm"], default="fuse",

@@ -21,7 +21,7 @@ from fuzz.campaign import ENGINES, Campaign, CampaignSpec
 from fuzz.layout import CampaignDir
 from fuzz.minimize import MAX_RUNS, Shrinker
 from fuzz.trial import op_count, run_doc
-from replay.crashpoints import DEFAULT as DEFAULT_POINTS
+from replay.crashpoints import DEFAULT as DEFAULT_POINTS, EVERY_POINT
 from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER
 from workloads import exhaustive
 from workloads.format import load_workload
@@ -53,7 +53,7 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
     cfg = run_config(args, fs=args.fs, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts, size_mib=args.size,
                      quiet=True, crash_points=args.crash_points, reorder=args.reorder,
                      states_per_point=args.states_per_point, semantics=args.semantics,
-                     known_damage_findings=args.known_damage_findings)
+                     known_damage_findings=args.known_damage_findings, max_states=args.max_states)
     cfg.backend.engine.require()
     if cfg.backend.engine.keeps_guest and getattr(args, "engine", "") == "afl":
         raise UsageError(f"--engine afl runs every workload in a new process and cannot keep a {cfg.backend.name} "
@@ -151,6 +151,11 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                         f"(default: {DEFAULT_REORDER})")
     p.add_argument("--states-per-point", type=int, default=DEFAULT_PER_POINT, metavar="N",
                    help=f"at most N states per reorder mode and crash point (default: {DEFAULT_PER_POINT})")
+    p.add_argument("--max-states", default=EVERY_POINT, metavar="N|design+N|all",
+                   help="crash-point budget per workload, as for `powercut run`: design+N checks every design "
+                        "point (around each fsync/fdatasync/sync, rename, open/creat/close and truncate, where "
+                        "the promises apply) and N others spread evenly: a way to spend a slow backend's (vm) "
+                        f"time where findings are (default: {EVERY_POINT})")
     add_recovery_args(p)
     p.add_argument("--fault", choices=fault_choices(), default=None,
                    help="test-only: drop-flush: flushes are acknowledged but not logged (fuse recorder; with "

@@ -76,9 +76,12 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
         pass  # stopped: whatever was running has torn down
     except PowercutError as e:
         print(f"powercut: worker w{n}: {e}", file=sys.stderr)
+        w.campaign.note_worker_error(w.name, str(e))
         sys.exit(2)
     except Exception as e:  # a bug: the campaign exits 3 (the traceback goes to the campaign's error.txt)
-        print(f"worker w{n}: " + internal_error.one_line(e, internal_error.save_traceback(e)), file=sys.stderr)
+        line = internal_error.one_line(e, internal_error.save_traceback(e))
+        print(f"worker w{n}: " + line, file=sys.stderr)
+        w.campaign.note_worker_error(w.name, line)
         sys.exit(internal_error.EXIT_CODE)
 
 
@@ -104,8 +107,11 @@ class Campaign:
         self.stop_reason = "duration"
 
     def run(self) -> int:
+        # Once, before any worker: a failure ends the campaign here (exit 2).
+        self.cfg.backend.engine.prepare(self.cfg.backend.options)
         self.store.clear_claims()
         self.cdir.clear_work()
+        self.cdir.clear_worker_errors()
         ctx = multiprocessing.get_context("fork")
         stop = ctx.Event()
         budget = WorkloadBudget(ctx, self.spec.max_workloads) if self.spec.max_workloads else None
@@ -221,6 +227,7 @@ class Campaign:
                                 **({"shrink_cut_short": s["shrink"]["cut_short"]} if s["shrink"].get("cut_short") else {})}
                                for s in saved],
             "failed_workers": failed_workers,
+            "worker_errors": self.cdir.worker_errors(),   # wN -> the line a failed worker ended with
         }
         if self.spec.engine == "exhaustive":
             report["exhaustive"] = {"seq": self.spec.options["seq"], "space": self.space(), "done": len(t.indices)}
@@ -299,5 +306,7 @@ def summary(report: dict[str, Any], path: str) -> str:
         lines.append(f"  saved {s['dir']}: {s['signature']}, {s['ops']} ops, crash state {s['state_id']}{shrunk}")
     if report["failed_workers"]:
         lines.append(f"  workers that failed: {', '.join(report['failed_workers'])}")
+    for name, line in report.get("worker_errors", {}).items():
+        lines.append(f"  worker {name}: {line}")
     lines.append(f"  report: {path}")
     return "\n".join(lines)

@@ -57,16 +57,21 @@ def test_fstests_export_is_a_generic_test_with_golden_output(pc: PcEnv, finding:
     out, _ = export(pc, finding, "fstests")
     test, golden = (out / "generic-999").read_text(), (out / "generic-999.out").read_text()
     assert subprocess.run(["bash", "-n", str(out / "generic-999")]).returncode == 0
+    # an fsck finding: the test prints nothing, fsck judges
     assert golden == "QA output created by 999\nSilence is golden\n"
     for helper in ("_begin_fstest", "_require_scratch", "_require_dm_target flakey",
-                   "_require_scratch_ext4_feature fast_commit", "_scratch_mkfs -O fast_commit",
-                   "_init_flakey", "_mount_flakey", "_flakey_drop_and_remount", "_check_scratch_fs"):
+                   "_require_scratch_ext4_feature fast_commit", 'MKFS_OPTIONS="$MKFS_OPTIONS -O fast_commit"',
+                   "_scratch_mkfs_sized",
+                   "_init_flakey", "_scratch_mount", "_flakey_drop_and_remount", "_check_scratch_fs"):
         assert helper in test, helper
-    # the ops, in order, before the power cut; nothing after it
-    body = test[test.index("_mount_flakey\n"):test.index("_flakey_drop_and_remount")]
+    # the ops, in order, before the power cut; nothing after it; the fd the
+    # ops opened is held by the test's shell and closed only after the cut
+    body = test[test.index("_scratch_mount\n"):test.index("_load_flakey_table $FLAKEY_DROP_WRITES")]
     assert [ln.split()[0] for ln in body.splitlines()[1:] if ln.strip() and not ln.startswith("#")] == \
-        ["$XFS_IO_PROG", "sync", "$XFS_IO_PROG", "mkdir", "$XFS_IO_PROG"], body
-    assert "truncate 3000" in body and "-c fsync $SCRATCH_MNT/bar" in body
+        ["exec", "sync", "$XFS_IO_PROG", "mkdir", "$XFS_IO_PROG"], body
+    assert "exec 3<>$SCRATCH_MNT/bar" in body and "truncate 3000" in body and "-c fsync /proc/self/fd/3" in body
+    after = test[test.index("_load_flakey_table $FLAKEY_DROP_WRITES"):test.index("_flakey_drop_and_remount")]
+    assert "exec 3<&-" in after
     assert "Seen on kernels:" in test and "e2fsck" in test  # the evidence travels with it
 
 
@@ -98,6 +103,11 @@ def test_fstests_export_fails_on_a_debian_kernel_with_the_bug(pc: PcEnv, finding
 def test_export_of_something_that_is_no_finding_is_one_line_exit_2(pc: PcEnv) -> None:
     p = pc.run("export", str(pc.tmp), "--format", "shell")
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "not a saved finding" in p.stderr, p.stderr
+
+
+def test_verify_with_no_fstests_checkout_is_one_line_exit_2(pc: PcEnv, finding: Path) -> None:
+    p = pc.run("export", str(finding), "--format", "fstests", "--verify", "debian:x", "--fstests", str(pc.tmp))
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "not an fstests checkout" in p.stderr, p.stderr
 
 
 def test_the_kernels_of_a_bisection_go_into_the_header(pc: PcEnv, finding: Path) -> None:

@@ -81,6 +81,10 @@ class Engine:
     def require(self) -> None:
         """EnvError if this host cannot record with it (campaigns check once, before any worker exists)."""
 
+    def prepare(self, opts: Any) -> None:
+        """What every run of a campaign needs from the host, done once before its workers start
+        (UsageError/EnvError: the campaign ends with that one line, no worker started)."""
+
     def open(self, fs: FsType, workload: WorkloadRunner, opts: Any) -> Backend:
         """The backend of one run, checked and prepared before anything is created."""
         raise NotImplementedError

@@ -82,6 +82,16 @@ class FreshFs:
     prefix: str
 
 
+def prepare_host(kernel: str | None, kernel_modules: str | None) -> None:
+    """What every guest of a campaign needs from the host, done once before its workers start:
+    the host packages (installed under a lock) and the kernel (downloaded into the cache).
+    Raises UsageError/EnvError: the campaign ends with that one line, no worker started."""
+    if not kernel:
+        raise UsageError(NEEDS_KERNEL)
+    packages.ensure(packages.vm_host_packages(), "--backend vm")
+    vmkernel.resolve(kernel, kernel_modules)
+
+
 class LiveVm:
     """The live guests of one campaign worker or corpus job: one per device size, booted on
     first use, serving every file system in FSS (one initramfs carries their tools and modules).
@@ -91,7 +101,7 @@ class LiveVm:
                  fault: str | None) -> None:
         if not kernel:
             raise UsageError(NEEDS_KERNEL)
-        packages.ensure(packages.VM_HOST_PACKAGES, "--backend vm")
+        packages.ensure(packages.vm_host_packages(), "--backend vm")
         self.kernel = vmkernel.resolve(kernel, kernel_modules)
         self.fs_names = sorted({f.name for f in fss})
         self.fault = _check_fault(fault)
@@ -170,7 +180,7 @@ class VmBackend:
         else:
             if not kernel:
                 raise UsageError(NEEDS_KERNEL)
-            packages.ensure(packages.VM_HOST_PACKAGES, "--backend vm")
+            packages.ensure(packages.vm_host_packages(), "--backend vm")
             self.kernel = vmkernel.resolve(kernel, kernel_modules)
             self.base_initrd = initramfs.build(self.kernel, fs)
         self.guest: Guest | LiveGuest | None = None

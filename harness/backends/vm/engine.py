@@ -51,6 +51,10 @@ class VmEngine(Engine):
             raise UsageError(f"--fault {fault}: the vm backend knows {', '.join(FAULTS)}")
         return VmOptions(values["kernel"], values["kernel_modules"], fault)
 
+    def prepare(self, opts: VmOptions) -> None:
+        from harness.backends.vm.backend import prepare_host  # the host packages and the kernel
+        prepare_host(opts.kernel, opts.kernel_modules)
+
     def open(self, fs: FsType, workload: WorkloadRunner, opts: VmOptions) -> Backend:
         from harness.backends.vm.backend import VmBackend
         return VmBackend(fs, workload, opts.kernel, opts.kernel_modules, opts.fault)

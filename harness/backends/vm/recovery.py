@@ -30,12 +30,15 @@ import re
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from typing import Any
 
-from checkers.crashwalk.recovery import PointInspect, Verdict, fsck_verdict, inspect_read_only
+from checkers.findings import Finding
+from checkers.crashwalk.recovery import PointInspect, Verdict, fsck_verdict, inspect_on_loop
 from foundation import ownership
 from foundation.errors import EnvError
 from foundation.filesystems import FsType, join_opts
+from foundation.loopdev import LoopDevice, recorded_loop
 from foundation.runstate import RunState
 from foundation.sparse import copy_range
 from harness.backends.vm import console as vmconsole
@@ -57,14 +60,19 @@ class VmRecovery:
         self.guest, self.fs, self.state, self.timeout, self.inspect = guest, fs, state, timeout, inspect
         self.fault, self.max_images = fault, max_images
         tag = f"-{engine + 1}" if engine else ""  # each engine has its own files
-        self.mnt = state.subdir(f"inspect-mnt{tag}") if inspect else ""
         self.mount_opts = join_opts(mount_opts, fs.recovery_opts)
         self.batch_path, self.batch_device = guest.batch_disk(state, engine)
         self.batch_fd = os.open(self.batch_path, os.O_RDWR)
         self._clear_batch()
-        # Host checks of a batch run in parallel (fsck is a process); the inspector one at a time.
+        # Host checks of a batch run in parallel (fsck, and the read-only mounts for the
+        # inspector, each check file on its own mount point); the inspector one at a time.
         self.check_paths = [os.path.join(state.scratch, f"recovered{tag}-{i}.img") for i in range(CHECK_THREADS)]
+        self.mnts = [state.subdir(f"inspect-mnt{tag}-{i}") if inspect else "" for i in range(CHECK_THREADS)]
         self.check_fds = [ownership.create_file(p) for p in self.check_paths]
+        # The content oracle reads each image through a read-only loop device kept per check
+        # file (attached at its first image): attaching one per image cost more than the read.
+        self.loops: dict[int, LoopDevice] = {}
+        self._loop_stack = ExitStack()
         self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
         for i in range(CHECK_THREADS):
             self._free.put(i)
@@ -89,8 +97,17 @@ class VmRecovery:
     def close(self) -> None:
         self._clear_batch()
         os.close(self.batch_fd)
+        self._loop_stack.close()
+        self.loops.clear()
         for fd in self.check_fds:
             os.close(fd)
+
+    def _loop(self, i: int) -> LoopDevice:
+        """Check file I's read-only loop device (its size is the images', fixed from now on)."""
+        if i not in self.loops:
+            self.loops[i] = self._loop_stack.enter_context(recorded_loop(self.state, self.check_paths[i],
+                                                                         read_only=True))
+        return self.loops[i]
 
     def _run_batch(self) -> list[tuple[int, Verdict]]:
         n = len(self.pending)
@@ -169,10 +186,12 @@ class VmRecovery:
             copy_range(self.batch_fd, fd, slot * self.image_bytes, self.image_bytes, 0)
             verdict = fsck_verdict(path, self.fs)
             if self.inspect is not None:
-                inspect = self.inspect
-                with self._inspect_lock:
-                    verdict.content = inspect_read_only(path, self.fs, self.mnt, self.state,
-                                                        lambda mnt: inspect(mnt, point))
+                inspect, lock = self.inspect, self._inspect_lock
+
+                def one_at_a_time(mnt: str) -> list[Finding]:
+                    with lock:
+                        return inspect(mnt, point)
+                verdict.content = inspect_on_loop(self._loop(i), self.fs, self.mnts[i], self.state, one_at_a_time)
             return verdict
         finally:
             self._free.put(i)
