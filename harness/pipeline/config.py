@@ -21,7 +21,7 @@ from foundation.errors import UsageError
 from foundation.filesystems import FsType, get_fs
 from harness.backends import BackendConfig, configure
 from harness.backends.engine import option_keys
-from replay.crashpoints import Budget, CrashPointSpec, parse_budget
+from replay.crashpoints import EVERY_POINT, Budget, CrashPointSpec, parse_budget
 from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER, ReorderSpec
 
 
@@ -96,7 +96,7 @@ class RunConfig:
                 "recovery": recovery_name(self.recovery), "recovery_crash": self.recovery_crash is not None,
                 "recovery_crash_states": spec.budget, "recovery_crash_rate": spec.rate,
                 "keep_image": self.keep_image, "calibrate": self.calibrate,
-                "max_states": str(self.max_states) if self.max_states else 0, "quiet": self.quiet,
+                "max_states": str(self.max_states) if self.max_states else EVERY_POINT, "quiet": self.quiet,
                 "markdown": self.markdown, "semantics": self.semantics,
                 "known_damage_findings": self.known_damage_findings}
 
