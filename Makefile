@@ -14,7 +14,8 @@ FS         ?= ext4
 PC          = $(VENV)/bin/powercut
 
 # make fuzz / make soak
-ENGINE     ?= hypothesis
+# Empty: powercut's default (hypothesis; mixed with KERNEL=, the vm backend).
+ENGINE     ?=
 DURATION   ?= 10m
 # Workers mostly wait on the kernel (mount, fsync, the FUSE recorder): two per core pay off.
 JOBS       ?= $(shell echo $$(( $$(nproc) * 2 )))
@@ -37,7 +38,7 @@ help:
 	@echo "make test        install what is missing, build, run the test suite"
 	@echo "make test-quick  the quick tests only (no root, no guests, no campaigns)"
 	@echo "make deps        only install/build (apt packages, venv, C programs)"
-	@echo "make fuzz        a fuzzing campaign: FS=ext4|xfs|btrfs ENGINE=hypothesis|exhaustive|afl DURATION=10m"
+	@echo "make fuzz        a fuzzing campaign: FS=ext4|xfs|btrfs ENGINE=hypothesis|exhaustive|mixed|afl DURATION=10m"
 	@echo "                 JOBS=N MOUNT_OPTS=... MKFS_OPTS=... FUZZ_ARGS='more powercut fuzz options'"
 	@echo "make soak        long campaigns on $(SOAK_FS), $(SOAK_WORKLOADS) workloads of $(SOAK_OPS) ops each"
 	@echo "                 (ext4:fast_commit finds a known kernel bug: exit 1 is expected there)"
@@ -103,7 +104,7 @@ fstests: $(BUILD)/.apt-ok
 	$(MAKE) -C "$(FSTESTS)" -j$(JOBS)
 
 fuzz: deps $(if $(filter afl,$(ENGINE)),afl)
-	$(PC) fuzz --fs $(FS) --engine $(ENGINE) --duration $(DURATION) --jobs $(JOBS) --semantics $(SEMANTICS) \
+	$(PC) fuzz --fs $(FS) $(if $(ENGINE),--engine $(ENGINE)) --duration $(DURATION) --jobs $(JOBS) --semantics $(SEMANTICS) \
 	    --mount-opts "$(MOUNT_OPTS)" --mkfs-opts "$(MKFS_OPTS)" \
 	    $(if $(KERNEL),--backend vm --kernel '$(KERNEL)') $(FUZZ_ARGS)
 
@@ -113,7 +114,7 @@ fuzz: deps $(if $(filter afl,$(ENGINE)),afl)
 soak: deps
 	rc=0; out=$(or $(SOAK_OUT),campaigns/soak-$$(date -u +%Y%m%d-%H%M%S)); mkdir -p $$out; for c in $(SOAK_FS); do \
 	    fs=$${c%%:*}; feat=$${c#$$fs}; feat=$${feat#:}; \
-	    $(PC) fuzz --fs $$fs $${feat:+--mkfs-opts "-O $$feat"} --engine $(ENGINE) --max-workloads $(SOAK_WORKLOADS) \
+	    $(PC) fuzz --fs $$fs $${feat:+--mkfs-opts "-O $$feat"} $(if $(ENGINE),--engine $(ENGINE)) --max-workloads $(SOAK_WORKLOADS) \
 	        --duration $(SOAK_DURATION) --jobs $(JOBS) --ops $(SOAK_OPS) --semantics $(SEMANTICS) \
 	        --out $$out/$$fs$${feat:+-$$feat} $(FUZZ_ARGS); \
 	    r=$$?; [ $$r -gt $$rc ] && rc=$$r; [ $$r -ge 2 ] && break; \

@@ -69,6 +69,10 @@ def parse_ops_range(text: str) -> list[int]:
 
 
 def _spec(args: argparse.Namespace) -> CampaignSpec:
+    if args.engine is None:  # a guest kernel is slow: spend its workloads on the likeliest shapes first
+        args.engine = "mixed" if args.backend == "vm" else "hypothesis"
+    if args.seq is None:
+        args.seq = 2 if args.engine == "mixed" else 1
     if args.seq not in (1, 2, 3):
         raise UsageError(f"--seq {args.seq}: 1, 2 or 3")
     core = args.core_ops.split(",") if args.core_ops else None
@@ -173,7 +177,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                    "1: findings saved, 2: error, 3: internal error (a worker died of a bug), "
                                    "130: interrupted (the report is written).")
     p.add_argument("--fs", help="ext4, xfs or btrfs")
-    p.add_argument("--engine", choices=sorted(ENGINES), default="hypothesis", help="workload generator (default: hypothesis)")
+    p.add_argument("--engine", choices=sorted(ENGINES), default=None,
+                   help="workload generator (default: hypothesis; with --backend vm, mixed: the ordered exhaustive "
+                        "seq-2 space and hypothesis, half the workers each)")
     p.add_argument("--duration", default="10m", help="how long this session runs, e.g. 90s, 10m, 2h (default 10m)")
     p.add_argument("--jobs", type=int, default=1, help="parallel workers, each with its own recorded device")
     _add_run_options(p)
@@ -192,10 +198,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    "(opens and persistence ops count), e.g. 5-20; shrinking stays in the range too")
     g.add_argument("--hypothesis-db", metavar="DIR|redis://HOST:PORT/N",
                    help="example database to share between machines (default: CAMPAIGN/hypothesis-db)")
-    g = p.add_argument_group("exhaustive engine")
-    g.add_argument("--seq", type=int, default=1, help="sequence length: 1, 2 or 3 core ops (default 1)")
+    g = p.add_argument_group("exhaustive engine (and the mixed engine's exhaustive half)")
+    g.add_argument("--seq", type=int, default=None,
+                   help="sequence length: 1, 2 or 3 core ops (default 1; 2 for the mixed engine)")
     g.add_argument("--seq-cap", type=int, default=None, metavar="N",
-                   help=f"visit N evenly spread workloads of a larger space (default: all; {SEQ3_CAP} for --seq 3)")
+                   help=f"visit N workloads of a larger space: the first N of the ordered seq-2/3 space, N evenly "
+                        f"spread ones with --core-ops (default: all; {SEQ3_CAP} for --seq 3)")
     g.add_argument("--core-ops", metavar="NAMES", help="bound the space to these core ops, comma-separated, enumerated "
                    f"in that order (default all: {', '.join(exhaustive.CORE_NAMES)})")
     g.add_argument("--shard", default="0/1", metavar="K/N", help="only workloads with index %% N == K (several machines)")

@@ -37,7 +37,9 @@ from fuzz.store import FindingStore
 from fuzz.worker import Stopped, Worker, WorkloadBudget
 from workloads import exhaustive
 
-ENGINES = {"hypothesis": "fuzz.engine_hypothesis", "exhaustive": "fuzz.engine_exhaustive", "afl": "fuzz.engine_afl"}
+ENGINES = {"hypothesis": "fuzz.engine_hypothesis", "exhaustive": "fuzz.engine_exhaustive", "afl": "fuzz.engine_afl",
+           "mixed": "fuzz.engine_mixed"}
+WALKS_SPACE = ("exhaustive", "mixed")   # engines that walk the exhaustive space (its size, its progress)
 POLL_S = 1.0
 JOIN_S = 300.0
 
@@ -195,6 +197,8 @@ class Campaign:
         space = ""
         if self.spec.engine == "exhaustive":
             space = f" of {self.space()}"
+        elif self.spec.engine == "mixed":
+            space = f" ({len(t.indices)} of {self.space()} ordered seq-{self.spec.options['seq']})"
         inner = f" (+{t.recovery_states} inside recoveries)" if self.cfg.recovery_crash else ""
         return (f"{self.spec.engine} {self.cfg.fs}: {t.workloads}{space} workloads ({r['workloads_per_minute']}/min)"
                 f", {t.states} crash states{inner} ({r['crash_states_per_second']}/s), findings: {kinds}, "
@@ -229,7 +233,7 @@ class Campaign:
             "failed_workers": failed_workers,
             "worker_errors": self.cdir.worker_errors(),   # wN -> the line a failed worker ended with
         }
-        if self.spec.engine == "exhaustive":
+        if self.spec.engine in WALKS_SPACE:
             report["exhaustive"] = {"seq": self.spec.options["seq"], "space": self.space(), "done": len(t.indices)}
         backend = self.cfg.backend
         if backend.engine.keeps_guest:

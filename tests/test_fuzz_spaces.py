@@ -3,9 +3,12 @@ hypothesis engine keeps its examples (--hypothesis-db), and campaigns on the oth
 systems (xfs, btrfs), through the real stack.
 
 Expected indices are computed by hand from the documented rules, not by
-calling the enumeration: the seq-1 space has 110 workloads, so seq 3 has
-110**3 = 1331000; --seq-cap N visits k * space // N for k < N; --shard K/N
-keeps the indices i with i % N == K.
+calling the enumeration: without --core-ops, seq 3 is the ordered space
+(docs/fuzzing.md), whose --seq-cap N visits its first N indices; with
+--core-ops it is the product of those core ops' steps (large-new: fsync,
+fdatasync, fsync of its directory, sync; unlink: fsync, fsync of the parent,
+sync: 7 steps, 7**3 = 343 workloads), whose --seq-cap N visits
+k * space // N for k < N; --shard K/N keeps the indices i with i % N == K.
 """
 
 from __future__ import annotations
@@ -29,13 +32,20 @@ def campaign(pc: PcEnv, *args: str, engine: str = "exhaustive") -> tuple[dict, P
 
 
 def test_seq3_capped_and_sharded_runs_exactly_its_indices(pc: PcEnv) -> None:
-    # --seq-cap 6 over 1331000: 0, 221833, 443666, 665500, 887333, 1109166; shard 1/2: the odd ones.
-    report, out = campaign(pc, "--fs", "ext4", "--seq", "3", "--seq-cap", "6", "--shard", "1/2")
+    # The ordered space: --seq-cap 4 is its first 4 indices; shard 1/2: the odd ones.
+    report, out = campaign(pc, "--fs", "ext4", "--seq", "3", "--seq-cap", "4", "--shard", "1/2")
     runs = journal(out)
-    assert sorted(r["index"] for r in runs) == [221833, 887333], runs
-    assert all(r["name"].startswith("seq3-") for r in runs), runs
+    assert sorted(r["index"] for r in runs) == [1, 3], runs
+    assert all(r["name"].startswith("ace3-") for r in runs), runs
     assert report["exhaustive"]["seq"] == 3 and report["findings_by_kind"] == {}
     assert report["stop_reason"] == "exhausted", report["stop_reason"]
+    # The product of --core-ops: --seq-cap 4 over 343 is 0, 85, 171, 257; shard 1/2 keeps 85, 171
+    # and 257; --max-workloads 2 runs the first two.
+    (pc.tmp / "campaign").rename(pc.tmp / "ordered")
+    report, out = campaign(pc, "--fs", "ext4", "--seq", "3", "--seq-cap", "4", "--shard", "1/2",
+                           "--core-ops", "unlink,large-new", "--max-workloads", "2")
+    runs = journal(out)
+    assert sorted(r["index"] for r in runs) == [85, 171] and all(r["name"].startswith("seq3-") for r in runs), runs
 
 
 @pytest.mark.parametrize("fs", ["xfs", "btrfs"])

@@ -24,7 +24,7 @@ from harness.reports.export.model import Model, fill
 
 O_FLAGS = {"O_CREAT": os.O_CREAT, "O_RDWR": os.O_RDWR, "O_WRONLY": os.O_WRONLY, "O_RDONLY": os.O_RDONLY,
            "O_TRUNC": os.O_TRUNC, "O_APPEND": os.O_APPEND, "O_DIRECT": os.O_DIRECT, "O_SYNC": os.O_SYNC,
-           "O_DSYNC": os.O_DSYNC, "O_EXCL": os.O_EXCL}
+           "O_DSYNC": os.O_DSYNC, "O_EXCL": os.O_EXCL, "O_TMPFILE": os.O_TMPFILE}
 FALLOC = {"KEEP_SIZE": 0x01, "PUNCH_HOLE": 0x02, "COLLAPSE_RANGE": 0x08, "ZERO_RANGE": 0x10,
           "INSERT_RANGE": 0x20, "UNSHARE_RANGE": 0x40}
 SFR = {"WAIT_BEFORE": 1, "WRITE": 2, "WAIT_AFTER": 4}
@@ -77,6 +77,8 @@ def repro_args(ops: list[dict[str, Any]]) -> list[str]:
             out += [k, op["from"], op["to"], str(_bits(op.get("flags", []), RENAME))]
         elif k == "link":
             out += [k, op["from"], op["to"]]
+        elif k == "linkat":
+            out += [k, op["fd"], op["to"]]
         elif k == "symlink":
             out += [k, op["target"], op["path"]]
         elif k in ("unlink", "rmdir"):
@@ -131,7 +133,12 @@ class XfsIoScript:
         name = op.get("fd", "")
         fd = self.model.fds.get(name)
         pat = f"-S 0x{fill(i):02x}"
-        if k in ("open", "creat"):
+        if k == "open" and "O_TMPFILE" in op["flags"]:
+            # A shell redirection cannot make an O_TMPFILE file: its ops are comments here.
+            self.caveats.append(f"an O_TMPFILE file in {op['path']}: its ops are comments here; "
+                                "the shell export (pc-repro) runs them")
+            self.lines.append(f"# open({op['path']}, O_TMPFILE) as fd {name}: not expressible in the shell")
+        elif k in ("open", "creat"):
             self._open(op, k)
         elif k == "close":
             if name in self.shell_fds:
@@ -172,6 +179,10 @@ class XfsIoScript:
                 self.emit(f"mv -T {_mnt(op['from'])} {_mnt(op['to'])}")
         elif k == "link":
             self.emit(f"ln {_mnt(op['from'])} {_mnt(op['to'])}")
+        elif k == "linkat" and name in self.shell_fds:  # xfs_io's flink: linkat(fd, "", ..., AT_EMPTY_PATH)
+            self.emit(f'$XFS_IO_PROG -c "flink $SCRATCH_MNT/{op["to"]}" /proc/self/fd/{self.shell_fds[name]}')
+        elif k == "linkat":
+            self.lines.append(f"# linkat(fd {name}, {op['to']}): fd {name} is not open here (see the caveats)")
         elif k == "symlink":
             self.emit(f"ln -s {shlex.quote(op['target'])} {_mnt(op['path'])}")
         elif k == "unlink":

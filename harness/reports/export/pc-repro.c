@@ -9,7 +9,7 @@
  *      | read NAME LEN | pread NAME OFF LEN | fallocate NAME MODE OFF LEN
  *      | ftruncate NAME LEN | truncate PATH LEN | fsync NAME | fdatasync NAME
  *      | syncfs NAME | sync | sync_file_range NAME OFF LEN FLAGS
- *      | rename FROM TO FLAGS | link FROM TO | symlink TARGET PATH | unlink PATH
+ *      | rename FROM TO FLAGS | link FROM TO | linkat NAME TO | symlink TARGET PATH | unlink PATH
  *      | rmdir PATH | mkdir PATH MODE | setxattr PATH NAME LEN | removexattr PATH NAME
  *      | mmap_write NAME OFF LEN MSYNC | pwritev2 NAME OFF FLAGS LEN,LEN,... | mark TEXT
  * Numbers are decimal (FLAGS and MODE: the numeric values). Data is one byte
@@ -137,7 +137,7 @@ static int one_op(char **a, int left, int op)
     static const struct { const char *name; int args; } arity[] = {
         {"open", 5}, {"close", 2}, {"write", 3}, {"pwrite", 4}, {"read", 3}, {"pread", 4},
         {"fallocate", 5}, {"ftruncate", 3}, {"truncate", 3}, {"fsync", 2}, {"fdatasync", 2},
-        {"syncfs", 2}, {"sync", 1}, {"sync_file_range", 5}, {"rename", 4}, {"link", 3},
+        {"syncfs", 2}, {"sync", 1}, {"sync_file_range", 5}, {"rename", 4}, {"link", 3}, {"linkat", 3},
         {"symlink", 3}, {"unlink", 2}, {"rmdir", 2}, {"mkdir", 3}, {"setxattr", 4},
         {"removexattr", 3}, {"mmap_write", 5}, {"pwritev2", 5}, {"mark", 2},
     };
@@ -190,6 +190,8 @@ static int one_op(char **a, int left, int op)
         r = syscall(SYS_renameat2, AT_FDCWD, a[1], AT_FDCWD, a[2], (unsigned)num(a[3]));
     } else if (!strcmp(k, "link")) {
         r = link(a[1], a[2]);
+    } else if (!strcmp(k, "linkat")) {
+        r = linkat(fd_of(a[1]), "", AT_FDCWD, a[2], AT_EMPTY_PATH);
     } else if (!strcmp(k, "symlink")) {
         r = symlink(a[1], a[2]);
     } else if (!strcmp(k, "unlink")) {
