@@ -68,9 +68,9 @@ def parse_ops_range(text: str) -> list[int]:
     return [int(lo), int(hi)]
 
 
-def _spec(args: argparse.Namespace) -> CampaignSpec:
-    if args.engine is None:  # a guest kernel is slow: spend its workloads on the likeliest shapes first
-        args.engine = "mixed" if args.backend == "vm" else "hypothesis"
+def _spec(args: argparse.Namespace, cfg: RunConfig) -> CampaignSpec:
+    if args.engine is None:  # a guest kernel (vm) is slow: spend its workloads on the likeliest shapes first
+        args.engine = "mixed" if cfg.backend.engine.keeps_guest else "hypothesis"
     if args.seq is None:
         args.seq = 2 if args.engine == "mixed" else 1
     if args.seq not in (1, 2, 3):
@@ -102,7 +102,8 @@ def fuzz_cmd(args: argparse.Namespace) -> int:
         saved = cdir.config()
         cfg, spec = RunConfig.parse(saved["run"]), CampaignSpec(**saved["spec"])
     else:
-        cfg, spec = _run_config(args), _spec(args)
+        cfg = _run_config(args)
+        spec = _spec(args, cfg)
         out = args.out or os.path.join("campaigns", f"{spec.engine}-{cfg.fs}-{time.strftime('%Y%m%d-%H%M%S')}")
         cdir = CampaignDir.create(out, {"run": cfg.to_json(), "spec": vars(spec)})
     internal_error.note_output_dir(cdir.path)
