@@ -57,7 +57,8 @@ from bench.recorder import bench_dm_recorder, bench_recorder, recorder_overhead
 from foundation.errors import EnvError, UsageError
 from foundation.filesystems import FsType, get_fs
 from foundation.loopdev import recorded_loop
-from harness.pipeline.run import RunConfig, run_workload, terminate_as_exception
+from harness.pipeline.config import RunConfig
+from harness.pipeline.run import run_workload, terminate_as_exception
 from foundation.runstate import RunState
 from foundation.sparse import sync_sparse
 from replay.crashpoints import first_crash_point, select_crash_points
@@ -75,7 +76,7 @@ SEQ1 = {
 
 def _run(workload: str, out: str, **cfg: Any) -> dict[str, Any]:
     """A whole `powercut run` in this process; its report."""
-    return run_workload(workload, RunConfig(quiet=True, **cfg), out)
+    return run_workload(workload, RunConfig.parse({"quiet": True, **cfg}), out)
 
 
 def _record(fs: FsType, scratch: str, name: str) -> tuple[str, int]:

@@ -27,7 +27,7 @@ from typing import Any
 from fuzz.trial import run_doc
 from harness.backends.vm.backend import LiveVm
 from harness.pipeline.live import live_guest
-from harness.pipeline.run import RunConfig
+from harness.pipeline.config import RunConfig
 from workloads import exhaustive
 
 FS = "btrfs"
@@ -60,10 +60,10 @@ class _Side:
 
 def bench_vm(kernel: str, scratch: str, n: int, fs_name: str = FS) -> dict[str, Any]:
     docs = campaign_docs(n)
-    fuse_cfg = RunConfig(fs=fs_name, quiet=True)
-    vm_cfg = RunConfig(fs=fs_name, backend="vm", kernel=kernel, quiet=True)
+    fuse_cfg = RunConfig.parse({"fs": fs_name, "quiet": True})
+    vm_cfg = RunConfig.parse({"fs": fs_name, "backend": "vm", "kernel": kernel, "quiet": True})
     fuse, vm = _Side(), _Side()
-    with live_guest(vm_cfg, [fs_name]) as live:
+    with live_guest(vm_cfg.backend, [fs_name]) as live:
         assert live is not None
         for i, doc in enumerate(docs):
             vm.run(doc, vm_cfg, os.path.join(scratch, "vm", f"w{i}"), live)

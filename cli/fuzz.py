@@ -11,14 +11,12 @@ from typing import Any
 
 from foundation.jsondoc import write_json
 from checkers.findings import KINDS
-from cli.options import add_backend_options, add_known_damage_option, add_semantics_option, check_backend_options
+from cli.options import add_backend_options, add_known_damage_option, add_semantics_option, fault_choices, run_config
 from foundation import internal_error, ownership
 from foundation.errors import UsageError
-from harness.backends import require as require_backend, resolve as resolve_backend
-from harness.backends.session import FAULTS
-from harness.backends.vm.backend import FAULTS as VM_FAULTS
-from cli.run import add_recovery_args, recovery_kwargs
-from harness.pipeline.run import RunConfig, default_out_dir
+from cli.run import add_recovery_args
+from harness.pipeline.config import RunConfig
+from harness.pipeline.run import default_out_dir
 from fuzz.campaign import ENGINES, Campaign, CampaignSpec
 from fuzz.coordinator import Coordinator, check_url, identity
 from fuzz.layout import CampaignDir
@@ -52,23 +50,15 @@ def parse_shard(text: str) -> tuple[int, int]:
 def _run_config(args: argparse.Namespace) -> RunConfig:
     if not args.fs:
         raise UsageError("--fs is required (ext4, xfs or btrfs), unless --resume DIR")
-    check_backend_options(args)
-    args.backend = resolve_backend(args.backend)  # auto: the campaign records (and says) dm or fuse
-    cfg = RunConfig(fs=args.fs, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts, size_mib=args.size, quiet=True,
-                    crash_points=args.crash_points, reorder=args.reorder, states_per_point=args.states_per_point,
-                    fault=args.fault, backend=args.backend, kernel=args.kernel, kernel_modules=args.kernel_modules,
-                    semantics=args.semantics, known_damage_findings=args.known_damage_findings,
-                    max_states=args.max_states, **recovery_kwargs(args))
-    cfg.check()
-    require_backend(args.backend)
-    if args.backend == "vm":
-        if getattr(args, "engine", "") == "afl":
-            raise UsageError("--engine afl runs every workload in a new process and cannot keep a vm guest: "
-                             "use --engine hypothesis or exhaustive with --backend vm")
-        if args.fault and args.fault not in VM_FAULTS:
-            raise UsageError(f"--fault {args.fault}: the vm backend knows {', '.join(VM_FAULTS)}")
-    elif args.fault and args.fault not in FAULTS:
-        raise UsageError(f"--fault {args.fault} needs --backend vm")
+    # auto is resolved here: the campaign records (and says) dm or fuse.
+    cfg = run_config(args, fs=args.fs, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts, size_mib=args.size,
+                     quiet=True, crash_points=args.crash_points, reorder=args.reorder,
+                     states_per_point=args.states_per_point, semantics=args.semantics,
+                     known_damage_findings=args.known_damage_findings, max_states=args.max_states)
+    cfg.backend.engine.require()
+    if cfg.backend.engine.keeps_guest and getattr(args, "engine", "") == "afl":
+        raise UsageError(f"--engine afl runs every workload in a new process and cannot keep a {cfg.backend.name} "
+                         f"guest: use --engine hypothesis or exhaustive with --backend {cfg.backend.name}")
     return cfg
 
 
@@ -79,9 +69,9 @@ def parse_ops_range(text: str) -> list[int]:
     return [int(lo), int(hi)]
 
 
-def _spec(args: argparse.Namespace) -> CampaignSpec:
-    if args.engine is None:  # a guest kernel is slow: spend its workloads on the likeliest shapes first
-        args.engine = "mixed" if args.backend == "vm" else "hypothesis"
+def _spec(args: argparse.Namespace, cfg: RunConfig) -> CampaignSpec:
+    if args.engine is None:  # a guest kernel (vm) is slow: spend its workloads on the likeliest shapes first
+        args.engine = "mixed" if cfg.backend.engine.keeps_guest else "hypothesis"
     if args.seq is None:
         args.seq = 2 if args.engine == "mixed" else 1
     if args.seq not in (1, 2, 3):
@@ -128,10 +118,11 @@ def fuzz_cmd(args: argparse.Namespace) -> int:
     if args.resume:
         cdir = CampaignDir.open(args.resume)
         saved = cdir.config()
-        cfg, spec = RunConfig(**saved["run"]), CampaignSpec(**saved["spec"])
+        cfg, spec = RunConfig.parse(saved["run"]), CampaignSpec(**saved["spec"])
         coord = _join(cfg, spec, args.jobs)
     else:
-        cfg, spec = _run_config(args), _spec(args)
+        cfg = _run_config(args)
+        spec = _spec(args, cfg)
         coord = _join(cfg, spec, args.jobs)  # before the directory: a mismatch leaves nothing behind
         name = f"joined-{args.campaign}" if coord else spec.engine
         out = args.out or os.path.join("campaigns", f"{name}-{cfg.fs}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -202,7 +193,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                         "the promises apply) and N others spread evenly: a way to spend a slow backend's (vm) "
                         f"time where findings are (default: {EVERY_POINT})")
     add_recovery_args(p)
-    p.add_argument("--fault", choices=sorted({*FAULTS, *VM_FAULTS}), default=None,
+    p.add_argument("--fault", choices=fault_choices(), default=None,
                    help="test-only: drop-flush: flushes are acknowledged but not logged (fuse recorder; with "
                         "--backend vm, left out of the kernel's log); recovery-drop-flush: the same, only while a "
                         "recovery is recorded for --recovery-crash; recovery-panic (vm): the guest kernel crashes "

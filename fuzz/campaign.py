@@ -27,9 +27,11 @@ from typing import Any
 
 from foundation import internal_error
 from foundation.parentdeath import signal_on_parent_death
+from checkers.crashwalk.recovery_modes import recovery_name
 from foundation.errors import PowercutError, Terminated
 from harness.pipeline.live import live_guest
-from harness.pipeline.run import RunConfig, terminate_as_exception
+from harness.pipeline.config import RunConfig
+from harness.pipeline.run import terminate_as_exception
 from fuzz.coordinator import Coordinator, CoordinatorLost, Heartbeat
 from fuzz.layout import CampaignDir, Totals
 from fuzz.status import StatusLine, clock
@@ -74,7 +76,7 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
     w = Worker(CampaignDir(path), cfg, f"w{n}", n, spec.jobs, spec.seed, deadline, stop, spec.options,
                budget=budget, coord=coord)
     try:
-        if cfg.backend == "vm":
+        if cfg.backend.engine.keeps_guest:
             _run_in_live_guest(w)
         else:
             importlib.import_module(ENGINES[spec.engine]).run(w)
@@ -94,7 +96,7 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
 def _run_in_live_guest(w: Worker) -> None:
     """--backend vm: the worker's workloads all run in one guest it boots once (and again
     only after the guest kernel died); where the guest's time went is kept in CAMPAIGN/guests/."""
-    with live_guest(w.cfg, [w.cfg.fs]) as live:
+    with live_guest(w.cfg.backend, [w.cfg.fs]) as live:
         assert live is not None
         w.opener = live.open
         try:
@@ -115,9 +117,8 @@ class Campaign:
         self.stop_reason = "duration"
 
     def run(self) -> int:
-        if self.cfg.backend == "vm":  # once, before any worker: a failure ends the campaign here (exit 2)
-            from harness.backends.vm.backend import prepare_host
-            prepare_host(self.cfg.kernel, self.cfg.kernel_modules)
+        # Once, before any worker: a failure ends the campaign here (exit 2).
+        self.cfg.backend.engine.prepare(self.cfg.backend.options)
         self.store.clear_claims()
         self.cdir.clear_work()
         self.cdir.clear_worker_errors()
@@ -279,15 +280,16 @@ class Campaign:
             # the kernel under test on fuse/dm, and how busy the machine was (rates depend on it)
             "host_kernel": platform.release(), "loadavg_at_stop": [round(x, 1) for x in os.getloadavg()],
             **self.rates(t), "workloads_this_session": t.workloads - self.before.workloads,
-            "recovery": self.cfg.recovery, **totals_fields(t),
+            "recovery": recovery_name(self.cfg.recovery), **totals_fields(t),
             "saved_findings": [saved_entry(s) for s in saved],
             "failed_workers": failed_workers,
             "worker_errors": self.cdir.worker_errors(),   # wN -> the line a failed worker ended with
         }
         if self.spec.engine in WALKS_SPACE:
             report["exhaustive"] = {"seq": self.spec.options["seq"], "space": self.space(), "done": len(t.indices)}
-        if self.cfg.backend == "vm":
-            report["vm"] = {"kernel_spec": self.cfg.kernel, **self.cdir.guest_stats()}
+        backend = self.cfg.backend
+        if backend.engine.keeps_guest:
+            report[backend.name] = {**backend.engine.describe(backend.options), **self.cdir.guest_stats()}
         if self.coord is not None:
             report["joined"] = {"coordinator": self.coord.url, "campaign": self.coord.name,
                                 "machine": self.coord.machine, **({"lost": self.lost} if self.lost else {})}

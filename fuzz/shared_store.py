@@ -21,7 +21,7 @@ import tarfile
 from typing import Any
 
 from checkers.findings import Finding
-from harness.pipeline.run import RunConfig
+from harness.pipeline.config import RunConfig
 from fuzz.coordinator import FILE_LIMIT, Coordinator
 from fuzz.store import FINDING, FindingStore
 from fuzz.trial import Signature, Trial

@@ -24,7 +24,7 @@ from conftest import WORKLOADS, PcEnv, needs_root_stack
 from fuzz.store import FindingStore
 from fuzz.trial import Signature, run_doc
 from foundation import ownership
-from harness.pipeline.run import RunConfig
+from harness.pipeline.config import RunConfig
 
 pytestmark = [pytest.mark.e2e, needs_root_stack]
 FAST_COMMIT = WORKLOADS / "ext4_fast_commit_ftruncate_mkdir.json"

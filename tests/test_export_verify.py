@@ -27,7 +27,7 @@ from conftest import WORKLOADS, PcEnv, needs_root_stack
 from foundation import ownership
 from fuzz.store import FindingStore
 from fuzz.trial import run_doc
-from harness.pipeline.run import RunConfig
+from harness.pipeline.config import RunConfig
 
 FSTESTS = os.environ.get("POWERCUT_FSTESTS", "")
 pytestmark = [
@@ -71,7 +71,8 @@ BUGS = [
 
 
 def make_finding(tmp: Path, bug: Bug) -> Path:
-    cfg = RunConfig(fs=bug.fs, mkfs_opts=bug.mkfs_opts, quiet=True, backend="vm", kernel=bug.buggy)
+    cfg = RunConfig.parse({"fs": bug.fs, "mkfs_opts": bug.mkfs_opts, "quiet": True, "backend": "vm",
+                           "kernel": bug.buggy})
     doc = json.loads((WORKLOADS / bug.workload).read_text())
     trial = run_doc(doc, cfg, ownership.make_dir(str(tmp / "work")))
     sigs = [(s, f) for s, f in trial.signatures() if s.kind == bug.kind]

@@ -153,14 +153,15 @@ def test_unchanged_chunks_keep_their_verdict_only_while_unchanged(tmp_path: Path
 ])
 def test_bulk_and_sector_checks_agree_on_real_crash_images(pc: PcEnv, monkeypatch: pytest.MonkeyPatch,
                                                            workload: str, opts: list[str], kinds: set[str]) -> None:
-    from harness.pipeline.run import RunConfig, run_checked
+    from harness.pipeline.config import RunConfig
+    from harness.pipeline.run import run_checked
     from workloads.runner import load_runner
 
     monkeypatch.setenv("POWERCUT_STATE_DIR", str(pc.state))
     monkeypatch.setenv("POWERCUT_SCRATCH", str(pc.scratch))
     args = dict(zip(opts[::2], opts[1::2]))
-    cfg = RunConfig(fs="ext4", quiet=True, jobs=2, size_mib=int(args["--size"]),
-                    mount_opts=args.get("--mount-opts"), reorder=args.get("--reorder", "drop-one"))
+    cfg = RunConfig.parse({"fs": "ext4", "quiet": True, "jobs": 2, "size_mib": int(args["--size"]),
+                           "mount_opts": args.get("--mount-opts"), "reorder": args.get("--reorder", "drop-one")})
     out = pc.tmp / "out"
     runner = load_runner(str(WORKLOADS / workload))
     pairs: list[Pair] = []

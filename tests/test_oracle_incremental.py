@@ -163,7 +163,8 @@ def test_incremental_walk_matches_the_full_one(pc: PcEnv, monkeypatch: pytest.Mo
     from checkers.crashwalk import recovery
     from checkers.crashwalk import slot as checkslot
     from checkers.crashwalk import walk as crash_check
-    from harness.pipeline.run import RunConfig, run_checked
+    from harness.pipeline.config import RunConfig
+    from harness.pipeline.run import run_checked
     from workloads.runner import load_runner
 
     monkeypatch.setenv("POWERCUT_STATE_DIR", str(pc.state))
@@ -216,7 +217,8 @@ def test_incremental_walk_matches_the_full_one(pc: PcEnv, monkeypatch: pytest.Mo
         pairs[0].compare(mnt, cs.point, cs.id)
         return []
 
-    cfg = RunConfig(fs=fs, quiet=True, jobs=2, crash_points="write" if workload is None else None, **opts)
+    cfg = RunConfig.parse({"fs": fs, "quiet": True, "jobs": 2, "crash_points": "write" if workload is None else None,
+                           **opts})
     result = run_checked(runner, cfg, str(out), inspect)
     pair = pairs[0]
     assert pair.compared == result.report["crash_states_checked"] > 10

@@ -244,3 +244,25 @@ def test_live_guest_control_channel_tells_answers_death_and_silence_apart() -> N
     guest.close()
     assert g._until(("done",), 5) == (["begin 2"], False)  # closed: the guest died mid-job
     host.close()
+
+
+def test_both_guest_kinds_offer_the_vm_guest_interface() -> None:
+    """Guest (one boot per job) and LiveGuest (booted once) are used through VmGuest only:
+    each protocol method must accept every call the protocol allows, each field must exist."""
+    import dataclasses
+    import inspect
+
+    from harness.backends.vm.guests import VmGuest
+    from harness.backends.vm.live import LiveGuest
+    from harness.backends.vm.qemu import Guest
+
+    methods = {n: inspect.signature(getattr(VmGuest, n)) for n in ("run_job", "batch_disk", "batch_bytes")}
+    for cls in (Guest, LiveGuest):
+        assert set(VmGuest.__annotations__) <= {f.name for f in dataclasses.fields(cls)}, cls
+        for name, proto in methods.items():
+            params = inspect.signature(getattr(cls, name)).parameters
+            for p in proto.parameters.values():
+                assert p.name in params, (cls, name, p.name)
+                assert params[p.name].kind == p.kind, (cls, name, p.name)
+            extra = [p for p in params.values() if p.name not in proto.parameters]
+            assert all(p.default is not inspect.Parameter.empty for p in extra), (cls, name, extra)

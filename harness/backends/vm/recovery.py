@@ -15,10 +15,11 @@ batch goes to a fresh boot. A kernel WARNING/BUG report on the console
 between "pc: mount I" and the next mount is a `kernel` finding of image I.
 
 The guest is either a one-job-per-boot `Guest` (harness/backends/vm/qemu.py) or a
-`LiveGuest` (harness/backends/vm/live.py) that serves many batches; both give each
-recovery engine its batch disk (`batch_disk`, `batch_bytes`) and run the job
-(`run_job`). `--recovery both` makes one engine per mode, each with its own
-batch disk (engine 0, 1): a live guest has one per mode, so both modes run in it.
+`LiveGuest` (harness/backends/vm/live.py) that serves many batches; both are a
+`VmGuest` (harness/backends/vm/guests.py): they give each recovery engine its
+batch disk (`batch_disk`, `batch_bytes`) and run the job (`run_job`).
+`--recovery both` makes one engine per mode, each with its own batch disk
+(engine 0, 1): a live guest has one per mode, so both modes run in it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
-from typing import Any, Protocol
+from typing import Any
 
 from checkers.findings import Finding
 from checkers.crashwalk.recovery import PointInspect, Verdict, fsck_verdict, inspect_on_loop
@@ -41,7 +42,8 @@ from foundation.loopdev import LoopDevice, recorded_loop
 from foundation.runstate import RunState
 from foundation.sparse import copy_range
 from harness.backends.vm import console as vmconsole
-from harness.backends.vm.qemu import BatchDisk, Disk, Outcome
+from harness.backends.vm.guests import VmGuest
+from harness.backends.vm.qemu import Disk, Outcome
 
 # A batch is booted when it holds this many images or this many allocated bytes
 # (it lives in the scratch dir, normally tmpfs).
@@ -51,17 +53,8 @@ CHECK_THREADS = max(1, min(4, os.cpu_count() or 1))
 _MOUNT_LINE = re.compile(r"^pc: mount (\d+)\s*$", re.M)
 
 
-class RecoveryGuest(Protocol):
-    def batch_disk(self, state: RunState, engine: int) -> BatchDisk: ...
-
-    def batch_bytes(self, needed: int) -> int: ...
-
-    def run_job(self, job: str, env: dict[str, str], disks: list[Disk], *, timeout: float,
-                on_line: Callable[[str], None] | None = None) -> Outcome: ...
-
-
 class VmRecovery:
-    def __init__(self, guest: RecoveryGuest, fs: FsType, mount_opts: str, state: RunState, *, timeout: float,
+    def __init__(self, guest: VmGuest, fs: FsType, mount_opts: str, state: RunState, *, timeout: float,
                  inspect: PointInspect | None = None, fault: str | None = None,
                  max_images: int = MAX_IMAGES_PER_BOOT, engine: int = 0) -> None:
         self.guest, self.fs, self.state, self.timeout, self.inspect = guest, fs, state, timeout, inspect
