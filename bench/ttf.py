@@ -166,8 +166,9 @@ def run_bug(bug: Bug, out: str, minutes: float, jobs: int) -> dict[str, Any]:
             c = recheck(bug, os.path.join(cdir, "findings", f), os.path.join(out, "recheck", f))
             c["found_at_minutes"] = round(seen[f] / 60, 2)
             checked.append(c)
-            if c["counts"] and found is None:
+            if c["counts"]:
                 found = c
+                break  # later findings of the same session need no re-check: the clock has stopped
     return {
         "id": bug.id, "fs": bug.fs, "buggy_kernel": bug.kernel("buggy"), "fixed_kernel": bug.kernel("fixed"),
         "mkfs_opts": bug.mkfs_opts, "mount_opts": bug.mount_opts, "recovery": bug.recovery or "rw",
