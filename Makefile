@@ -62,18 +62,20 @@ $(VENV)/.deps-ok: requirements.txt pyproject.toml | $(BUILD)/.apt-ok
 	@touch $@
 venv: $(VENV)/.deps-ok
 
+# The C builds wait for the Debian packages; `pip install .` (setup.py) builds with APT_DEP= instead.
+APT_DEP      ?= $(BUILD)/.apt-ok
 RECORDER_SRC := $(wildcard harness/backends/fuse/*.c)
 EXEC_SRC     := $(wildcard workloads/executor/*.c)
 DMLOG_SRC    := $(wildcard harness/backends/dm/*.c)
 
-$(BUILD)/pc-recorder: $(RECORDER_SRC) $(wildcard harness/backends/fuse/*.h) | $(BUILD)/.apt-ok
+$(BUILD)/pc-recorder: $(RECORDER_SRC) $(wildcard harness/backends/fuse/*.h) | $(APT_DEP)
 	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(RECORDER_SRC) $(FUSE_LIBS) -lpthread
 
-$(BUILD)/pc-exec: $(EXEC_SRC) $(wildcard workloads/executor/*.h) | $(BUILD)/.apt-ok
+$(BUILD)/pc-exec: $(EXEC_SRC) $(wildcard workloads/executor/*.h) | $(APT_DEP)
 	$(CC) $(CFLAGS) -o $@ $(EXEC_SRC) -lpthread -lm
 
 # pc-dmlog: the dm-log-writes target of the dm backend and of the vm guest.
-$(BUILD)/pc-dmlog: $(DMLOG_SRC) | $(BUILD)/.apt-ok
+$(BUILD)/pc-dmlog: $(DMLOG_SRC) | $(APT_DEP)
 	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(DMLOG_SRC) $(FUSE_LIBS)
 
 CPROGS := $(if $(RECORDER_SRC),$(BUILD)/pc-recorder) $(if $(EXEC_SRC),$(BUILD)/pc-exec) \

@@ -7,7 +7,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-# What each kind means is documented in README.md ("Finding kinds").
+# What each kind means is documented in docs/running.md ("Finding kinds"; the short table is in README.md).
 KINDS = ("kernel", "mount", "fsck", "corruption", "durability", "stale-data", "atomicity", "design", "latency",
          "semantics")
 

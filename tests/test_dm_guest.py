@@ -5,7 +5,7 @@ the host's root shared read-only over 9p, tmpfs for /tmp, /run, /dev/shm) runs
 tests/dm_guest_driver.py: `powercut run` of tests/workloads/small.sh on ext4, xfs and btrfs
 with --backend auto (which must pick dm there) and with --backend fuse, and once with
 --data-dev/--log-dev, and kills one dm run for `powercut cleanup`. The host then compares: same verdicts, and every dm log replays to the
-dm run's final image byte for byte. One boot, several minutes under TCG (README: backends).
+dm run's final image byte for byte. One boot, several minutes under TCG (docs/dm-backend.md).
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ def test_recorder_loss_window_at_every_crash_point(pc: PcEnv, fs: str) -> None:
 @pytest.mark.parametrize("fs", ["ext4", "xfs", "btrfs"])
 def test_random_workloads_are_clean_on_healthy_file_systems(pc: PcEnv, fs: str) -> None:
     """No false positives: random workloads on a healthy fs give no finding at all.
-    (`make soak` runs many more; the README records the counts.)"""
+    (`make soak` runs many more; docs/fuzzing.md records the counts.)"""
     seen = []
 
     @settings(max_examples=4, deadline=None, database=None, derandomize=True,
