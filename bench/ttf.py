@@ -157,8 +157,7 @@ def run_bug(bug: Bug, out: str, minutes: float, jobs: int) -> dict[str, Any]:
         campaign_s += time.monotonic() - t0
         sessions += 1
         exit_codes.append(rc)
-        if rc not in (0, 1):
-            break  # an error (2), a bug in powercut (3) or an interrupt: fuzz.log says which
+        # Even a session that ended badly (a worker died: 3) may have saved findings: check them.
         new = [f for f in _findings(cdir) if f not in {c["finding"] for c in checked}]
         if not new:
             break  # the budget is spent (or the engine ran out) without a finding
@@ -169,6 +168,10 @@ def run_bug(bug: Bug, out: str, minutes: float, jobs: int) -> dict[str, Any]:
             if c["counts"]:
                 found = c
                 break  # later findings of the same session need no re-check: the clock has stopped
+        if rc not in (0, 1, 3):
+            break  # a usage/environment error (2) or an interrupt: fuzz.log says which
+        # 3: a worker died of a powercut bug (fuzz.log, the campaign's error.txt); the campaign resumes
+        # for the rest of the budget, and fuzz_exit_codes shows it happened.
     return {
         "id": bug.id, "fs": bug.fs, "buggy_kernel": bug.kernel("buggy"), "fixed_kernel": bug.kernel("fixed"),
         "mkfs_opts": bug.mkfs_opts, "mount_opts": bug.mount_opts, "recovery": bug.recovery or "rw",
