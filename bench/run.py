@@ -43,7 +43,7 @@ import subprocess
 import time
 from typing import Any
 
-from checkers.crashwalk.walk import check_crash_states, default_jobs, default_walk_workers
+from checkers.crashwalk.walk import WalkOptions, check_crash_states, default_jobs, default_walk_workers
 from bench.vm import bench_vm
 from checkers.crashwalk.recovery import FSCK_TIMEOUT_S, fsck
 from foundation import kmount, ownership, paths, sysres
@@ -92,7 +92,8 @@ def _walk(log: str, fs: FsType, device_bytes: int, state: RunState, jobs: int) -
     _, points = _write_points(log)
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
-    r = check_crash_states(log, points, fs=fs, mount_opts="", device_bytes=device_bytes, state=state, jobs=jobs)
+    r = check_crash_states(log, points, fs=fs, mount_opts="", device_bytes=device_bytes, state=state,
+                           opts=WalkOptions(jobs=jobs))
     seconds = time.perf_counter() - t0
     if r.findings:
         raise EnvError(f"bench: {fs.name} walk of mixed.sh found {r.findings[0].kind} at {r.findings[0].state_id}")

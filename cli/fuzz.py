@@ -11,7 +11,7 @@ from typing import Any
 
 from foundation.jsondoc import write_json
 from checkers.findings import KINDS
-from cli.options import add_backend_options, add_semantics_option, check_backend_options
+from cli.options import add_backend_options, add_known_damage_option, add_semantics_option, check_backend_options
 from foundation import internal_error, ownership
 from foundation.errors import UsageError
 from harness.backends import require as require_backend, resolve as resolve_backend
@@ -56,7 +56,8 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
     cfg = RunConfig(fs=args.fs, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts, size_mib=args.size, quiet=True,
                     crash_points=args.crash_points, reorder=args.reorder, states_per_point=args.states_per_point,
                     fault=args.fault, backend=args.backend, kernel=args.kernel, kernel_modules=args.kernel_modules,
-                    semantics=args.semantics, **recovery_kwargs(args))
+                    semantics=args.semantics, known_damage_findings=args.known_damage_findings,
+                    **recovery_kwargs(args))
     cfg.check()
     require_backend(args.backend)
     if args.backend == "vm":
@@ -150,6 +151,7 @@ def minimize_cmd(args: argparse.Namespace) -> int:
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mkfs-opts", default="", help="extra mkfs options, e.g. \"-O ^has_journal\"")
     add_semantics_option(p)
+    add_known_damage_option(p)
     p.add_argument("--mount-opts", default="", help="mount options, e.g. data=writeback,nodelalloc")
     p.add_argument("--size", type=int, default=0, help="device size in MiB (default: per file system)")
     p.add_argument("--crash-points", default=DEFAULT_POINTS, metavar="KINDS",

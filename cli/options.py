@@ -16,6 +16,13 @@ def add_semantics_option(p: argparse.ArgumentParser, default: str | None = DEFAU
                         + (f" (default: {default})" if default else " (default: the saved run's)"))
 
 
+def add_known_damage_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--known-damage-findings", action="store_true",
+                   help="report damage the configuration documents after a crash (ext4 -O ^has_journal: fsck errors "
+                        "in crash states no completed sync covers) as findings, instead of counting it in the report "
+                        "as expected damage (docs/semantics.md)")
+
+
 def add_backend_options(p: argparse.ArgumentParser) -> None:
     """--backend, --kernel and --kernel-modules: who records and recovers (run, fuzz, corpus run)."""
     p.add_argument("--backend", default="fuse", metavar="|".join(BACKENDS),

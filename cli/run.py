@@ -12,7 +12,7 @@ from harness.backends.dm.devices import CONFIRM_FLAG
 from harness.pipeline.compare import run_matrix
 from harness.pipeline.run import RunConfig, default_out_dir, recheck, run_workload
 from harness.reports.report import summary
-from cli.options import add_backend_options, add_semantics_option
+from cli.options import add_backend_options, add_known_damage_option, add_semantics_option
 from workloads.runner import load_runner
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS, DEFAULT_BUDGET, EVERY_POINT
 from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER
@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
                     kernel=args.kernel, kernel_modules=args.kernel_modules, data_dev=args.data_dev,
                     log_dev=args.log_dev, erase_ok=tuple(args.erase_ok), markdown=True, max_states=args.max_states,
                     device_profile=args.device_profile, calibrate=True,
-                    semantics=args.semantics, **recovery_kwargs(args))
+                    semantics=args.semantics, known_damage_findings=args.known_damage_findings,
+                    **recovery_kwargs(args))
     if args.mount_opts_matrix or args.param_matrix:
         return run_matrix(args.workload, cfg, args.scale, args.param, args.out,
                           mount_opts_matrix=args.mount_opts_matrix, param_matrix=args.param_matrix)
@@ -80,6 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="confirm that DEV (--data-dev or --log-dev) may be erased; needed for each")
     p.add_argument("--mkfs-opts", default="", help="extra mkfs options, e.g. \"-O ^has_journal\"")
     add_semantics_option(p)
+    add_known_damage_option(p)
     p.add_argument("--mount-opts", default=None,
                    help="mount options, e.g. data=writeback,barrier=0 (default: none, or the scenario's)")
     p.add_argument("--size", type=int, default=0,

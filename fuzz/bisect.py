@@ -195,7 +195,8 @@ def from_run_dir(d: str) -> tuple[str, RunConfig]:
             r = json.load(f)
         saved = r["workload"]["saved"]
         cfg = RunConfig(fs=r["fs"], mkfs_opts=r["mkfs_opts"], mount_opts=r["mount_opts"],
-                        crash_points=r.get("crash_point_kinds"), reorder=r.get("reorder", DEFAULT_REORDER))
+                        crash_points=r.get("crash_point_kinds"), reorder=r.get("reorder", DEFAULT_REORDER),
+                        known_damage_findings=r.get("known_damage_findings", False))
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
         raise UsageError(f"{d}: not a powercut run directory of a JSON workload ({e})") from None
     return os.path.join(d, saved), cfg

@@ -212,6 +212,7 @@ class Campaign:
             "recovery_crash_states_checked": t.recovery_states,
             "ops_per_workload": ops_distribution(t.ops),
             "findings_by_kind": dict(sorted(t.kinds.items())),
+            "expected_damage": t.expected_damage,
             "saved_findings": [{"dir": s["dir"], "kind": s["kind"], "signature": s["signatures"][0],
                                 "ops": s["ops"], "state_id": s["state_id"],
                                 "shrink_complete": s["shrink"].get("complete", False),
@@ -262,6 +263,9 @@ def summary(report: dict[str, Any], path: str) -> str:
              f"checked: {report['crash_states_checked']} ({report['crash_states_per_second']}/s), shrink runs: "
              f"{report['shrink_runs']}",
              f"  findings (crash states): {kinds}"]
+    if report.get("expected_damage"):
+        lines.append(f"  expected damage (the configuration documents it, e.g. ext4 without a journal before a "
+                     f"completed sync; not findings): {report['expected_damage']}")
     if report["run"].get("recovery_crash"):
         lines.insert(3, f"  crash states inside recoveries checked: {report['recovery_crash_states_checked']} "
                         f"(--recovery-crash-rate {report['run']['recovery_crash_rate']}, at most "

@@ -43,6 +43,7 @@ class Totals:
     mount_retries: int = 0        # crash states that mounted only at the second try (no finding)
     device_waits: int = 0         # recovery mounts that waited for a busy device (no finding)
     recovery_states: int = 0      # crash states inside recoveries checked (--recovery-crash)
+    expected_damage: int = 0      # damage the configuration documents (checkers/known_damage.py): not findings
     indices: set[int] = field(default_factory=set)        # exhaustive indices done
 
 
@@ -144,6 +145,7 @@ class CampaignDir:
                 t.mount_retries += e.get("mount_retries", 0)
                 t.device_waits += e.get("device_waits", 0)
                 t.recovery_states += e.get("recovery_states", 0)
+                t.expected_damage += e.get("expected_damage", 0)
                 if e.get("index") is not None:
                     t.indices.add(e["index"])
         return t

@@ -174,6 +174,7 @@ def write_reproduce(d: str, cfg: RunConfig, finding: Finding, info: dict[str, An
              "--mount-opts", shlex.quote(cfg.mount_opts or ""),
              "--crash-points", shlex.quote(cfg.crash_points or DEFAULT_POINTS), "--reorder", shlex.quote(cfg.reorder),
              "--out", '"$(mktemp -d)"', "--recovery", cfg.recovery] + (["--fault", cfg.fault] if cfg.fault else [])
+    rerun += ["--known-damage-findings"] if cfg.known_damage_findings else []
     if cfg.recovery_crash:
         rerun += ["--recovery-crash", "--recovery-crash-states", str(cfg.recovery_crash_states)]
     if cfg.backend == "vm":  # the same kernel, in a guest (recheck boots it too)

@@ -100,7 +100,8 @@ class Trial:
                 "seconds": round(self.seconds, 3), "kinds": kinds,
                 "mount_retries": len(self.result.report.get("mount_retries", [])),
                 "device_waits": len(self.result.report.get("device_waits", [])),
-                "recovery_states": (self.result.report.get("recovery_crash") or {}).get("states_checked", 0), **extra}
+                "recovery_states": (self.result.report.get("recovery_crash") or {}).get("states_checked", 0),
+                "expected_damage": (self.result.report.get("expected_damage") or {}).get("count", 0), **extra}
 
 
 def op_count(doc: dict[str, Any]) -> int:

@@ -36,6 +36,7 @@ so one state can be rebuilt alone (`powercut crash-image --state ID`):
 from __future__ import annotations
 
 import bisect
+import os
 import random
 import re
 from collections.abc import Iterator, Sequence
@@ -356,3 +357,16 @@ RECOVERY_LOG_DIR = "recovery-logs"   # in a run's directory: the recovery logs o
 def recovery_log_name(original: str, mode: str) -> str:
     """File name of the recovery log of crash state ORIGINAL recovered in MODE (rw, ro)."""
     return f"{original}.{mode}.log"
+
+
+def kept_recovery_log(log: str, state_id: str) -> str | None:
+    """The recovery log a state inside a recovery (ORIGINAL/rN) needs, as a run kept it
+    beside LOG; None for a plain state id."""
+    original, inner = split_recovery_id(state_id)
+    if inner is None:
+        return None
+    for mode in ("rw", "ro"):  # the names checkers/crashwalk/recovery_crash.py gives them
+        path = os.path.join(os.path.dirname(log), RECOVERY_LOG_DIR, recovery_log_name(original, mode))
+        if os.path.exists(path):
+            return path
+    raise UsageError(f"state {state_id!r}: no recovery log for {original} beside {log}; give --recovery-log")

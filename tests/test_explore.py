@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from checkers.crashwalk.walk import CrashCheckResult, check_crash_states
+from checkers.crashwalk.walk import CrashCheckResult, WalkOptions, check_crash_states
 from checkers.findings import Finding
 from checkers.crashwalk.recovery import guarded_inspect
 from conftest import POWERCUT, WORKLOADS, PcEnv, needs_root_stack
@@ -72,7 +72,7 @@ def walk(pc: PcEnv, monkeypatch: pytest.MonkeyPatch, log: Path, *, reorder: str,
     pts = select_crash_points(reader.entries(), points, first=first_crash_point(reader))
     with run_state(pc, monkeypatch) as state:
         return check_crash_states(str(log), pts, fs=get_fs("ext4"), mount_opts=mount_opts, device_bytes=device_bytes,
-                                  state=state, reorder=ReorderSpec.parse(reorder), **kw)
+                                  state=state, opts=WalkOptions(reorder=ReorderSpec.parse(reorder), **kw))
 
 
 def fsynced_file_oracle(log: Path):  # type: ignore[no-untyped-def]

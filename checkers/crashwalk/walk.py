@@ -106,6 +106,22 @@ class RecoveryOptions:
     log_dir: str = ""                       # where the recovery logs of findings are kept
 
 
+@dataclass(frozen=True)
+class WalkOptions:
+    """How check_crash_states walks a log's crash states (what to check, who recovers, what else looks)."""
+
+    reorder: ReorderSpec | None = None     # crash states per point (None: DEFAULT_REORDER)
+    jobs: int = 0                          # host workers (0: default_walk_workers())
+    first_failure: bool = False            # stop at the first finding
+    inspect: Inspect | None = None         # the content oracle, called on each recovered image
+    before_mount: BeforeMount | None = None
+    engines: dict[str, RecoveryEngine] | None = None  # a backend's own recovery per mode (replaces host workers)
+    progress: Progress | None = None
+    only: Sequence[str] = ()               # just these state ids (a finding's, `p57-d3` or `p57/r12`)
+    recovery: RecoveryOptions = field(default_factory=RecoveryOptions)
+    image: str | None = None               # check this image as every state's crash image (a board's disk)
+
+
 def verdict_findings(v: Verdict, cs: CrashState, fs: FsType, mode: str = "rw",
                      tagged: bool = False) -> list[Finding]:
     """Findings of one verdict; those of a non-default recovery (or TAGGED) name the recovery mode."""
@@ -212,12 +228,11 @@ class _Item:
 class _HostWorkers:
     """Recovery by the host kernel: one thread per CheckSlot."""
 
-    def __init__(self, walk: _Walk, slots: list[CheckSlot], mount_opts: str,
-                 inspect: Inspect | None, before_mount: BeforeMount | None, recovery: RecoveryOptions,
+    def __init__(self, walk: _Walk, slots: list[CheckSlot], mount_opts: str, opts: WalkOptions,
                  reorder: ReorderSpec) -> None:
         self.walk, self.slots, self.mount_opts = walk, slots, mount_opts
-        self.inspect, self.before_mount = inspect, before_mount
-        self.recovery, self.reorder = recovery, reorder
+        self.inspect, self.before_mount = opts.inspect, opts.before_mount
+        self.recovery, self.reorder = opts.recovery, reorder
         self._inspect_lock = threading.Lock()
         self.fsck_verdicts = FsckVerdicts()   # shared by the workers
         self.todo: queue.Queue[_Item | None] = queue.Queue()
@@ -421,32 +436,27 @@ def _check_with_engine(walk: _Walk, engines: dict[str, RecoveryEngine], reader: 
 
 
 def check_crash_states(log_path: str, points: list[int], *, fs: FsType, mount_opts: str, device_bytes: int,
-                       state: RunState, reorder: ReorderSpec | None = None, jobs: int = 0,
-                       first_failure: bool = False, inspect: Inspect | None = None,
-                       before_mount: BeforeMount | None = None,
-                       engines: dict[str, RecoveryEngine] | None = None, progress: Progress | None = None,
-                       only: Sequence[str] = (), recovery: RecoveryOptions | None = None,
-                       image: str | None = None) -> CrashCheckResult:
-    """Check every crash state of POINTS in LOG_PATH (see the module doc); JOBS 0 = default_walk_workers().
-    ONLY: just the states with these ids (e.g. a finding's, `p57-d3` or `p57/r12`), whatever
-    POINTS and REORDER say. RECOVERY: the recovery modes and crashes during recovery.
-    IMAGE: check this image (a copy of it) as the crash image of every state, instead of
-    rebuilding the states from the log (a board's disk after a real power cut).
+                       state: RunState, opts: WalkOptions = WalkOptions()) -> CrashCheckResult:
+    """Check every crash state of POINTS in LOG_PATH (see the module doc and WalkOptions).
+    OPTS.only: just the states with these ids, whatever POINTS and the reorder spec say.
+    OPTS.recovery: the recovery modes and crashes during recovery. OPTS.image: check this
+    image (a copy of it) as the crash image of every state, instead of rebuilding the
+    states from the log (a board's disk after a real power cut).
 
-    ENGINES (a backend's own recovery per mode, e.g. in a guest) replace the
-    host workers; INSPECT, BEFORE_MOUNT and recovery crashes need the host's mounts.
+    OPTS.engines (a backend's own recovery per mode, e.g. in a guest) replace the
+    host workers; inspect, before_mount and recovery crashes need the host's mounts.
     """
-    recovery = recovery or RecoveryOptions()
-    if engines and (before_mount or recovery.crash or image):
+    engines, recovery, image = opts.engines, opts.recovery, opts.image
+    if engines and (opts.before_mount or recovery.crash or image):
         raise ValueError("before_mount, recovery crashes and a supplied image need recovery by the host kernel")
     if image and recovery.crash:
         raise ValueError("a supplied image has no recovery log to crash in")
-    reorder = reorder or ReorderSpec.parse(DEFAULT_REORDER)
+    reorder = opts.reorder or ReorderSpec.parse(DEFAULT_REORDER)
     with LogReader(log_path) as reader:
         plan = plan_for_log(reader, points, reorder)
         inner: dict[str, tuple[str, ...]] = {}
         originals: list[str] = []
-        for i in only:
+        for i in opts.only:
             orig, rid = split_id(i)
             if orig not in originals:
                 originals.append(orig)
@@ -456,8 +466,8 @@ def check_crash_states(log_path: str, points: list[int], *, fs: FsType, mount_op
             recovery = replace(recovery, crash=RecoveryCrashSpec())
         chosen = [plan.state(i) for i in originals] or None
         result = CrashCheckResult(states_total=len(chosen) if chosen else len(plan))
-        walk = _Walk(plan, StateHasher(reader, plan.entries), fs, result, progress, first_failure,
-                     dedup_by_mark=inspect is not None, only=chosen, recovery_only=inner)
+        walk = _Walk(plan, StateHasher(reader, plan.entries), fs, result, opts.progress, opts.first_failure,
+                     dedup_by_mark=opts.inspect is not None, only=chosen, recovery_only=inner)
         if engines:
             try:
                 _check_with_engine(walk, engines, reader, device_bytes, state)
@@ -468,7 +478,7 @@ def check_crash_states(log_path: str, points: list[int], *, fs: FsType, mount_op
             slots: list[CheckSlot] = []
             tracker: WriteTracker | None = None
             try:
-                n = max(1, min(jobs or default_walk_workers(), result.states_total))
+                n = max(1, min(opts.jobs or default_walk_workers(), result.states_total))
                 track = result.states_total >= TRACK_MIN_STATES * n and image is None
                 for i in range(n):
                     slots.append(CheckSlot(state, reader, device_bytes, f"worker{i}", image, track))
@@ -476,7 +486,7 @@ def check_crash_states(log_path: str, points: list[int], *, fs: FsType, mount_op
                 tracker = open_tracker(state, [s.loop.path for s in slots], "walk") if track else None
                 for slot in slots if tracker is not None else []:
                     slot.attach_tracker(tracker)
-                _HostWorkers(walk, slots, mount_opts, inspect, before_mount, recovery, reorder).run()
+                _HostWorkers(walk, slots, mount_opts, replace(opts, recovery=recovery), reorder).run()
             finally:
                 for slot in slots:
                     for k, n in slot.restores.items():

@@ -19,7 +19,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from checkers.crashwalk.walk import Inspect, RecoveryOptions, check_crash_states
+from checkers.crashwalk.walk import Inspect, RecoveryOptions, WalkOptions, check_crash_states
 from checkers.crashwalk.recovery_crash import RecoveryCrashSpec
 from checkers.crashwalk.recovery_modes import check_recovers, mode_opts, parse_recovery
 from checkers.findings import Finding
@@ -28,6 +28,7 @@ from checkers.oracle import ContentOracle
 from checkers.design import design_points
 from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
 from checkers.findings import kernel_finding
+from checkers.known_damage import known_damage
 from foundation import internal_error, ownership, sysres
 from harness.backends import Backend, BackendOpener, DeviceArgs, open_backend, resolve as resolve_backend
 from foundation.errors import KernelFailure, Terminated, UsageError
@@ -84,6 +85,7 @@ class RunConfig:
     quiet: bool = False             # no crash-walk progress (campaigns print their own)
     markdown: bool = False          # also write OUT/report.md with latency figures (powercut run)
     semantics: str = DEFAULT_TIER   # the oracle's tier of rules: posix or linux (checkers/fsrules.py)
+    known_damage_findings: bool = False  # damage the configuration documents as findings (checkers/known_damage.py)
 
     def reorder_spec(self) -> ReorderSpec:
         """The crash-state options, checked (before a long recording, not after)."""
@@ -278,11 +280,11 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
         walk_t0 = time.perf_counter()
         label = f"checking {fs.name}" + _budget_label(checks.report.get("budget"))
         with (nullcontext() if cfg.quiet else CrashProgress(label)) as progress:
+            opts = WalkOptions(reorder=cfg.reorder_spec(), jobs=cfg.jobs, first_failure=cfg.first_failure,
+                               inspect=inspect, engines=None if image else engines, progress=progress,
+                               only=state_ids, recovery=recovery, image=image)
             result = check_crash_states(rec.log_path, points, fs=fs, mount_opts=mount_opts,
-                                        device_bytes=rec.device_bytes, state=state, reorder=cfg.reorder_spec(),
-                                        jobs=cfg.jobs, first_failure=cfg.first_failure, inspect=inspect,
-                                        engines=None if image else engines, progress=progress, only=state_ids,
-                                        recovery=recovery, image=image)
+                                        device_bytes=rec.device_bytes, state=state, opts=opts)
         walk_s = time.perf_counter() - walk_t0
         figures = plots.result() if plots else None
     finally:
@@ -290,6 +292,11 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
             plots.stop()
     finish(checks, reader, all_points)
     findings = rec.findings + checks.findings + result.findings
+    known = None if cfg.known_damage_findings else known_damage(fs.name, cfg.mkfs_opts, reader,
+                                                                 checks.oracle.h if checks.oracle else None)
+    expected: list[Finding] = []
+    if known is not None:
+        findings, expected = known.split(findings)
     extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report, **backend.report_extra(),
              "max_states": str(budget or EVERY_POINT), "crash_points_all": len(all_points), "reorder": cfg.reorder,
              "crash_states_total": result.states_total,
@@ -300,6 +307,10 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
                             "fsck_reused": result.fsck_reused,
                             "ms_per_state": round(1000 * walk_s / result.states_checked, 2)
                             if result.states_checked else None}}
+    if known is not None:
+        extra["expected_damage"] = known.report(expected)
+    if cfg.known_damage_findings:
+        extra["known_damage_findings"] = True
     if crash_spec:
         extra["recovery_crash"] = {"states_per_crash_state": crash_spec.budget, "rate": crash_spec.rate,
                                    "recoveries_recorded": result.recovery_crash_recorded,
@@ -365,7 +376,8 @@ def recheck(run_dir: str, state_id: str, recovery: str | None = None, semantics:
         cfg = RunConfig(fs=saved["fs"], mkfs_opts=saved["mkfs_opts"], mount_opts=saved["mount_opts"],
                         reorder=saved.get("reorder", DEFAULT_REORDER), quiet=True,
                         recovery=recovery or saved.get("recovery", "rw"), backend=saved.get("backend", "fuse"),
-                        semantics=semantics or saved.get("semantics", DEFAULT_TIER))
+                        semantics=semantics or saved.get("semantics", DEFAULT_TIER),
+                        known_damage_findings=saved.get("known_damage_findings", False))
     except (OSError, json.JSONDecodeError, KeyError) as e:
         raise UsageError(f"{run_dir}: not a powercut run directory ({e})") from None
     if info.get("type") != "json":

@@ -91,6 +91,18 @@ def _findings_section(findings: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _expected_damage_section(known: dict[str, Any]) -> list[str]:
+    """Damage the configuration documents (checkers/known_damage.py): counted, not findings."""
+    by_kind = ", ".join(f"{k} {n}" for k, n in known["by_kind"].items()) or "none"
+    out = ["## Expected damage", "", f"{known['why']}. Counted here, not reported as findings: "
+           f"{known['count']} ({by_kind}) in {known['crash_states']} crash states.", ""]
+    if known["rows"]:
+        out += table(["kind", "state", "crash point", "detail"],
+                     [[r["kind"], r.get("state_id") or "", r["crash_point"], r["detail"].splitlines()[0][:160]]
+                      for r in known["rows"][:MAX_FINDINGS]])
+    return out
+
+
 def _latency_section(lat: dict[str, Any]) -> list[str]:
     ov, between = lat["overhead_ns"], lat["between_ops"]
     out = ["## Latency", "",
@@ -180,6 +192,8 @@ def _figures_section(plots: dict[str, dict[str, str]]) -> list[str]:
 def render(report: dict[str, Any], out_dir: str) -> str:
     lines = [f"# powercut: {report['workload'].get('name', '')} on {report['fs']}", "",
              *_run_section(report, out_dir), "", *_findings_section(report["findings"])]
+    if report.get("expected_damage"):
+        lines += ["", *_expected_damage_section(report["expected_damage"])]
     if "latency" in report:
         lines += ["", *_latency_section(report["latency"])]
     if "scenario" in report:

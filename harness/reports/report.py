@@ -112,6 +112,11 @@ def summary(report: dict[str, Any], report_path: str | None) -> str:
                      f"free after {w['waited_s']}s ({w['held_by'][:120]})")
     if report.get("stopped_at_first_failure"):
         lines.append("  stopped at the first finding (--first-failure): later crash states not checked")
+    known = report.get("expected_damage")
+    if known and known["count"]:
+        lines.append(f"  expected damage ({known['configuration']}, no metadata consistency after a crash): "
+                     f"{known['count']} in {known['crash_states']} crash states, not findings "
+                     "(report: expected_damage)")
     if not findings:
         lines.append("  findings: none")
     else:
