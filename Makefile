@@ -14,7 +14,8 @@ FS         ?= ext4
 PC          = $(VENV)/bin/powercut
 
 # make fuzz / make soak
-ENGINE     ?= hypothesis
+# Empty: powercut's default (hypothesis; mixed with KERNEL=, the vm backend).
+ENGINE     ?=
 DURATION   ?= 10m
 # Workers mostly wait on the kernel (mount, fsync, the FUSE recorder): two per core pay off.
 JOBS       ?= $(shell echo $$(( $$(nproc) * 2 )))
@@ -29,20 +30,22 @@ SOAK_OPS       ?= 5-20
 # The oracle's tier for make fuzz/soak: linux (what ext4/xfs/btrfs developers promise) or posix.
 SEMANTICS      ?= linux
 
-.PHONY: all deps apt venv cbuild test corpus-check bench bench-ttf clean help ci-kernel fuzz soak afl
+.PHONY: all deps apt venv cbuild test test-deps test-quick corpus-check bench bench-ttf clean help ci-kernel fuzz soak afl fstests
 
 all: deps
 
 help:
 	@echo "make test        install what is missing, build, run the test suite"
+	@echo "make test-quick  the quick tests only (no root, no guests, no campaigns)"
 	@echo "make deps        only install/build (apt packages, venv, C programs)"
-	@echo "make fuzz        a fuzzing campaign: FS=ext4|xfs|btrfs ENGINE=hypothesis|exhaustive|afl DURATION=10m"
+	@echo "make fuzz        a fuzzing campaign: FS=ext4|xfs|btrfs ENGINE=hypothesis|exhaustive|mixed|afl DURATION=10m"
 	@echo "                 JOBS=N MOUNT_OPTS=... MKFS_OPTS=... FUZZ_ARGS='more powercut fuzz options'"
 	@echo "make soak        long campaigns on $(SOAK_FS), $(SOAK_WORKLOADS) workloads of $(SOAK_OPS) ops each"
 	@echo "                 (ext4:fast_commit finds a known kernel bug: exit 1 is expected there)"
 	@echo "make corpus-check  every corpus entry on every matrix row this host can run; fails on an unexpected verdict"
 	@echo "make bench       measure crash states/s and overheads; writes $(BUILD)/bench.json"
 	@echo "make bench-ttf   minutes a default vm campaign needs per known kernel bug; writes $(BUILD)/bench-ttf.json"
+	@echo "make fstests FSTESTS=DIR  build a user's fstests checkout (for powercut export --verify --fstests DIR)"
 	@echo "make clean       remove build products and the venv"
 	@echo "make ci-kernel KERNEL=debian:PKG [PREV_KERNEL=debian:PKG] [ENTRIES=globs] [ROWS=rows] [OUT=dir]"
 	@echo "                 corpus sample on that kernel (vm backend) vs the host kernel, diffed"
@@ -67,6 +70,7 @@ APT_DEP      ?= $(BUILD)/.apt-ok
 RECORDER_SRC := $(wildcard harness/backends/fuse/*.c)
 EXEC_SRC     := $(wildcard workloads/executor/*.c)
 DMLOG_SRC    := $(wildcard harness/backends/dm/*.c)
+RECOVER_SRC  := $(wildcard harness/backends/vm/*.c)
 
 $(BUILD)/pc-recorder: $(RECORDER_SRC) $(wildcard harness/backends/fuse/*.h) | $(APT_DEP)
 	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(RECORDER_SRC) $(FUSE_LIBS) -lpthread
@@ -78,8 +82,12 @@ $(BUILD)/pc-exec: $(EXEC_SRC) $(wildcard workloads/executor/*.h) | $(APT_DEP)
 $(BUILD)/pc-dmlog: $(DMLOG_SRC) | $(APT_DEP)
 	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(DMLOG_SRC) $(FUSE_LIBS)
 
+# pc-recover: the recovery mounts of a vm guest's batch (copied into the guest).
+$(BUILD)/pc-recover: $(RECOVER_SRC) | $(APT_DEP)
+	$(CC) $(CFLAGS) -o $@ $(RECOVER_SRC)
+
 CPROGS := $(if $(RECORDER_SRC),$(BUILD)/pc-recorder) $(if $(EXEC_SRC),$(BUILD)/pc-exec) \
-          $(if $(DMLOG_SRC),$(BUILD)/pc-dmlog)
+          $(if $(DMLOG_SRC),$(BUILD)/pc-dmlog) $(if $(RECOVER_SRC),$(BUILD)/pc-recover)
 cbuild: $(CPROGS)
 
 # afl++ is optional (only the afl engine needs it): installed on demand.
@@ -88,8 +96,16 @@ $(BUILD)/.afl-ok: ci/install-deps.sh | $(BUILD)/.apt-ok
 	@touch $@
 afl: $(BUILD)/.afl-ok
 
+# Build a user's fstests checkout for `powercut export --verify --fstests DIR`
+# (its build needs these -dev packages and autotools; nothing is cloned here).
+fstests: $(BUILD)/.apt-ok
+	@test -n "$(FSTESTS)" -a -f "$(FSTESTS)/check" || { echo "make fstests FSTESTS=DIR: DIR must be an fstests checkout (git clone https://git.kernel.org/pub/scm/fs/xfs/xfstests-dev.git)"; exit 2; }
+	POWERCUT_EXTRA_PKGS="autoconf automake libtool xfslibs-dev libattr1-dev libacl1-dev libaio-dev uuid-dev attr acl gawk bc" \
+	    bash ci/install-deps.sh
+	$(MAKE) -C "$(FSTESTS)" -j$(JOBS)
+
 fuzz: deps $(if $(filter afl,$(ENGINE)),afl)
-	$(PC) fuzz --fs $(FS) --engine $(ENGINE) --duration $(DURATION) --jobs $(JOBS) --semantics $(SEMANTICS) \
+	$(PC) fuzz --fs $(FS) $(if $(ENGINE),--engine $(ENGINE)) --duration $(DURATION) --jobs $(JOBS) --semantics $(SEMANTICS) \
 	    --mount-opts "$(MOUNT_OPTS)" --mkfs-opts "$(MKFS_OPTS)" \
 	    $(if $(KERNEL),--backend vm --kernel '$(KERNEL)') $(FUZZ_ARGS)
 
@@ -99,7 +115,7 @@ fuzz: deps $(if $(filter afl,$(ENGINE)),afl)
 soak: deps
 	rc=0; out=$(or $(SOAK_OUT),campaigns/soak-$$(date -u +%Y%m%d-%H%M%S)); mkdir -p $$out; for c in $(SOAK_FS); do \
 	    fs=$${c%%:*}; feat=$${c#$$fs}; feat=$${feat#:}; \
-	    $(PC) fuzz --fs $$fs $${feat:+--mkfs-opts "-O $$feat"} --engine $(ENGINE) --max-workloads $(SOAK_WORKLOADS) \
+	    $(PC) fuzz --fs $$fs $${feat:+--mkfs-opts "-O $$feat"} $(if $(ENGINE),--engine $(ENGINE)) --max-workloads $(SOAK_WORKLOADS) \
 	        --duration $(SOAK_DURATION) --jobs $(JOBS) --ops $(SOAK_OPS) --semantics $(SEMANTICS) \
 	        --out $$out/$$fs$${feat:+-$$feat} $(FUZZ_ARGS); \
 	    r=$$?; [ $$r -gt $$rc ] && rc=$$r; [ $$r -ge 2 ] && break; \
@@ -107,8 +123,20 @@ soak: deps
 	$(VENV)/bin/python -m harness.reports.soak_summary --json $$out/summary.json $$out \
 	    | tee $$out/summary.md; exit $$rc
 
-test: deps
+# Everything the whole suite needs beyond `deps`: the afl engine's afl++ and the vm backend's
+# QEMU parts (packages.py VM_HOST_PACKAGES), so no test skips for want of a package.
+TEST_PKGS := afl++ qemu-system-x86 busybox-static dmsetup kmod zstd
+$(BUILD)/.test-deps-ok: ci/install-deps.sh | $(BUILD)/.apt-ok
+	POWERCUT_EXTRA_PKGS="$(TEST_PKGS)" bash ci/install-deps.sh
+	@touch $@ $(BUILD)/.afl-ok
+test-deps: $(BUILD)/.test-deps-ok
+
+test: deps test-deps
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=15 tests
+
+# The inner loop: tests without root, guests or campaigns (marker `quick`, seconds).
+test-quick: deps
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=5 -m quick tests
 
 # The whole corpus on every matrix row this host can run (CI runs it after `make test`).
 CORPUS_JOBS ?= 2

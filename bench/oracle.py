@@ -32,7 +32,8 @@ from typing import Any
 from checkers.history import build_history
 from checkers.oracle import ContentOracle
 from checkers.workload_checks import log_marks
-from harness.pipeline.run import RunConfig, run_checked
+from harness.pipeline.config import RunConfig
+from harness.pipeline.run import run_checked
 from replay.crashstates import CrashState
 from replay.logformat import LogReader
 from workloads.results import read_records
@@ -61,7 +62,7 @@ def oracle_scale_curve(scratch: str, scales: tuple[float, ...] = SCALES, budget:
     out: dict[str, Any] = {}
     for scale in scales:
         t0 = time.perf_counter()
-        res = run_checked(_recorder(scale), RunConfig(fs="ext4", quiet=True, max_states=budget),
+        res = run_checked(_recorder(scale), RunConfig.parse({"fs": "ext4", "quiet": True, "max_states": budget}),
                           os.path.join(scratch, f"recorder-{scale}"))
         r = res.report
         out[str(scale)] = {"states_checked": r["crash_states_checked"], "log_entries": r["log_entries"],
@@ -141,7 +142,7 @@ def bulk_vs_sector(scratch: str, scale: float = 0.02, budget: int = BUDGET, mode
     runner = _recorder(scale)
     out = os.path.join(scratch, f"recorder-ref-{mode}-{scale}")
     ref = _Reference(runner, out, mode)
-    res = run_checked(runner, RunConfig(fs="ext4", quiet=True, max_states=budget), out, ref)
+    res = run_checked(runner, RunConfig.parse({"fs": "ext4", "quiet": True, "max_states": budget}), out, ref)
     bulk_ms = res.report["oracle"]["ms_per_state"]
     ref_ms = 1000 * ref.seconds / max(1, ref.states)
     def rows(rs: list[dict[str, Any]]) -> list[str]:

@@ -19,13 +19,13 @@ import shlex
 import sys
 from typing import Any
 
-from harness.backends import backend_class
+from harness.backends import configure, engine
 from harness.backends.calibrate import recorder_vs_loop
 from harness.backends.dm import support
 from harness.backends.vm.hostroot import run_in_guest
 from harness.backends.vm.kernel import resolve
 from foundation import ownership, paths
-from foundation.errors import EnvError
+from foundation.errors import EnvError, UsageError
 from foundation.runstate import RunState
 
 GUEST_TIMEOUT_S = 1800
@@ -33,15 +33,17 @@ GUEST_TIMEOUT_S = 1800
 
 def recorder_overhead(state: RunState, reps: int, fsyncs: int, backend: str = "fuse") -> dict[str, Any]:
     """BACKEND's fsync calibration REPS times; the median run by ratio, and all of them."""
-    cls = backend_class(backend)
+    chosen = configure(backend, {})
+    cls = chosen.engine.calibration_device(chosen.options)
+    if cls is None:
+        raise UsageError(f"--backend {backend}: no recorded device on this host to calibrate")
     runs = sorted((recorder_vs_loop(state, fsyncs, cls) for _ in range(reps)), key=lambda r: r["ratio"])
     return {**runs[len(runs) // 2], "runs": runs}
 
 
 def bench_recorder(quick: bool, backend: str = "fuse") -> dict[str, Any]:
     """`powercut bench --only recorder [--backend dm]`."""
-    if backend == "dm":
-        support.require()
+    engine(backend).require()
     state = RunState.create("bench")
     try:
         fsync = recorder_overhead(state, 1 if quick else 3, 200 if quick else 1000, backend)

@@ -28,6 +28,7 @@ from foundation import ownership
 from foundation.errors import UsageError
 from foundation.jsondoc import write_json
 from fuzz.bisect import Bisection, KernelChoice, from_finding
+from harness.pipeline.run import RunConfig
 
 TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bugpairs.json")
 POLL_S = 2.0
@@ -125,20 +126,29 @@ def _repo_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def recheck(bug: Bug, finding_dir: str, out: str) -> dict[str, Any]:
-    """The finding's shrunk workload on the fixed kernel, with the bug's configuration (not its test fault)."""
-    workload, cfg = from_finding(finding_dir)
-    cfg.fault = None
-    t0 = time.monotonic()
-    b = Bisection(workload, cfg, [KernelChoice(bug.kernel("fixed"))], out)
+def _verdict(workload: str, cfg: RunConfig, kernel: str, out: str) -> tuple[str, int, str]:
+    b = Bisection(workload, cfg, [KernelChoice(kernel)], out)
     verdict = b.verdict(0)
-    tested = b.tested[0]
+    return verdict, b.tested[0].findings, b.tested[0].out
+
+
+def recheck(bug: Bug, finding_dir: str, out: str) -> dict[str, Any]:
+    """The finding's shrunk workload again on the buggy kernel (a finding that does not come back there,
+    say a harness hiccup, is not the bug) and on the fixed kernel, with the bug's configuration; a test
+    table's fault stands in for the bug on the buggy side only."""
+    workload, cfg = from_finding(finding_dir)
+    t0 = time.monotonic()
+    buggy, _, _ = _verdict(workload, cfg, bug.kernel("buggy"), os.path.join(out, "buggy"))
+    cfg.fault = None
+    fixed, n_fixed, fixed_out = _verdict(workload, cfg, bug.kernel("fixed"), os.path.join(out, "fixed"))
     with open(os.path.join(finding_dir, "finding.json")) as f:
         info = json.load(f)
+    again = buggy != "clean" and not buggy.startswith("error")
     return {"finding": os.path.basename(finding_dir), "kind": info.get("kind"),
             "signature": (info.get("signatures") or [""])[0], "ops": info.get("ops"),
-            "fixed_kernel": bug.kernel("fixed"), "fixed_verdict": verdict, "fixed_findings": tested.findings,
-            "counts": verdict == "clean", "recheck_seconds": round(time.monotonic() - t0, 1), "recheck_out": tested.out}
+            "buggy_verdict": buggy, "fixed_kernel": bug.kernel("fixed"), "fixed_verdict": fixed,
+            "fixed_findings": n_fixed, "counts": again and fixed == "clean",
+            "recheck_seconds": round(time.monotonic() - t0, 1), "recheck_out": fixed_out}
 
 
 def run_bug(bug: Bug, out: str, minutes: float, jobs: int) -> dict[str, Any]:

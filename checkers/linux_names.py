@@ -82,6 +82,8 @@ class NameIndex:
         ino, q = p.ino, p.prefix
         assert ino is not None
         last = self.last_change(path, q)
+        if last is not None and last.involves(ino) and self.h.ns[q].get(path) != last.after:
+            return None  # moved since by an ancestor's rename: no change of its own to carry
         if last is not None and last.involves(ino):
             unlinked = self.h.inodes[ino].kind == "file" and ino not in self.h.ns[q].values()
             return "fsync-unlinked" if unlinked else "fsync-names"

@@ -32,8 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--json", metavar="FILE", help="also write the results to FILE")
     p.add_argument("--kernel", metavar="debian:PACKAGE|PATH",
                    help="also measure fuzzing through the vm backend on this kernel, next to fuse")
-    p.add_argument("--only", choices=["all", "walk", "oracle", "recorder", "time-to-find"], default="all",
+    p.add_argument("--only", choices=["all", "walk", "oracle", "recorder", "vm", "time-to-find"], default="all",
                    help="walk: only the crash walk on ext4 and xfs next to its floors; "
+                        "vm: only the vm backend next to fuse on campaign workloads (needs --kernel); "
                         "oracle: only the content oracle's cost per state across recorder scales; "
                         "recorder: only the recorder's fsync overhead over a plain loop device; "
                         "time-to-find: minutes a default vm campaign needs to find each known kernel bug of "

@@ -8,7 +8,7 @@ import time
 
 from fuzz import bisect
 from foundation.errors import UsageError
-from harness.pipeline.run import RunConfig
+from harness.pipeline.config import RunConfig
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS
 from replay.crashstates import DEFAULT_REORDER
 
@@ -50,9 +50,8 @@ def _target(args: argparse.Namespace) -> tuple[str, RunConfig]:
         if not args.fs:
             raise UsageError("--fs is required with a workload file (a finding directory brings its own)")
         workload = args.target
-        cfg = RunConfig(fs=args.fs, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts,
-                        crash_points=args.crash_points, reorder=args.reorder)
-        cfg.check()
+        cfg = RunConfig.parse({"fs": args.fs, "mkfs_opts": args.mkfs_opts, "mount_opts": args.mount_opts,
+                               "crash_points": args.crash_points, "reorder": args.reorder})
     else:
         raise UsageError(f"{args.target}: no such workload file, finding or run directory")
     return workload, cfg

@@ -11,14 +11,14 @@ from pathlib import Path
 
 from checkers.fsrules import TIERS
 from foundation.jsondoc import write_json
-from cli.options import add_backend_options, add_semantics_option, check_backend_options
+from cli.options import add_backend_options, add_semantics_option, backend_values, recovery_values
 from foundation import internal_error, ownership
 from harness.corpus.entries import CORPUS_DIR, VERDICT_KINDS, Row, entry_doc, load_corpus, load_matrix
 from harness.corpus.diff import diff, markdown as corpus_markdown_diff
 from harness.corpus.report import junit, markdown
-from harness.backends import require as require_backend, resolve as resolve_backend
-from cli.run import add_recovery_args, recovery_kwargs
-from harness.corpus.run import Backend, compare_baseline, host_cannot_run, load_results, results_doc, run_cases
+from harness.backends import configure
+from cli.run import add_recovery_args
+from harness.corpus.run import CorpusOptions, compare_baseline, host_cannot_run, load_results, results_doc, run_cases
 from foundation.errors import UsageError
 
 DEFAULT_MATRIX = CORPUS_DIR / "matrix.json"
@@ -47,13 +47,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not entries:
         raise UsageError(f"no corpus entry matches {args.entries!r} in {args.corpus}")
     rows = _rows(args)
-    check_backend_options(args)
+    values = backend_values(args)
+    # auto is resolved once: every case, and results.json, name the backend that recorded.
+    backend = configure(values.pop("backend"), {k: v or None for k, v in values.items()})
     if args.semantics not in TIERS:
         raise UsageError(f"--semantics {args.semantics}: choose {' or '.join(TIERS)}")
-    # auto is resolved once: every case, and results.json, name the backend that recorded.
-    backend = Backend(resolve_backend(args.backend), args.kernel or None, args.kernel_modules or None,
-                      recovery_kwargs(args), args.semantics)
-    require_backend(backend.name)
+    options = CorpusOptions(backend, recovery_values(args), args.semantics)
+    backend.engine.require()
     baseline = load_results(args.baseline) if args.baseline else None
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: must be at least 1")
@@ -62,14 +62,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     started = time.time()
     cases = []
     todo = [(e, r) for r in rows for e in entries if e.applies(r)]
-    for i, case in enumerate(run_cases(todo, out, backend, args.jobs), 1):
+    for i, case in enumerate(run_cases(todo, out, options, args.jobs), 1):
         cases.append(case)
         status = "error" if case.error else ("UNEXPECTED" if case.unexpected else "ok")
         print(f"[{i}/{len(todo)}] {case.key}: {status} ({', '.join(case.verdict or []) or case.error or 'clean'})",
               file=sys.stderr, flush=True)
     if baseline:
         compare_baseline(cases, baseline, args.latency_factor, args.latency_floor_us)
-    doc = results_doc(cases, started, backend)
+    doc = results_doc(cases, started, options)
     write_json(os.path.join(out, "results.json"), doc, indent=1)
     Path(out, "summary.md").write_text(markdown(cases, doc))
     if args.junit:

@@ -11,19 +11,17 @@ from typing import Any
 
 from foundation.jsondoc import write_json
 from checkers.findings import KINDS
-from cli.options import add_backend_options, add_known_damage_option, add_semantics_option, check_backend_options
+from cli.options import add_backend_options, add_known_damage_option, add_semantics_option, fault_choices, run_config
 from foundation import internal_error, ownership
 from foundation.errors import UsageError
-from harness.backends import require as require_backend, resolve as resolve_backend
-from harness.backends.session import FAULTS
-from harness.backends.vm.backend import FAULTS as VM_FAULTS
-from cli.run import add_recovery_args, recovery_kwargs
-from harness.pipeline.run import RunConfig, default_out_dir
+from cli.run import add_recovery_args
+from harness.pipeline.config import RunConfig
+from harness.pipeline.run import default_out_dir
 from fuzz.campaign import ENGINES, Campaign, CampaignSpec
 from fuzz.layout import CampaignDir
 from fuzz.minimize import MAX_RUNS, Shrinker
 from fuzz.trial import op_count, run_doc
-from replay.crashpoints import DEFAULT as DEFAULT_POINTS
+from replay.crashpoints import DEFAULT as DEFAULT_POINTS, EVERY_POINT
 from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER
 from workloads import exhaustive
 from workloads.format import load_workload
@@ -51,23 +49,15 @@ def parse_shard(text: str) -> tuple[int, int]:
 def _run_config(args: argparse.Namespace) -> RunConfig:
     if not args.fs:
         raise UsageError("--fs is required (ext4, xfs or btrfs), unless --resume DIR")
-    check_backend_options(args)
-    args.backend = resolve_backend(args.backend)  # auto: the campaign records (and says) dm or fuse
-    cfg = RunConfig(fs=args.fs, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts, size_mib=args.size, quiet=True,
-                    crash_points=args.crash_points, reorder=args.reorder, states_per_point=args.states_per_point,
-                    fault=args.fault, backend=args.backend, kernel=args.kernel, kernel_modules=args.kernel_modules,
-                    semantics=args.semantics, known_damage_findings=args.known_damage_findings,
-                    **recovery_kwargs(args))
-    cfg.check()
-    require_backend(args.backend)
-    if args.backend == "vm":
-        if getattr(args, "engine", "") == "afl":
-            raise UsageError("--engine afl runs every workload in a new process and cannot keep a vm guest: "
-                             "use --engine hypothesis or exhaustive with --backend vm")
-        if args.fault and args.fault not in VM_FAULTS:
-            raise UsageError(f"--fault {args.fault}: the vm backend knows {', '.join(VM_FAULTS)}")
-    elif args.fault and args.fault not in FAULTS:
-        raise UsageError(f"--fault {args.fault} needs --backend vm")
+    # auto is resolved here: the campaign records (and says) dm or fuse.
+    cfg = run_config(args, fs=args.fs, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts, size_mib=args.size,
+                     quiet=True, crash_points=args.crash_points, reorder=args.reorder,
+                     states_per_point=args.states_per_point, semantics=args.semantics,
+                     known_damage_findings=args.known_damage_findings, max_states=args.max_states)
+    cfg.backend.engine.require()
+    if cfg.backend.engine.keeps_guest and getattr(args, "engine", "") == "afl":
+        raise UsageError(f"--engine afl runs every workload in a new process and cannot keep a {cfg.backend.name} "
+                         f"guest: use --engine hypothesis or exhaustive with --backend {cfg.backend.name}")
     return cfg
 
 
@@ -78,7 +68,11 @@ def parse_ops_range(text: str) -> list[int]:
     return [int(lo), int(hi)]
 
 
-def _spec(args: argparse.Namespace) -> CampaignSpec:
+def _spec(args: argparse.Namespace, cfg: RunConfig) -> CampaignSpec:
+    if args.engine is None:  # a guest kernel (vm) is slow: spend its workloads on the likeliest shapes first
+        args.engine = "mixed" if cfg.backend.engine.keeps_guest else "hypothesis"
+    if args.seq is None:
+        args.seq = 2 if args.engine == "mixed" else 1
     if args.seq not in (1, 2, 3):
         raise UsageError(f"--seq {args.seq}: 1, 2 or 3")
     core = args.core_ops.split(",") if args.core_ops else None
@@ -106,9 +100,10 @@ def fuzz_cmd(args: argparse.Namespace) -> int:
     if args.resume:
         cdir = CampaignDir.open(args.resume)
         saved = cdir.config()
-        cfg, spec = RunConfig(**saved["run"]), CampaignSpec(**saved["spec"])
+        cfg, spec = RunConfig.parse(saved["run"]), CampaignSpec(**saved["spec"])
     else:
-        cfg, spec = _run_config(args), _spec(args)
+        cfg = _run_config(args)
+        spec = _spec(args, cfg)
         out = args.out or os.path.join("campaigns", f"{spec.engine}-{cfg.fs}-{time.strftime('%Y%m%d-%H%M%S')}")
         cdir = CampaignDir.create(out, {"run": cfg.to_json(), "spec": vars(spec)})
     internal_error.note_output_dir(cdir.path)
@@ -161,8 +156,13 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                         f"(default: {DEFAULT_REORDER})")
     p.add_argument("--states-per-point", type=int, default=DEFAULT_PER_POINT, metavar="N",
                    help=f"at most N states per reorder mode and crash point (default: {DEFAULT_PER_POINT})")
+    p.add_argument("--max-states", default=EVERY_POINT, metavar="N|design+N|all",
+                   help="crash-point budget per workload, as for `powercut run`: design+N checks every design "
+                        "point (around each fsync/fdatasync/sync, rename, open/creat/close and truncate, where "
+                        "the promises apply) and N others spread evenly: a way to spend a slow backend's (vm) "
+                        f"time where findings are (default: {EVERY_POINT})")
     add_recovery_args(p)
-    p.add_argument("--fault", choices=sorted({*FAULTS, *VM_FAULTS}), default=None,
+    p.add_argument("--fault", choices=fault_choices(), default=None,
                    help="test-only: drop-flush: flushes are acknowledged but not logged (fuse recorder; with "
                         "--backend vm, left out of the kernel's log); recovery-drop-flush: the same, only while a "
                         "recovery is recorded for --recovery-crash; recovery-panic (vm): the guest kernel crashes "
@@ -178,7 +178,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                    "1: findings saved, 2: error, 3: internal error (a worker died of a bug), "
                                    "130: interrupted (the report is written).")
     p.add_argument("--fs", help="ext4, xfs or btrfs")
-    p.add_argument("--engine", choices=sorted(ENGINES), default="hypothesis", help="workload generator (default: hypothesis)")
+    p.add_argument("--engine", choices=sorted(ENGINES), default=None,
+                   help="workload generator (default: hypothesis; with --backend vm, mixed: the ordered exhaustive "
+                        "seq-2 space and hypothesis, half the workers each)")
     p.add_argument("--duration", default="10m", help="how long this session runs, e.g. 90s, 10m, 2h (default 10m)")
     p.add_argument("--jobs", type=int, default=1, help="parallel workers, each with its own recorded device")
     _add_run_options(p)
@@ -197,10 +199,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    "(opens and persistence ops count), e.g. 5-20; shrinking stays in the range too")
     g.add_argument("--hypothesis-db", metavar="DIR|redis://HOST:PORT/N",
                    help="example database to share between machines (default: CAMPAIGN/hypothesis-db)")
-    g = p.add_argument_group("exhaustive engine")
-    g.add_argument("--seq", type=int, default=1, help="sequence length: 1, 2 or 3 core ops (default 1)")
+    g = p.add_argument_group("exhaustive engine (and the mixed engine's exhaustive half)")
+    g.add_argument("--seq", type=int, default=None,
+                   help="sequence length: 1, 2 or 3 core ops (default 1; 2 for the mixed engine)")
     g.add_argument("--seq-cap", type=int, default=None, metavar="N",
-                   help=f"visit N evenly spread workloads of a larger space (default: all; {SEQ3_CAP} for --seq 3)")
+                   help=f"visit N workloads of a larger space: the first N of the ordered seq-2/3 space, N evenly "
+                        f"spread ones with --core-ops (default: all; {SEQ3_CAP} for --seq 3)")
     g.add_argument("--core-ops", metavar="NAMES", help="bound the space to these core ops, comma-separated, enumerated "
                    f"in that order (default all: {', '.join(exhaustive.CORE_NAMES)})")
     g.add_argument("--shard", default="0/1", metavar="K/N", help="only workloads with index %% N == K (several machines)")

@@ -1,12 +1,14 @@
-"""Options several commands share."""
+"""Options several commands share, and the one place a run's options are parsed (`run_config`)."""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from checkers.fsrules import DEFAULT_TIER, TIERS
-from harness.backends import BACKENDS, check_kernel_args
-from foundation.errors import UsageError
+from harness.backends import BACKENDS, ENGINES
+from harness.backends.engine import option_keys
+from harness.pipeline.config import RunConfig
 
 
 def add_semantics_option(p: argparse.ArgumentParser, default: str | None = DEFAULT_TIER) -> None:
@@ -36,8 +38,26 @@ def add_backend_options(p: argparse.ArgumentParser) -> None:
                    help="--backend vm with --kernel PATH: its lib/modules/VERSION directory (with modules.dep)")
 
 
-def check_backend_options(args: argparse.Namespace) -> None:
-    """One line, exit 2, for a bad combination (argparse's choices would print the whole usage)."""
-    if args.backend not in BACKENDS:
-        raise UsageError(f"unknown --backend {args.backend!r}: available: {', '.join(BACKENDS)}")
-    check_kernel_args(args.backend, args.kernel, args.kernel_modules)
+def fault_choices() -> list[str]:
+    """Every engine's --fault test modes (the engine checks its own)."""
+    return sorted({f for e in ENGINES.values() for f in e.faults})
+
+
+def backend_values(args: argparse.Namespace) -> dict[str, Any]:
+    """--backend and the engines' own options this command has (--kernel, --fault, --data-dev, ...)."""
+    return {"backend": args.backend, **{k: getattr(args, k) for k in option_keys() if hasattr(args, k)}}
+
+
+def recovery_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The recovery options (--recovery unset: the default rw; --recovery-crash*, where the command has them)."""
+    values: dict[str, Any] = {"recovery": args.recovery or "rw"}
+    if hasattr(args, "recovery_crash"):
+        values.update(recovery_crash=args.recovery_crash, recovery_crash_states=args.recovery_crash_states,
+                      recovery_crash_rate=args.recovery_crash_rate)
+    return values
+
+
+def run_config(args: argparse.Namespace, **values: Any) -> RunConfig:
+    """ARGS' backend and recovery options and the command's VALUES (run config keys), parsed into
+    typed values and checked, once (a bad one: one line, exit 2, before anything is made)."""
+    return RunConfig.parse({**backend_values(args), **recovery_values(args), **values})

@@ -6,13 +6,11 @@ import argparse
 
 from checkers.crashwalk.walk import default_walk_workers
 from checkers.crashwalk.recovery_modes import CHOICES
-from harness.backends.session import FAULTS
-from harness.backends.vm.backend import FAULTS as VM_FAULTS
 from harness.backends.dm.devices import CONFIRM_FLAG
 from harness.pipeline.compare import run_matrix
-from harness.pipeline.run import RunConfig, default_out_dir, recheck, run_workload
+from harness.pipeline.run import default_out_dir, recheck, run_workload
 from harness.reports.report import summary
-from cli.options import add_backend_options, add_known_damage_option, add_semantics_option
+from cli.options import add_backend_options, add_known_damage_option, add_semantics_option, fault_choices, run_config
 from workloads.runner import load_runner
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS, DEFAULT_BUDGET, EVERY_POINT
 from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER
@@ -35,22 +33,13 @@ def add_recovery_args(p: argparse.ArgumentParser, crash: bool = True) -> None:
                         "state id (default 1: all)")
 
 
-def recovery_kwargs(args: argparse.Namespace) -> dict[str, object]:
-    """RunConfig fields of the recovery options (--recovery unset: the default rw)."""
-    return {"recovery": args.recovery or "rw", "recovery_crash": args.recovery_crash,
-            "recovery_crash_states": args.recovery_crash_states, "recovery_crash_rate": args.recovery_crash_rate}
-
-
 def run(args: argparse.Namespace) -> int:
-    cfg = RunConfig(fs=args.fs, backend=args.backend, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts,
-                    size_mib=args.size, crash_points=args.crash_points, start_mark=args.start_mark,
-                    end_mark=args.end_mark, reorder=args.reorder, states_per_point=args.states_per_point,
-                    jobs=args.jobs, first_failure=args.first_failure, fault=args.fault, keep_image=args.keep_image,
-                    kernel=args.kernel, kernel_modules=args.kernel_modules, data_dev=args.data_dev,
-                    log_dev=args.log_dev, erase_ok=tuple(args.erase_ok), markdown=True, max_states=args.max_states,
-                    device_profile=args.device_profile, calibrate=True,
-                    semantics=args.semantics, known_damage_findings=args.known_damage_findings,
-                    **recovery_kwargs(args))
+    cfg = run_config(args, fs=args.fs, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts, size_mib=args.size,
+                     crash_points=args.crash_points, start_mark=args.start_mark, end_mark=args.end_mark,
+                     reorder=args.reorder, states_per_point=args.states_per_point, jobs=args.jobs,
+                     first_failure=args.first_failure, keep_image=args.keep_image, markdown=True,
+                     max_states=args.max_states, calibrate=True, semantics=args.semantics,
+                     known_damage_findings=args.known_damage_findings)
     if args.mount_opts_matrix or args.param_matrix:
         return run_matrix(args.workload, cfg, args.scale, args.param, args.out,
                           mount_opts_matrix=args.mount_opts_matrix, param_matrix=args.param_matrix)
@@ -114,7 +103,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--first-failure", action="store_true", help="stop checking at the first finding")
     p.add_argument("--keep-image", action="store_true",
                    help="save the device's final image as OUT/final.img (sparse)")
-    p.add_argument("--fault", choices=sorted({*FAULTS, *VM_FAULTS}), default=None,
+    p.add_argument("--fault", choices=fault_choices(), default=None,
                    help="test-only: make the recorder lie (drop-flush: flushes are acknowledged but not logged; "
                         "recovery-drop-flush: the same, only while a recovery is recorded for --recovery-crash); "
                         "--backend vm also: recovery-panic (the guest kernel crashes at a recovery mount), "

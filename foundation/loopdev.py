@@ -28,6 +28,7 @@ BLKFLSBUF = 0x1261
 # Detach by itself when the last opener closes it: after a kill -9 the
 # device goes away as soon as its mount is gone, even before `powercut cleanup`.
 LO_FLAGS_AUTOCLEAR = 4
+LO_FLAGS_READ_ONLY = 1
 _ATTACH_RETRIES = 20
 
 
@@ -50,16 +51,16 @@ class _LoopConfig(ctypes.Structure):
 class LoopDevice:
     """A loop device attached to BACKING; holds it open until close()."""
 
-    def __init__(self, backing: str, *, block_size: int = 512) -> None:
+    def __init__(self, backing: str, *, block_size: int = 512, read_only: bool = False) -> None:
         self.backing = os.path.realpath(backing)  # as sysfs shows it
         self.path = ""
         self.fd = -1
-        with open(backing, "r+b", buffering=0) as f:
-            self._attach(f.fileno(), block_size)
+        with open(backing, "rb" if read_only else "r+b", buffering=0) as f:
+            self._attach(f.fileno(), block_size, read_only)
 
-    def _attach(self, backing_fd: int, block_size: int) -> None:
+    def _attach(self, backing_fd: int, block_size: int, read_only: bool) -> None:
         cfg = _LoopConfig(fd=backing_fd, block_size=block_size)
-        cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR
+        cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR | (LO_FLAGS_READ_ONLY if read_only else 0)
         cfg.info.lo_file_name = os.fsencode(self.backing)[-63:]
         ctl = _open("/dev/loop-control", os.O_RDWR)
         try:
@@ -139,11 +140,12 @@ def _open(path: str, flags: int) -> int:
 
 
 @contextmanager
-def recorded_loop(state: RunState, backing: str, *, block_size: int = 512) -> Iterator[LoopDevice]:
+def recorded_loop(state: RunState, backing: str, *, block_size: int = 512,
+                  read_only: bool = False) -> Iterator[LoopDevice]:
     """A loop device on BACKING, written into STATE's journal before it exists."""
     res = state.record("loop", backing=os.path.realpath(backing))
     try:
-        loop = LoopDevice(backing, block_size=block_size)
+        loop = LoopDevice(backing, block_size=block_size, read_only=read_only)
     except BaseException:
         state.released(res)
         raise

@@ -23,7 +23,7 @@ import sys
 
 from foundation import ownership
 from foundation.errors import PowercutError, Terminated
-from harness.pipeline.run import RunConfig
+from harness.pipeline.config import RunConfig
 from fuzz.feedback import Extents, SharedMap, features
 from fuzz.layout import CampaignDir
 from fuzz.store import FindingStore
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     if not ops:
         return 0
     doc = workload_doc(ops, name="afl-" + hashlib.sha1(data).hexdigest()[:12])
-    cfg = RunConfig(**campaign.config()["run"])
+    cfg = RunConfig.parse(campaign.config()["run"])
     work = campaign.work_dir(args.worker)
     pidfile = os.path.join(work, PIDFILE)  # the AFL worker waits for the last target to finish teardown
     with open(pidfile, "w") as f:

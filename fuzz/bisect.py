@@ -34,7 +34,8 @@ from harness.corpus.diff import diff as corpus_diff
 from harness.corpus.entries import VERDICT_KINDS
 from foundation import ownership
 from foundation.errors import PowercutError, UsageError
-from harness.pipeline.run import RunConfig, run_checked
+from harness.pipeline.config import RunConfig
+from harness.pipeline.run import run_checked
 from replay.crashstates import DEFAULT_REORDER
 
 _DEBIAN = "debian:"
@@ -121,8 +122,8 @@ class Bisection:
     def verdict(self, i: int) -> str:
         if i not in self.tested:
             k = self.kernels[i]
-            cfg = RunConfig(**{**self.cfg.to_json(), "backend": "vm", "kernel": k.spec, "kernel_modules": k.modules,
-                               "quiet": True})
+            cfg = RunConfig.parse({**self.cfg.to_json(), "backend": "vm", "kernel": k.spec,
+                                   "kernel_modules": k.modules, "quiet": True})
             out = os.path.join(self.out, f"{i:02d}-{os.path.basename(k.spec).replace(':', '_')}")
             t0 = time.monotonic()
             try:
@@ -182,7 +183,7 @@ def from_finding(d: str) -> tuple[str, RunConfig]:
     try:
         with open(os.path.join(d, "finding.json")) as f:
             info = json.load(f)
-        cfg = RunConfig(**info["config"])
+        cfg = RunConfig.parse(info["config"])
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
         raise UsageError(f"{d}: not a saved finding directory ({e})") from None
     return os.path.join(d, "workload.json"), cfg
@@ -194,9 +195,9 @@ def from_run_dir(d: str) -> tuple[str, RunConfig]:
         with open(os.path.join(d, "report.json")) as f:
             r = json.load(f)
         saved = r["workload"]["saved"]
-        cfg = RunConfig(fs=r["fs"], mkfs_opts=r["mkfs_opts"], mount_opts=r["mount_opts"],
-                        crash_points=r.get("crash_point_kinds"), reorder=r.get("reorder", DEFAULT_REORDER),
-                        known_damage_findings=r.get("known_damage_findings", False))
+        cfg = RunConfig.parse({"fs": r["fs"], "mkfs_opts": r["mkfs_opts"], "mount_opts": r["mount_opts"],
+                               "crash_points": r.get("crash_point_kinds"), "reorder": r.get("reorder", DEFAULT_REORDER),
+                               "known_damage_findings": r.get("known_damage_findings", False)})
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
         raise UsageError(f"{d}: not a powercut run directory of a JSON workload ({e})") from None
     return os.path.join(d, saved), cfg

@@ -26,16 +26,20 @@ from typing import Any
 
 from foundation import internal_error
 from foundation.parentdeath import signal_on_parent_death
+from checkers.crashwalk.recovery_modes import recovery_name
 from foundation.errors import PowercutError, Terminated
 from harness.pipeline.live import live_guest
-from harness.pipeline.run import RunConfig, terminate_as_exception
+from harness.pipeline.config import RunConfig
+from harness.pipeline.run import terminate_as_exception
 from fuzz.layout import CampaignDir, Totals
 from fuzz.status import StatusLine, clock
 from fuzz.store import FindingStore
 from fuzz.worker import Stopped, Worker, WorkloadBudget
 from workloads import exhaustive
 
-ENGINES = {"hypothesis": "fuzz.engine_hypothesis", "exhaustive": "fuzz.engine_exhaustive", "afl": "fuzz.engine_afl"}
+ENGINES = {"hypothesis": "fuzz.engine_hypothesis", "exhaustive": "fuzz.engine_exhaustive", "afl": "fuzz.engine_afl",
+           "mixed": "fuzz.engine_mixed"}
+WALKS_SPACE = ("exhaustive", "mixed")   # engines that walk the exhaustive space (its size, its progress)
 POLL_S = 1.0
 JOIN_S = 300.0
 
@@ -66,7 +70,7 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
     w = Worker(CampaignDir(path), cfg, f"w{n}", n, spec.jobs, spec.seed, deadline, stop, spec.options,
                budget=budget)
     try:
-        if cfg.backend == "vm":
+        if cfg.backend.engine.keeps_guest:
             _run_in_live_guest(w)
         else:
             importlib.import_module(ENGINES[spec.engine]).run(w)
@@ -74,16 +78,19 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
         pass  # stopped: whatever was running has torn down
     except PowercutError as e:
         print(f"powercut: worker w{n}: {e}", file=sys.stderr)
+        w.campaign.note_worker_error(w.name, str(e))
         sys.exit(2)
     except Exception as e:  # a bug: the campaign exits 3 (the traceback goes to the campaign's error.txt)
-        print(f"worker w{n}: " + internal_error.one_line(e, internal_error.save_traceback(e)), file=sys.stderr)
+        line = internal_error.one_line(e, internal_error.save_traceback(e))
+        print(f"worker w{n}: " + line, file=sys.stderr)
+        w.campaign.note_worker_error(w.name, line)
         sys.exit(internal_error.EXIT_CODE)
 
 
 def _run_in_live_guest(w: Worker) -> None:
     """--backend vm: the worker's workloads all run in one guest it boots once (and again
     only after the guest kernel died); where the guest's time went is kept in CAMPAIGN/guests/."""
-    with live_guest(w.cfg, [w.cfg.fs]) as live:
+    with live_guest(w.cfg.backend, [w.cfg.fs]) as live:
         assert live is not None
         w.opener = live.open
         try:
@@ -102,8 +109,11 @@ class Campaign:
         self.stop_reason = "duration"
 
     def run(self) -> int:
+        # Once, before any worker: a failure ends the campaign here (exit 2).
+        self.cfg.backend.engine.prepare(self.cfg.backend.options)
         self.store.clear_claims()
         self.cdir.clear_work()
+        self.cdir.clear_worker_errors()
         ctx = multiprocessing.get_context("fork")
         stop = ctx.Event()
         budget = WorkloadBudget(ctx, self.spec.max_workloads) if self.spec.max_workloads else None
@@ -187,6 +197,8 @@ class Campaign:
         space = ""
         if self.spec.engine == "exhaustive":
             space = f" of {self.space()}"
+        elif self.spec.engine == "mixed":
+            space = f" ({len(t.indices)} of {self.space()} ordered seq-{self.spec.options['seq']})"
         inner = f" (+{t.recovery_states} inside recoveries)" if self.cfg.recovery_crash else ""
         return (f"{self.spec.engine} {self.cfg.fs}: {t.workloads}{space} workloads ({r['workloads_per_minute']}/min)"
                 f", {t.states} crash states{inner} ({r['crash_states_per_second']}/s), findings: {kinds}, "
@@ -208,7 +220,7 @@ class Campaign:
             **self.rates(t), "workloads": t.workloads, "workloads_this_session": t.workloads - self.before.workloads,
             "shrink_runs": t.shrink_runs, "harness_errors": t.errors, "first_harness_error": t.first_error,
             "crash_states_checked": t.states,
-            "mount_retries": t.mount_retries, "device_waits": t.device_waits, "recovery": self.cfg.recovery,
+            "mount_retries": t.mount_retries, "device_waits": t.device_waits, "recovery": recovery_name(self.cfg.recovery),
             "recovery_crash_states_checked": t.recovery_states,
             "ops_per_workload": ops_distribution(t.ops),
             "findings_by_kind": dict(sorted(t.kinds.items())),
@@ -219,11 +231,13 @@ class Campaign:
                                 **({"shrink_cut_short": s["shrink"]["cut_short"]} if s["shrink"].get("cut_short") else {})}
                                for s in saved],
             "failed_workers": failed_workers,
+            "worker_errors": self.cdir.worker_errors(),   # wN -> the line a failed worker ended with
         }
-        if self.spec.engine == "exhaustive":
+        if self.spec.engine in WALKS_SPACE:
             report["exhaustive"] = {"seq": self.spec.options["seq"], "space": self.space(), "done": len(t.indices)}
-        if self.cfg.backend == "vm":
-            report["vm"] = {"kernel_spec": self.cfg.kernel, **self.cdir.guest_stats()}
+        backend = self.cfg.backend
+        if backend.engine.keeps_guest:
+            report[backend.name] = {**backend.engine.describe(backend.options), **self.cdir.guest_stats()}
         if self.spec.engine == "afl":
             report["afl"] = afl_stats(self.spec.options.get("afl_sync_dir") or self.cdir.sub("afl"))
         return report
@@ -296,5 +310,7 @@ def summary(report: dict[str, Any], path: str) -> str:
         lines.append(f"  saved {s['dir']}: {s['signature']}, {s['ops']} ops, crash state {s['state_id']}{shrunk}")
     if report["failed_workers"]:
         lines.append(f"  workers that failed: {', '.join(report['failed_workers'])}")
+    for name, line in report.get("worker_errors", {}).items():
+        lines.append(f"  worker {name}: {line}")
     lines.append(f"  report: {path}")
     return "\n".join(lines)

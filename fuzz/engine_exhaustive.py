@@ -13,16 +13,23 @@ from fuzz.worker import Worker
 from workloads import exhaustive
 
 
-def indices(w: Worker) -> list[int]:
+def indices(w: Worker, number: int | None = None, jobs: int | None = None) -> list[int]:
+    """The indices worker NUMBER (default the worker's own) of JOBS (default all workers)
+    runs, in order, without those already journaled."""
     seq, cap, names = w.options["seq"], w.options["seq_cap"], w.options.get("core_ops")
     shard, shards = w.options.get("shard", (0, 1))
+    number, jobs = w.number if number is None else number, w.jobs if jobs is None else jobs
     done = w.campaign.totals().indices
-    mine = [i for k, i in enumerate(exhaustive.capped(seq, cap, names)) if k % w.jobs == w.number]
+    mine = [i for k, i in enumerate(exhaustive.capped(seq, cap, names)) if k % jobs == number]
     return [i for i in mine if i % shards == shard and i not in done]
 
 
 def run(w: Worker) -> None:
-    failed = [i for i in indices(w) if not w.should_stop() and not run_index(w, i)]
+    run_indices(w, indices(w))
+
+
+def run_indices(w: Worker, todo: list[int]) -> None:
+    failed = [i for i in todo if not w.should_stop() and not run_index(w, i)]
     # A harness error (the environment, not the workload) would leave a hole in a
     # space reported as covered: each such index gets one more try at the end.
     for i in failed:

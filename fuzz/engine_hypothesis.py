@@ -42,21 +42,34 @@ def example_database(spec: str) -> ExampleDatabase:
 
 
 def run(w: Worker) -> None:
-    db = example_database(w.options.get("hypothesis_db") or w.campaign.sub("hypothesis-db"))
-    min_ops, max_ops = w.options["min_ops"], w.options["max_ops"]
-    lo, hi = w.options.get("ops_range") or (0, 1 << 30)
-    generated = workloads(min_ops, max_ops).filter(lambda d: lo <= op_count(d) <= hi)
-    done = w.campaign.totals().workloads  # a resumed campaign continues with fresh seeds
-    n = 0
+    rounds = Rounds(w)
     while not w.should_stop():
-        n += 1
-        calls = 0
+        rounds.next()
 
-        @settings(database=db, max_examples=ROUND_EXAMPLES, deadline=None,
+
+class Rounds:
+    """A worker's Hypothesis rounds, one after another (each its own seed)."""
+
+    def __init__(self, w: Worker, examples: int = ROUND_EXAMPLES) -> None:
+        self.w, self.examples = w, examples
+        self.db = example_database(w.options.get("hypothesis_db") or w.campaign.sub("hypothesis-db"))
+        lo, hi = w.options.get("ops_range") or (0, 1 << 30)
+        self.generated = workloads(w.options["min_ops"], w.options["max_ops"]).filter(
+            lambda d: lo <= op_count(d) <= hi)
+        self.done = w.campaign.totals().workloads  # a resumed campaign continues with fresh seeds
+        self.n = 0
+
+    def next(self) -> None:
+        """One round of up to EXAMPLES workloads."""
+        w = self.w
+        self.n += 1
+        n, done, calls = self.n, self.done, 0
+
+        @settings(database=self.db, max_examples=self.examples, deadline=None,
                   phases=[Phase.explicit, Phase.reuse, Phase.generate],
                   suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet, print_blob=False)
         @seed(hash((w.seed, w.number, done, n)) & 0xFFFFFFFF)
-        @given(generated)
+        @given(self.generated)
         def example(doc: dict[str, Any]) -> None:
             nonlocal calls
             if w.should_stop():

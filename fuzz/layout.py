@@ -113,6 +113,27 @@ class CampaignDir:
                 jobs[k] = round(jobs.get(k, 0.0) + v, 3)
         return total
 
+    def note_worker_error(self, worker: str, line: str) -> None:
+        """Why WORKER ended early (one line), for the campaign report (CAMPAIGN/workers/WORKER.error)."""
+        ownership.make_dir(self.sub("workers"))
+        fd = ownership.create_file(self.sub("workers", f"{worker}.error"))
+        with os.fdopen(fd, "w") as f:
+            f.write(line + "\n")
+
+    def worker_errors(self) -> dict[str, str]:
+        """WORKER -> the line it ended with, for the workers that failed in this session."""
+        d = self.sub("workers")
+        out = {}
+        for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+            with open(os.path.join(d, name)) as f:
+                out[name.removesuffix(".error")] = f.read().strip()
+        return out
+
+    def clear_worker_errors(self) -> None:
+        d = self.sub("workers")
+        if os.path.isdir(d) and ownership.is_owned(d):
+            shutil.rmtree(d)
+
     def write_report(self, report: dict[str, Any]) -> str:
         self._write_json("report.json", report)
         return self.sub("report.json")

@@ -31,11 +31,12 @@ from urllib.parse import quote, unquote
 from foundation.jsondoc import write_json
 from checkers.findings import Finding
 from checkers.crashwalk.recovery import first_problem, recover_and_check
-from checkers.crashwalk.recovery_modes import mode_opts
+from checkers.crashwalk.recovery_modes import mode_opts, recovery_name
 from foundation import ownership, paths
 from foundation.errors import EnvError
 from foundation.filesystems import get_fs
-from harness.pipeline.run import RunConfig, terminate_as_exception
+from harness.pipeline.config import RunConfig
+from harness.pipeline.run import terminate_as_exception
 from foundation.loopdev import recorded_loop
 from foundation.runstate import RunState
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS
@@ -172,14 +173,13 @@ def write_reproduce(d: str, cfg: RunConfig, finding: Finding, info: dict[str, An
     python = f"{shlex.quote(sys.executable)} -m cli.main"
     rerun = ["run", '"$here/workload.json"', "--fs", cfg.fs, "--mkfs-opts", shlex.quote(cfg.mkfs_opts),
              "--mount-opts", shlex.quote(cfg.mount_opts or ""),
-             "--crash-points", shlex.quote(cfg.crash_points or DEFAULT_POINTS), "--reorder", shlex.quote(cfg.reorder),
-             "--out", '"$(mktemp -d)"', "--recovery", cfg.recovery] + (["--fault", cfg.fault] if cfg.fault else [])
+             "--crash-points", shlex.quote(str(cfg.crash_points or DEFAULT_POINTS)),
+             "--reorder", shlex.quote(str(cfg.reorder)), "--out", '"$(mktemp -d)"',
+             "--recovery", recovery_name(cfg.recovery)]
     rerun += ["--known-damage-findings"] if cfg.known_damage_findings else []
     if cfg.recovery_crash:
-        rerun += ["--recovery-crash", "--recovery-crash-states", str(cfg.recovery_crash_states)]
-    if cfg.backend == "vm":  # the same kernel, in a guest (recheck boots it too)
-        rerun += ["--backend", "vm", "--kernel", shlex.quote(cfg.kernel or "")]
-        rerun += ["--kernel-modules", shlex.quote(cfg.kernel_modules)] if cfg.kernel_modules else []
+        rerun += ["--recovery-crash", "--recovery-crash-states", str(cfg.recovery_crash.budget)]
+    rerun += [shlex.quote(a) for a in cfg.backend.engine.command_args(cfg.backend.options)]
     how = f" --recovery {finding.recovery}" if finding.recovery else ""
     check = (f'exec $POWERCUT recheck "$here/{RUN_DIR}" --state {shlex.quote(finding.state_id)}{how}'
              if finding.state_id is not None else f"exec $POWERCUT {' '.join(rerun)}")

@@ -24,7 +24,8 @@ from checkers.findings import KINDS, Finding
 from checkers.crashwalk.recovery import first_problem
 from fuzz.layout import fresh_dir
 from harness.backends import BackendOpener
-from harness.pipeline.run import RunConfig, RunResult, run_checked
+from harness.pipeline.config import RunConfig
+from harness.pipeline.run import RunResult, run_checked
 from workloads.runner import ExecutorWorkload
 from workloads.marks import parse_mark
 from workloads.plan import Plan

@@ -18,7 +18,7 @@ from checkers.crashwalk.walk import Inspect
 from checkers.findings import Finding
 from harness.backends import BackendOpener
 from foundation.errors import PowercutError, Terminated
-from harness.pipeline.run import RunConfig
+from harness.pipeline.config import RunConfig
 from fuzz.layout import CampaignDir, remove_owned
 from fuzz.minimize import Shrinker
 from fuzz.store import FindingStore

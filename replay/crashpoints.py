@@ -32,17 +32,29 @@ KINDS: dict[str, Callable[[Entry], bool]] = {
 }
 
 
-def parse_spec(spec: str) -> tuple[list[Callable[[Entry], bool]], int]:
-    """Turn SPEC into entry predicates and an every-Nth step (0: none)."""
-    preds, every = [], 0
-    for word in (w.strip() for w in (spec or DEFAULT).split(",")):
-        if word in KINDS:
-            preds.append(KINDS[word])
-        elif word.isdigit() and int(word) > 0:
-            every = int(word)
-        else:
-            raise UsageError(f"--crash-points {spec!r}: {word!r} is not one of flush, fua, mark, write or a number > 0")
-    return preds, every
+@dataclass(frozen=True)
+class CrashPointSpec:
+    """`--crash-points`, parsed: the kinds of entry that are crash points and an every-Nth step (0: none)."""
+    text: str = DEFAULT
+    kinds: tuple[str, ...] = ("flush", "fua", "mark")
+    every: int = 0
+
+    @classmethod
+    def parse(cls, spec: str | None) -> CrashPointSpec:
+        """SPEC (None or "": the default) checked (UsageError)."""
+        text = spec or DEFAULT
+        kinds, every = [], 0
+        for word in (w.strip() for w in text.split(",")):
+            if word in KINDS:
+                kinds.append(word)
+            elif word.isdigit() and int(word) > 0:
+                every = int(word)
+            else:
+                raise UsageError(f"--crash-points {spec!r}: {word!r} is not one of flush, fua, mark, write or a number > 0")
+        return cls(text, tuple(kinds), every)
+
+    def __str__(self) -> str:
+        return self.text
 
 
 def mkfs_done(reader: LogReader) -> int | None:
@@ -73,10 +85,11 @@ def _find(reader: LogReader, option: str, text: str, start: int) -> int:
         raise UsageError(f"{option} {text!r}: no such mark in {reader.path} from entry {start} on") from None
 
 
-def select_crash_points(entries: Iterable[Entry], spec: str = DEFAULT, first: int = 0,
+def select_crash_points(entries: Iterable[Entry], spec: CrashPointSpec | str = DEFAULT, first: int = 0,
                         last: int | None = None) -> list[int]:
     """Crash points among entries FIRST..LAST (default: the end) of the log, per SPEC, plus LAST."""
-    preds, every = parse_spec(spec)
+    parsed = spec if isinstance(spec, CrashPointSpec) else CrashPointSpec.parse(spec)
+    preds, every = [KINDS[k] for k in parsed.kinds], parsed.every
     points: list[int] = []
     end = -1
     for e in entries:

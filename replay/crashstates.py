@@ -76,6 +76,7 @@ class ReorderSpec:
     sample: int = 0
     exhaustive: int | None = None    # K: enumerate epochs of <= K droppable writes
     per_point: int = DEFAULT_PER_POINT
+    text: str = field(default="none", compare=False)  # as the user wrote it (the report's `reorder`)
 
     @classmethod
     def parse(cls, spec: str, per_point: int = DEFAULT_PER_POINT) -> ReorderSpec:
@@ -83,7 +84,7 @@ class ReorderSpec:
             raise UsageError(f"--states-per-point {per_point}: must be at least 1")
         words = [w.strip() for w in spec.split(",")]
         if words == ["none"]:
-            return cls(per_point=per_point)
+            return cls(per_point=per_point, text=spec)
         drop_one, units, sample, exhaustive = False, [], 0, None
         for word in words:
             name, _, arg = word.partition(":")
@@ -98,7 +99,10 @@ class ReorderSpec:
             else:
                 raise UsageError(f"--reorder {spec!r}: {word!r} is not one of none, drop-one, torn, torn:512, "
                                  "torn:4096, sample:N (N > 0), exhaustive:K (1 <= K <= 16)")
-        return cls(drop_one, tuple(sorted(set(units))), sample, exhaustive, per_point)
+        return cls(drop_one, tuple(sorted(set(units))), sample, exhaustive, per_point, spec)
+
+    def __str__(self) -> str:
+        return self.text
 
 
 @dataclass(frozen=True)

@@ -27,14 +27,10 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 if TYPE_CHECKING:
     from replay.logformat import LogReader
 
-ROOT = Path(__file__).resolve().parents[1]
-BUILD = ROOT / "build"
-POWERCUT = [sys.executable, "-m", "cli.main"]
-WORKLOADS = ROOT / "tests" / "workloads"
+# Paths and require_* markers live in common.py; the old names stay importable from here.
+from common import BUILD, POWERCUT, ROOT, ROOT_REASON, ROOT_STACK_REASON, WORKLOADS, require_root_stack  # noqa: F401
 
-needs_root_stack = pytest.mark.skipif(
-    os.geteuid() != 0 or not Path("/dev/fuse").exists() or not (BUILD / "pc-recorder").exists(),
-    reason="needs root, /dev/fuse and build/pc-recorder (run `make test`)")
+needs_root_stack = require_root_stack
 
 
 @dataclass
@@ -100,3 +96,46 @@ def assert_log_replays_to(reader: LogReader, device_bytes: int, final: Path, scr
     assert final.stat().st_size == device_bytes
     at = log_differs_from(reader, str(final), str(scratch / "replayed.img"))
     assert at is None, f"replayed image differs in the 64 KiB at byte {at}"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that is neither e2e, vm nor slow is `quick` (the inner loop: `make test-quick`).
+    A test that requires root (real devices, mounts) or runs powercut itself (the `pc` fixture)
+    counts as e2e."""
+    for item in items:
+        if "pc" in getattr(item, "fixturenames", ()) or any(
+                m.kwargs.get("reason") in (ROOT_REASON, ROOT_STACK_REASON) for m in item.iter_markers("skipif")):
+            item.add_marker(pytest.mark.e2e)
+        if not any(item.get_closest_marker(m) for m in ("e2e", "vm", "slow")):
+            item.add_marker(pytest.mark.quick)
+
+
+# --- the suite never writes into the source tree -------------------------------------------
+# Snapshot of what git would show (new or changed files) plus the ignored output folders a
+# command writes by default (out/, campaigns/), before and after the session: anything new
+# there came from a test (a command run with cwd=ROOT and no --out, a build into the tree).
+def _tree_state() -> set[str]:
+    p = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=all"],
+                       capture_output=True, text=True)
+    state = set(p.stdout.splitlines()) if p.returncode == 0 else set()
+    for d in ("out", "campaigns"):
+        if (ROOT / d).is_dir():
+            state |= {f"{d}/{name}" for name in os.listdir(ROOT / d)}
+    return state
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_TREE] = _tree_state()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    before = session.config.stash.get(_TREE, None)
+    if before is None or os.environ.get("POWERCUT_TESTS_TREE_CHECK") == "0":
+        return
+    new = sorted(_tree_state() - before)
+    if new:
+        print(f"\ntests wrote into the source tree {ROOT}: {', '.join(new[:10])}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_TREE = pytest.StashKey[set[str]]()

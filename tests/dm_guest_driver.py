@@ -5,7 +5,9 @@ interpreter starts once under TCG. Writes OUT/driver.json: exit codes and what i
 
 and once a JSON workload (whose run measures the dm recorder's fsync overhead first).
 
-Usage: python dm_guest_driver.py OUT [PART...]   (parts: ext4 xfs btrfs user calibrated killed; default: all)
+and `bench --only recorder --backend dm --quick` (the dm recorder's own bench, here where dm is).
+
+Usage: python dm_guest_driver.py OUT [PART...]   (parts: ext4 xfs btrfs user calibrated bench killed; default: all)
 """
 
 from __future__ import annotations
@@ -88,6 +90,11 @@ def drive(out: str, parts: list[str]) -> None:
     if "calibrated" in parts:
         results["ext4-calibrated"] = run(out, "ext4-calibrated", "--fs", "ext4", "--backend", "dm",
                                          workload=TIMED_WORKLOAD)
+    if "bench" in parts:
+        t0 = time.monotonic()
+        code = main(["bench", "--only", "recorder", "--backend", "dm", "--quick", "--json",
+                     os.path.join(out, "bench-dm.json")])
+        results["bench-dm"] = (code, round(time.monotonic() - t0, 1))
     killed = killed_run(out) if "killed" in parts else None
     doc = {"codes": {k: v[0] for k, v in results.items()}, "seconds": {k: v[1] for k, v in results.items()},
            "left": leftovers(), "killed": killed}
@@ -96,4 +103,4 @@ def drive(out: str, parts: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    drive(sys.argv[1], sys.argv[2:] or [*FILE_SYSTEMS, "user", "calibrated", "killed"])
+    drive(sys.argv[1], sys.argv[2:] or [*FILE_SYSTEMS, "user", "calibrated", "bench", "killed"])

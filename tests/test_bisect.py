@@ -11,7 +11,7 @@ import pytest
 from fuzz.bisect import Bisection, KernelChoice, debian_range, kernel_list
 from fuzz.bisect import Tested as KernelTried  # (a name starting with "Test" would be collected)
 from foundation.errors import UsageError
-from harness.pipeline.run import RunConfig
+from harness.pipeline.config import RunConfig
 
 
 class Scripted(Bisection):

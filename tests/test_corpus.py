@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, WORKLOADS, PcEnv, needs_root_stack
+from conftest import POWERCUT, ROOT, WORKLOADS, PcEnv, needs_root_stack
 from harness.corpus.entries import CORPUS_DIR, load_corpus, load_entry, load_matrix
 from harness.corpus.run import Case, compare_baseline
 from foundation.errors import UsageError
@@ -30,6 +31,18 @@ def test_seed_corpus_loads_and_covers_every_op() -> None:
             walk(t["ops"])
     assert set(OP_KINDS) - used <= {"fiemap"}, set(OP_KINDS) - used
     assert {r.name for r in load_matrix(CORPUS_DIR / "matrix.json")} >= {"ext4-ordered", "xfs-default", "btrfs-default"}
+
+
+def test_corpus_list_shows_every_entry_file_once_and_filters_by_glob() -> None:
+    """`powercut corpus list` against the corpus directory itself: one line per entry file."""
+    files = sorted(f.stem for f in CORPUS_DIR.rglob("*.json") if f.name != "matrix.json")
+    p = subprocess.run([*POWERCUT, "corpus", "list"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert sorted(line.split()[0] for line in p.stdout.splitlines()) == files
+    p = subprocess.run([*POWERCUT, "corpus", "list", "--entries", "create-*,append-fsync"], capture_output=True,
+                       text=True, cwd=ROOT, timeout=120)
+    names = [line.split()[0] for line in p.stdout.splitlines()]
+    assert names == sorted(n for n in files if n.startswith("create-") or n == "append-fsync"), names
 
 
 @pytest.mark.parametrize("doc,message", [
@@ -155,7 +168,12 @@ def test_promote_a_run_into_the_corpus(pc: PcEnv) -> None:
     entry = load_entry(corpus / "promoted" / "promoted-stale.json")
     assert entry.expect == {"ext4-writeback": ["stale-data"], "default": []} and entry.fs == ["ext4"]
     assert "ext4-writeback" in p.stdout
-    assert (ROOT / "corpus" / "matrix.json").exists()
+    # corpus list shows it with its expectation
+    listed = pc.run("corpus", "list", "--corpus", str(corpus), check_rc=0).stdout.splitlines()
+    assert len(listed) == 1 and listed[0].startswith("promoted-stale ") and "ext4-writeback: stale-data" in listed[0]
+    # the row it was promoted into is a row of the repository's matrix, with the run's mount options
+    rows = {r.name: r for r in load_matrix(CORPUS_DIR / "matrix.json")}
+    assert rows["ext4-writeback"].fs == "ext4" and "data=writeback" in rows["ext4-writeback"].mount_opts
 
 
 def test_runnable_skips_rows_this_host_cannot_run(pc: PcEnv) -> None:

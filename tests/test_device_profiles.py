@@ -13,7 +13,6 @@ import pytest
 from conftest import ROOT, WORKLOADS, PcEnv, needs_root_stack
 from harness.backends.fuse.profiles import PROFILES, recorder_arg, resolve
 from foundation.errors import UsageError
-from harness.pipeline.run import CALIBRATION_FSYNCS
 
 
 def test_named_profiles_and_json_files(tmp_path: Path) -> None:
@@ -64,7 +63,12 @@ def test_profile_and_recorder_overhead_in_the_reports(pc: PcEnv) -> None:
     r = json.loads((out / "report.json").read_text())
     assert r["device_profile"] == r["latency"]["device_profile"] == resolve("emmc")
     cal = r["latency"]["recorder_overhead"]
-    assert cal["fsyncs"] == CALIBRATION_FSYNCS and cal["ratio"] == round(cal["recorder_p50_us"] / cal["loop_p50_us"], 2)
+    # Counted from outside the measurement: the recorder's log holds at least one flush per fsync
+    # (an appending fsync on ext4 commits the journal), so fewer fsyncs than claimed would show.
+    assert cal["fsyncs"] > 0 and cal["log_flushes"] >= cal["fsyncs"], cal
+    # the ratio is recorder over loop, not the other way round: above 1 exactly when the recorder
+    # was slower (a product, so a ratio rounded to 1.00 or equal p50s passes either way)
+    assert cal["ratio"] > 0 and (cal["ratio"] - 1) * (cal["recorder_p50_us"] - cal["loop_p50_us"]) >= 0, cal
     assert cal["backend"] == "fuse"
     md = (out / "report.md").read_text()
     assert "Recorder overhead, measured in this invocation" in md and "Device profile `emmc`" in md

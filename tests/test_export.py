@@ -13,21 +13,21 @@ golden output) and run in the guest under a stand-in for xfstests' helpers
 from __future__ import annotations
 
 import json
-import shutil
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import POWERCUT, WORKLOADS, PcEnv, needs_root_stack
+from common import KERNEL_612, require_qemu
+from conftest import WORKLOADS, PcEnv, needs_root_stack
 from fuzz.store import FindingStore
 from fuzz.trial import Signature, run_doc
 from foundation import ownership
-from harness.pipeline.run import RunConfig
+from harness.pipeline.config import RunConfig
 
 pytestmark = [pytest.mark.e2e, needs_root_stack]
 FAST_COMMIT = WORKLOADS / "ext4_fast_commit_ftruncate_mkdir.json"
-KERNEL_612 = "debian:linux-image-6.12-amd64"
 
 
 @pytest.fixture(scope="module")
@@ -57,22 +57,27 @@ def test_fstests_export_is_a_generic_test_with_golden_output(pc: PcEnv, finding:
     out, _ = export(pc, finding, "fstests")
     test, golden = (out / "generic-999").read_text(), (out / "generic-999.out").read_text()
     assert subprocess.run(["bash", "-n", str(out / "generic-999")]).returncode == 0
+    # an fsck finding: the test prints nothing, fsck judges
     assert golden == "QA output created by 999\nSilence is golden\n"
     for helper in ("_begin_fstest", "_require_scratch", "_require_dm_target flakey",
-                   "_require_scratch_ext4_feature fast_commit", "_scratch_mkfs -O fast_commit",
-                   "_init_flakey", "_mount_flakey", "_flakey_drop_and_remount", "_check_scratch_fs"):
+                   "_require_scratch_ext4_feature fast_commit", 'MKFS_OPTIONS="$MKFS_OPTIONS -O fast_commit"',
+                   "_scratch_mkfs_sized",
+                   "_init_flakey", "_scratch_mount", "_flakey_drop_and_remount", "_check_scratch_fs"):
         assert helper in test, helper
-    # the ops, in order, before the power cut; nothing after it
-    body = test[test.index("_mount_flakey\n"):test.index("_flakey_drop_and_remount")]
+    # the ops, in order, before the power cut; nothing after it; the fd the
+    # ops opened is held by the test's shell and closed only after the cut
+    body = test[test.index("_scratch_mount\n"):test.index("_load_flakey_table $FLAKEY_DROP_WRITES")]
     assert [ln.split()[0] for ln in body.splitlines()[1:] if ln.strip() and not ln.startswith("#")] == \
-        ["$XFS_IO_PROG", "sync", "$XFS_IO_PROG", "mkdir", "$XFS_IO_PROG"], body
-    assert "truncate 3000" in body and "-c fsync $SCRATCH_MNT/bar" in body
+        ["exec", "sync", "$XFS_IO_PROG", "mkdir", "$XFS_IO_PROG"], body
+    assert "exec 3<>$SCRATCH_MNT/bar" in body and "truncate 3000" in body and "-c fsync /proc/self/fd/3" in body
+    after = test[test.index("_load_flakey_table $FLAKEY_DROP_WRITES"):test.index("_flakey_drop_and_remount")]
+    assert "exec 3<&-" in after
     assert "Seen on kernels:" in test and "e2fsck" in test  # the evidence travels with it
 
 
+@pytest.mark.vm
+@require_qemu
 def test_shell_export_reproduces_on_a_debian_kernel_in_the_vm(pc: PcEnv, finding: Path) -> None:
-    if shutil.which("qemu-system-x86_64") is None:
-        pytest.skip("qemu not installed (the vm backend installs it on first use: `powercut run --backend vm`)")
     out, text = export(pc, finding, "shell", "--check-vm", KERNEL_612, rc=1)
     script = (out / f"{finding.name}.sh").read_text()
     assert "log-writes" in script and "PC_REPRO_SOURCE" in script and "e2fsck -fn" in script
@@ -82,12 +87,12 @@ def test_shell_export_reproduces_on_a_debian_kernel_in_the_vm(pc: PcEnv, finding
     assert "op 4: fsync f = 0" in output and "RESULT: REPRODUCED: fsck exit" in output, output
 
 
+@pytest.mark.vm
+@require_qemu
 def test_fstests_export_fails_on_a_debian_kernel_with_the_bug(pc: PcEnv, finding: Path) -> None:
     """No xfstests here: the generated test runs under a stand-in for the helpers it calls
     (real dm-flakey, xfs_io, e2fsck in the guest); on a kernel with the bug its output
     differs from the golden .out exactly where fstests would report it."""
-    if shutil.which("qemu-system-x86_64") is None:
-        pytest.skip("qemu not installed (the vm backend installs it on first use: `powercut run --backend vm`)")
     out, text = export(pc, finding, "fstests", "--check-vm", KERNEL_612, rc=1)
     [log] = out.glob("vm-check-6.12*.txt")
     output = log.read_text()
@@ -98,7 +103,11 @@ def test_fstests_export_fails_on_a_debian_kernel_with_the_bug(pc: PcEnv, finding
 def test_export_of_something_that_is_no_finding_is_one_line_exit_2(pc: PcEnv) -> None:
     p = pc.run("export", str(pc.tmp), "--format", "shell")
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "not a saved finding" in p.stderr, p.stderr
-    assert POWERCUT  # (the command runs through the real CLI)
+
+
+def test_verify_with_no_fstests_checkout_is_one_line_exit_2(pc: PcEnv, finding: Path) -> None:
+    p = pc.run("export", str(finding), "--format", "fstests", "--verify", "debian:x", "--fstests", str(pc.tmp))
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "not an fstests checkout" in p.stderr, p.stderr
 
 
 def test_the_kernels_of_a_bisection_go_into_the_header(pc: PcEnv, finding: Path) -> None:
@@ -108,7 +117,10 @@ def test_the_kernels_of_a_bisection_go_into_the_header(pc: PcEnv, finding: Path)
                          {"kernel": "debian:C", "verdict": "clean", "index": 2},
                          {"kernel": "debian:B", "verdict": "error: no such package", "index": 1}]}
     path = bisect.write(str(pc.tmp), report)
-    out, _ = export(pc, finding, "shell", "--bisect", path)
+    out, _ = export(pc, finding, "shell", "--bisect", path, "--seen-on", "6.1.0-99-amd64", "--seen-on", "7.0-rc1")
     script = (out / f"{finding.name}.sh").read_text()
-    assert "debian:A" in script.split("# Seen on kernels:")[1].splitlines()[0]
+    seen = script.split("# Seen on kernels:")[1].splitlines()[0]
+    # the finding's own kernel, each --seen-on, the bisection's kernels with the finding's verdict
+    for k in (os.uname().release, "6.1.0-99-amd64", "7.0-rc1", "debian:A"):
+        assert k in seen, (k, seen)
     assert "# Not seen on (powercut bisect): debian:C." in script and "debian:B" not in script

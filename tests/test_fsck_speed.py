@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -101,8 +102,14 @@ def test_fsck_verdicts_wait_for_a_verdict_in_the_making() -> None:
     got: list[object] = []
     waiter = threading.Thread(target=lambda: got.append(memo.claim(1)))
     waiter.start()
-    waiter.join(0.2)
-    assert waiter.is_alive() and got == []  # waits for the check in progress
+    # Proof that it waits: the thread is seen blocked on the pending check's event (a deadline
+    # poll on that condition, not a sleep standing in for it); a claim that returned would end it.
+    cond = memo._pending[1]._cond   # threading.Event's condition: its waiters are blocked in wait()
+    deadline = time.monotonic() + 60
+    while not cond._waiters:        # type: ignore[attr-defined]
+        assert waiter.is_alive() and time.monotonic() < deadline, f"the claim did not wait: {got}"
+        time.sleep(0.001)
+    assert got == []  # waits for the check in progress
     memo.settle(1, (0, "clean", "/img"))
     waiter.join()
     assert got == [(0, "clean", "/img")] and memo.hits == 1

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,17 +18,18 @@ from pathlib import Path
 
 import pytest
 
+from common import require_afl
 from conftest import POWERCUT, ROOT, WORKLOADS, PcEnv, needs_root_stack
 from workloads import exhaustive
 
 pytestmark = [pytest.mark.e2e, needs_root_stack]
-needs_afl = pytest.mark.skipif(shutil.which("afl-fuzz") is None, reason="afl++ not installed (`make afl`)")
+needs_afl = require_afl
 
 
-def campaign(pc: PcEnv, *args: str, rc: int | None = None, timeout: float = 600) -> tuple[dict, Path, str]:
+def campaign(pc: PcEnv, *args: str, rc: int, timeout: float = 600) -> tuple[dict, Path, str]:
     out = pc.tmp / "campaign"
     p = pc.run("fuzz", "--out", str(out), "--seed", "1", *args, timeout=timeout)
-    assert p.returncode == (rc if rc is not None else p.returncode), f"exit {p.returncode}\n{p.stdout}\n{p.stderr}"
+    assert p.returncode == rc, f"exit {p.returncode}\n{p.stdout}\n{p.stderr}"
     return json.loads((out / "report.json").read_text()), out, p.stdout + p.stderr
 
 
@@ -136,7 +136,7 @@ def test_exhaustive_seq1_covers_the_space_across_ctrl_c_and_resume(pc: PcEnv) ->
     indices = Counter(json.loads(line).get("index") for j in (out / "journal").glob("*.jsonl")
                       for line in j.read_text().splitlines())
     assert set(indices) - {None} == set(range(n)) and max(indices.values()) == 1
-    assert report["workloads_per_minute"] > 0 and "/min" in p.stdout
+    assert "/min" in p.stdout
     assert report["findings_by_kind"] == {}
 
 
@@ -157,8 +157,14 @@ def test_afl_planted_violation_becomes_a_saved_shrunk_finding(pc: PcEnv) -> None
     """A recorder that drops flushes (test-only fault) makes every write one flush epoch:
     crash states then lose writes the file system relied on. The target abort()s, the
     worker shrinks the input and saves it with its reproducer."""
+    # As one machine of several: its instance (prefix m2, no main instance here: -S) in a sync
+    # directory outside the campaign, where AFL++ keeps each instance's queue.
+    sync = pc.tmp / "sync"
     report, out, _ = campaign(pc, "--fs", "ext4", "--engine", "afl", "--fault", "drop-flush",
-                              "--duration", "3m", "--max-findings", "1", rc=1)
+                              "--duration", "3m", "--max-findings", "1", "--afl-sync-dir", str(sync),
+                              "--afl-prefix", "m2", "--afl-secondary", rc=1)
+    assert not (out / "afl").exists() and (sync / "m20" / "queue").is_dir() and list(report["afl"]) == ["m20"]
+    assert " -S m20 " in (sync / "m20" / "fuzzer_stats").read_text()   # afl-fuzz's own record of its command
     saved = json.loads((out / "report.json").read_text())["saved_findings"]
     d = out / "findings" / saved[0]["dir"]
     f = json.loads((d / "finding.json").read_text())
@@ -190,6 +196,12 @@ def test_minimize_shrinks_a_given_workload(pc: PcEnv) -> None:
                check_rc=0, timeout=600)
     shrunk = json.loads((out / "workload.min.json").read_text())["threads"][0]["ops"]
     assert len(shrunk) < len(ops) and "still a fsck finding" in p.stdout
+    # --max-runs: the shrink stops after that many candidate runs, its best so far kept
+    p = pc.run("minimize", str(wl), "--fs", "ext4", "--mkfs-opts", "-O ^has_journal", "--crash-points", "write",
+               "--kind", "fsck", "--max-runs", "1", "--out", str(pc.tmp / "min1"), check_rc=0, timeout=600)
+    assert " ops in 1 runs, still a fsck finding" in p.stdout, p.stdout
+    limited = json.loads((pc.tmp / "min1" / "workload.min.json").read_text())["threads"][0]["ops"]
+    assert len(shrunk) <= len(limited) <= len(ops)
     p = pc.run("minimize", str(wl), "--fs", "ext4", "--out", str(pc.tmp / "min2"))
     assert p.returncode == 2 and "nothing to minimize" in p.stderr
 

@@ -26,7 +26,7 @@ from foundation import ownership
 from foundation.errors import UsageError
 from foundation import runstate
 from foundation.runstate import signals_deferred
-from workloads import afl_mutator, exhaustive, opcodec
+from workloads import ace, afl_mutator, exhaustive, opcodec
 from workloads.format import parse_workload, workload_doc
 from workloads.plan import build_plan
 from workloads.strategies import workloads
@@ -75,7 +75,8 @@ def test_exhaustive_space_is_deterministic_valid_and_distinct() -> None:
     for d in docs:
         parse_workload(d)
     assert exhaustive.workload(2, 1234) == exhaustive.workload(2, 1234)
-    assert exhaustive.space_size(2) == n * n
+    assert exhaustive.space_size(2, exhaustive.CORE_NAMES) == n * n
+    assert exhaustive.space_size(2) == ace.space_size(2)   # without --core-ops: the pruned space
     names = ["unlink", "large-new"]
     assert any(exhaustive.workload(2, i, names)["name"] == "seq2-unlink.sync-large-new.fsync-dir"
                for i in range(exhaustive.space_size(2, names)))

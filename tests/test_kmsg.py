@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import uuid
 
-import pytest
 
 from foundation.kmsg import KMSG, KernelLog
+from common import require_root
 
 
 def _printk(text: str) -> None:
@@ -19,7 +19,7 @@ def _printk(text: str) -> None:
         os.close(fd)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="writing to /dev/kmsg needs root")
+@require_root
 def test_lines_about_other_devices_are_left_out() -> None:
     tag = uuid.uuid4().hex[:8]  # only this test's lines count: other jobs log meanwhile
     ours = [f"EXT4-fs (loop901): {tag} error loading journal",

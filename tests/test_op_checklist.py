@@ -49,7 +49,6 @@ NOT_EXPORTED = {
     "sleep": "timing only",
     "repeat": "exports take the shrunk, expanded ops",
     "barrier": "exports run one serialised order",
-    "pwritev2": "not yet: issue 25 (exports that run the finding's exact ops)",
 }
 # pc-repro.c only: what export/ops.py writes as another kind.
 REPRO_WRITTEN_AS = {"creat": "open O_CREAT|O_WRONLY|O_TRUNC"}

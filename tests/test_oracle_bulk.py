@@ -15,14 +15,15 @@ import pytest
 from checkers.history import build_history
 from checkers.oracle import ContentOracle
 from checkers.workload_checks import log_marks
-from conftest import BUILD, WORKLOADS, PcEnv, needs_root_stack
+from common import require_exec
+from conftest import WORKLOADS, PcEnv, needs_root_stack
 from replay.logformat import LogReader
 from test_oracle import Run
 from workloads.pattern import CHUNK, generate
 from workloads.plan import build_plan
 from workloads.results import read_records
 
-pytestmark = pytest.mark.skipif(not (BUILD / "pc-exec").exists(), reason="build/pc-exec not built (make test)")
+pytestmark = require_exec
 
 
 def verdicts(found: list) -> list[tuple[str, str, str]]:
@@ -152,14 +153,15 @@ def test_unchanged_chunks_keep_their_verdict_only_while_unchanged(tmp_path: Path
 ])
 def test_bulk_and_sector_checks_agree_on_real_crash_images(pc: PcEnv, monkeypatch: pytest.MonkeyPatch,
                                                            workload: str, opts: list[str], kinds: set[str]) -> None:
-    from harness.pipeline.run import RunConfig, run_checked
+    from harness.pipeline.config import RunConfig
+    from harness.pipeline.run import run_checked
     from workloads.runner import load_runner
 
     monkeypatch.setenv("POWERCUT_STATE_DIR", str(pc.state))
     monkeypatch.setenv("POWERCUT_SCRATCH", str(pc.scratch))
     args = dict(zip(opts[::2], opts[1::2]))
-    cfg = RunConfig(fs="ext4", quiet=True, jobs=2, size_mib=int(args["--size"]),
-                    mount_opts=args.get("--mount-opts"), reorder=args.get("--reorder", "drop-one"))
+    cfg = RunConfig.parse({"fs": "ext4", "quiet": True, "jobs": 2, "size_mib": int(args["--size"]),
+                           "mount_opts": args.get("--mount-opts"), "reorder": args.get("--reorder", "drop-one")})
     out = pc.tmp / "out"
     runner = load_runner(str(WORKLOADS / workload))
     pairs: list[Pair] = []

@@ -26,14 +26,15 @@ import pytest
 from checkers.history import build_history
 from checkers.oracle import ContentOracle
 from checkers.workload_checks import log_marks
-from conftest import BUILD, WORKLOADS, PcEnv, needs_root_stack
+from common import require_exec, require_root
+from conftest import WORKLOADS, PcEnv, needs_root_stack
 from foundation.sparse import data_extents
 from replay.logformat import LogReader
 from test_oracle_bulk import INVARIANTS, OPS, verdicts
 from workloads.results import read_records
 
-pytestmark = [pytest.mark.skipif(not (BUILD / "pc-exec").exists(), reason="build/pc-exec not built (make test)"),
-              pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
+pytestmark = [require_exec,
+              require_root]
 
 
 def test_write_tracker_sees_every_write_to_its_device(pc: PcEnv, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -162,7 +163,8 @@ def test_incremental_walk_matches_the_full_one(pc: PcEnv, monkeypatch: pytest.Mo
     from checkers.crashwalk import recovery
     from checkers.crashwalk import slot as checkslot
     from checkers.crashwalk import walk as crash_check
-    from harness.pipeline.run import RunConfig, run_checked
+    from harness.pipeline.config import RunConfig
+    from harness.pipeline.run import run_checked
     from workloads.runner import load_runner
 
     monkeypatch.setenv("POWERCUT_STATE_DIR", str(pc.state))
@@ -215,7 +217,8 @@ def test_incremental_walk_matches_the_full_one(pc: PcEnv, monkeypatch: pytest.Mo
         pairs[0].compare(mnt, cs.point, cs.id)
         return []
 
-    cfg = RunConfig(fs=fs, quiet=True, jobs=2, crash_points="write" if workload is None else None, **opts)
+    cfg = RunConfig.parse({"fs": fs, "quiet": True, "jobs": 2, "crash_points": "write" if workload is None else None,
+                           **opts})
     result = run_checked(runner, cfg, str(out), inspect)
     pair = pairs[0]
     assert pair.compared == result.report["crash_states_checked"] > 10

@@ -19,12 +19,14 @@ import pytest
 import checkers.eventindex as eventindex
 from checkers.eventindex import Allowed
 from checkers.oracle import ContentOracle
-from conftest import BUILD, WORKLOADS, PcEnv, needs_root_stack
+from common import require_exec
+from conftest import WORKLOADS, PcEnv, needs_root_stack
 from test_oracle import Run
 from test_oracle_bulk import INVARIANTS, OPS, _pair_inspector_for, tampered_trials, verdicts
+from replay.crashstates import DEFAULT_PER_POINT
 from workloads.pattern import generate
 
-pytestmark = pytest.mark.skipif(not (BUILD / "pc-exec").exists(), reason="build/pc-exec not built (make test)")
+pytestmark = require_exec
 
 
 class Pair:
@@ -108,16 +110,16 @@ def test_indexed_and_plain_oracles_agree_on_tampered_images(tmp_path: Path, monk
 ])
 def test_indexed_and_plain_oracles_agree_on_real_crash_images(pc: PcEnv, monkeypatch: pytest.MonkeyPatch,
                                                               workload: str, opts: list[str], kinds: set[str]) -> None:
-    from harness.pipeline.run import RunConfig, run_checked
+    from harness.pipeline.config import RunConfig
+    from harness.pipeline.run import run_checked
     from workloads.runner import load_runner
 
     monkeypatch.setenv("POWERCUT_STATE_DIR", str(pc.state))
     monkeypatch.setenv("POWERCUT_SCRATCH", str(pc.scratch))
     args = dict(zip(opts[::2], opts[1::2]))
-    cfg = RunConfig(fs="ext4", quiet=True, jobs=2, size_mib=32, mount_opts=args.get("--mount-opts"),
-                    reorder=args.get("--reorder", "drop-one"))
-    if "--states-per-point" in args:
-        cfg.states_per_point = int(args["--states-per-point"])
+    cfg = RunConfig.parse({"fs": "ext4", "quiet": True, "jobs": 2, "size_mib": 32,
+                           "mount_opts": args.get("--mount-opts"), "reorder": args.get("--reorder", "drop-one"),
+                           "states_per_point": int(args.get("--states-per-point", DEFAULT_PER_POINT))})
     out = pc.tmp / "out"
     path = WORKLOADS / workload
     if workload == "atomic_small.json":  # ext4 refuses RWF_ATOMIC here: plain pwritev2 writes, still classified

@@ -10,7 +10,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from common import require_root_stack
 from conftest import PcEnv
+
+pytestmark = [pytest.mark.e2e, require_root_stack]
 
 WORKLOAD = Path(__file__).parent / "workloads" / "rename_fsync.json"
 

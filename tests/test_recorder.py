@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from common import require_root_stack
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDER = ROOT / "build" / "pc-recorder"
@@ -38,13 +39,7 @@ MiB = 1 << 20
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(not RECORDER.exists(),
-                       reason=f"{RECORDER} is not built: run `make build/pc-recorder`"),
-    pytest.mark.skipif(os.geteuid() != 0,
-                       reason="needs root (FUSE mount, loop devices, mount)"),
-    pytest.mark.skipif(not Path("/dev/fuse").exists() or not shutil.which("fusermount3")
-                       or not shutil.which("losetup"),
-                       reason="needs /dev/fuse, fusermount3 and losetup"),
+    require_root_stack,
 ]
 
 

@@ -7,22 +7,18 @@ the content oracle judge.
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from common import report
 from conftest import WORKLOADS, PcEnv, needs_root_stack
 from checkers.crashwalk.recovery_crash import RecoveryCrashSpec
 from checkers.crashwalk.recovery_modes import mode_opts, parse_recovery
 from foundation.errors import UsageError
 from replay.crashstates import join_recovery_id, split_recovery_id
 from replay.logformat import LogReader
-
-
-def report(out: Path) -> dict:
-    return json.loads((out / "report.json").read_text())
 
 
 # -- units -------------------------------------------------------------------------
@@ -134,8 +130,17 @@ def test_recovery_that_loses_its_flushes_is_caught_and_reproduces(pc: PcEnv) -> 
     # The same state, rebuilt from the two logs, fails again; and its image can be built alone.
     p = pc.run("recheck", str(out), "--state", f["state_id"], check_rc=1)
     assert f["state_id"] in p.stdout
-    pc.run("crash-image", "--log", str(out / "recording.log"), "--state", f["state_id"],
-           "--size", str(report(out)["device_bytes"]), "--out", str(pc.tmp / "inner.img"), check_rc=0)
+    image = ["crash-image", "--log", str(out / "recording.log"), "--state", f["state_id"],
+             "--size", str(report(out)["device_bytes"])]
+    pc.run(*image, "--out", str(pc.tmp / "inner.img"), check_rc=0)
+    # --recovery-log: the recovery's log from anywhere (here moved away from its default place),
+    # the same bytes; without it, the state cannot be built (one line, exit 2)
+    moved = pc.tmp / "elsewhere.log"
+    (out / "recovery-logs" / f"{original}.rw.log").rename(moved)
+    pc.run(*image, "--out", str(pc.tmp / "moved.img"), "--recovery-log", str(moved), check_rc=0)
+    assert (pc.tmp / "moved.img").read_bytes() == (pc.tmp / "inner.img").read_bytes()
+    p = pc.run(*image, "--out", str(pc.tmp / "none.img"))
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
     assert pc.leftovers() == []
 
 

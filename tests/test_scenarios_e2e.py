@@ -14,6 +14,7 @@ import pytest
 from matplotlib.image import imread
 
 from checkers.latency import summarize
+from common import report
 from conftest import POWERCUT, PcEnv, needs_root_stack
 from harness.reports.markdown import STAT_COLUMNS
 from workloads import scenarios
@@ -23,10 +24,6 @@ from workloads.results import read_records
 pytestmark = [pytest.mark.e2e, needs_root_stack]
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def report(out: Path) -> dict[str, Any]:
-    return json.loads((out / "report.json").read_text())
 
 
 def assert_figures(out: Path, r: dict[str, Any]) -> None:
@@ -62,14 +59,23 @@ def test_recorder_on_ext4_checks_every_crash_point_and_prints_table_1(pc: PcEnv)
         assert set(STAT_COLUMNS) <= set(lat["kinds"][kind]), kind
     assert lat["kinds"]["write"]["count"] == 160 and lat["threads"]["recorder"]["write"]["count"] == 160
     assert set(lat["threads"]) == {"recorder", "syncer", "post", "background"}
-    assert 0 < lat["overhead_ns"]["min"] <= lat["overhead_ns"]["median"] < 1000
+    assert 0 < lat["overhead_ns"]["min"] <= lat["overhead_ns"]["median"]
     assert lat["between_ops"]["count"] > 200
     table1 = r["scenario"]["table1"]
     assert [row["background"] for row in table1.values()] == ["none", "ftruncate + fsync"]
+    # Hand-computed from the paper's parameters at scale 0.01: 8000 writes per phase -> 80; 20
+    # recordings (one fallocate each) -> 0.2, raised to the scenario's documented floor of 2.
     for row in table1.values():
-        assert (row["writes"], row["fallocates"]) == (80, 2)
+        assert (row["writes"], row["fallocates"]) == (80, 2), row
         assert 0 < row["write_avg_us"] <= row["write_max_us"] and 0 < row["fallocate_avg_us"] <= row["fallocate_max_us"]
+    # Table 1 (the scenario's per-phase groups) agrees with the latency summary (per thread and
+    # kind), a second path over the same records.
+    rec = lat["threads"]["recorder"]
+    assert sum(row["writes"] for row in table1.values()) == rec["write"]["count"]
+    assert max(row["write_max_us"] for row in table1.values()) == rec["write"]["max_us"]
+    assert max(row["fallocate_max_us"] for row in table1.values()) == rec["fallocate"]["max_us"]
     md = (out / "report.md").read_text()
+    # (141) ... (1043): Table 1 of Okabe & Toyama as published, beside each measured cell
     for text in ("## Latency", "### Thread `syncer`", "Table 1", "| none | ", "| ftruncate + fsync | ",
                  "(141)", "(4299)", "(178)", "(359)", "(813)", "(208440)", "(181)", "(1043)", "rerun",
                  "## Records after a crash"):
@@ -141,7 +147,7 @@ def test_fsync_under_load_sets_the_queue_depth(pc: PcEnv) -> None:
     r = report(out)
     assert r["device_tuning"] == {"queue/nr_requests": "4"} and r["crash_point_kinds"] == "flush,fua"
     s = r["scenario"]
-    assert s["queue_depth"] == "4" and s["fsync"]["count"] == 4 and s["background_mib_s"] > 0
+    assert s["queue_depth"] == "4" and s["fsync"]["count"] == 4 and s["append"]["count"] > 0  # the writers wrote
     assert set(r["latency"]["threads"]) == {"small", "writer0", "writer1", "writer2"}
     p = pc.run("run", "scenario:fsync-under-load", "--fs", "ext4", "--scale", "0.01", "--param", "queue_depth=100000",
                "--out", str(pc.tmp / "bad"), check_rc=2)

@@ -5,8 +5,9 @@ table has one entry whose "bug" is planted: on the buggy side the campaign
 runs with the drop-flush fault (the guest kernel's flushes left out of its
 log), which the fixed-kernel re-check does not carry. Both sides boot the
 same Debian 6.12 kernel. So the campaign must find something, the re-check
-must run the finding's shrunk workload in a guest and find it clean, and the
-clock must stop there; the table's validation workloads play no part.
+must run the finding's shrunk workload in a guest again on the buggy side
+(the finding comes back) and on the fixed side (clean), and the clock must
+stop there; the table's validation workloads play no part.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def test_planted_bug_is_found_rechecked_on_the_fixed_kernel_and_timed(pc: PcEnv)
     # The fixed-kernel re-check ran the finding's shrunk workload in a guest, without the fault.
     c = r["finding"]
     assert c["counts"] and c["fixed_verdict"] == "clean" and c["fixed_kernel"] == f"debian:{PKG}"
+    # ... and again on the buggy side (with the fault that stands in for the bug there): it came back.
+    assert c["buggy_verdict"] not in ("clean", "") and not c["buggy_verdict"].startswith("error")
     assert c["recheck_out"].startswith(str(out / "planted-drop-flush" / "recheck" / c["finding"]))
     recheck = json.loads(open(os.path.join(c["recheck_out"], "report.json")).read())
     assert recheck["backend"] == "vm" and recheck["findings"] == [] and recheck["crash_states_checked"] > 0

@@ -6,12 +6,12 @@ xfs with reflink (software atomic writes) and ext4 (no atomic writes here)."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, WORKLOADS, PcEnv, needs_root_stack
+from common import require_exec, run_exec
+from conftest import WORKLOADS, PcEnv, needs_root_stack
 from foundation.errors import UsageError
 from test_oracle import Run
 from workloads.format import parse_workload
@@ -19,7 +19,7 @@ from workloads.pattern import generate
 from workloads.plan import build_plan, parse_plan, render_plan
 from workloads.results import StatxResult, read_records
 
-needs_exec = pytest.mark.skipif(not (BUILD / "pc-exec").exists(), reason="build/pc-exec not built (make test)")
+needs_exec = require_exec
 
 
 def doc(ops: list[dict], name: str = "untorn-test") -> dict:
@@ -75,8 +75,7 @@ def test_executor_pwritev2_lands_where_it_says_with_the_pattern(tmp_path: Path) 
     plan = build_plan(w)
     (tmp_path / "plan").write_text(render_plan(plan))
     (tmp_path / "fs").mkdir()
-    subprocess.run([str(BUILD / "pc-exec"), "--plan", str(tmp_path / "plan"), "--dir", str(tmp_path / "fs"),
-                    "--out", str(tmp_path / "rec")], check=True, capture_output=True)
+    run_exec(tmp_path / "plan", tmp_path / "fs", "--out", str(tmp_path / "rec"))
     recs = read_records(tmp_path / "rec", plan).records
     v1, app, atomic, st, st_missing = recs[2], recs[3], recs[4], recs[5], recs[6]
     assert (v1.ret, v1.offset) == (3101, 1000) and (app.ret, app.offset) == (512, 4101)

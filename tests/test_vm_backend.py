@@ -8,7 +8,6 @@ tests and runs.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -18,50 +17,33 @@ from pathlib import Path
 
 import pytest
 
+from common import report, vm
 from conftest import POWERCUT, WORKLOADS, PcEnv, assert_log_replays_to
 from harness.backends.vm.kernel import resolve
 from test_corrupt_images import TORN_UNJOURNALED, assert_corrupt_images_are_findings
 from replay.logformat import END_MARK, LogReader
 
 pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (apt-get, kernel cache, scratch dirs)"),
+    *vm,
 ]
 
 KERNEL_612 = "debian:linux-image-6.12-amd64"
 WORKLOAD_MARKS = ["created", "big-fsynced", "before-sync", "done"]
 
 
-def newest_61_package() -> str:
-    """The newest Debian 6.1 kernel package apt knows (bookworm's ABI number moves)."""
-    p = subprocess.run(["apt-cache", "search", "--names-only", r"^linux-image-6\.1\.0-[0-9]+-amd64$"],
-                       capture_output=True, text=True, check=True)
-    names = [line.split()[0] for line in p.stdout.splitlines()]
-    assert names, "apt knows no linux-image-6.1.0-N-amd64 (run apt-get update)"
-    return "debian:" + max(names, key=lambda n: int(n.split("-")[3]))
-
-
-KERNELS = {"6.12": KERNEL_612, "6.1": None}  # 6.1 resolved lazily (needs apt lists)
-
-
-def kernel_spec(series: str) -> str:
-    return KERNELS[series] or newest_61_package()
-
-
-@pytest.fixture(scope="module", params=["6.12", "6.1"])
+# (A 6.1 kernel boots through the same pipeline in tests/test_vm_fuzz.py's bisection, a clean
+# walk with recovery in the guest; a second full run of this module's workload on 6.1 was
+# dropped to keep `make test` within its time budget.)
+@pytest.fixture(scope="module", params=["6.12"])
 def vm_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, PcEnv]:
-    """One `powercut run --backend vm` of the mixed workload per kernel, kept image included."""
+    """One `powercut run --backend vm` of the mixed workload, kept image included."""
     tmp = tmp_path_factory.mktemp(f"vm-{request.param}")
     pc = PcEnv(tmp / "state", tmp / "scratch", tmp)
     out = tmp / "out"
     pc.run("run", str(WORKLOADS / "mixed.sh"), "--fs", "ext4", "--backend", "vm",
-           "--kernel", kernel_spec(request.param), "--keep-image", "--out", str(out), check_rc=0)
+           "--kernel", KERNEL_612, "--keep-image", "--out", str(out), check_rc=0)
     assert pc.leftovers() == []
     return request.param, out, pc
-
-
-def report(out: Path) -> dict:
-    return json.loads((out / "report.json").read_text())
 
 
 def test_kernel_written_log_is_read_and_replays_to_the_guest_disk(vm_run: tuple[str, Path, PcEnv]) -> None:
@@ -83,6 +65,20 @@ def test_kernel_written_log_is_read_and_replays_to_the_guest_disk(vm_run: tuple[
         assert any(e.is_flush for e in entries) and any(e.is_write for e in entries)
         # The whole log replayed onto a zeroed disk is the guest's final data disk, byte for byte.
         assert_log_replays_to(reader, r["device_bytes"], out / "final.img", pc.tmp)
+
+
+def test_replay_log_next_fua_stops_at_the_kernels_first_fua(vm_run: tuple[str, Path, PcEnv]) -> None:
+    """dm-log-writes in the guest logs the kernel's FUA writes (the FUSE recorder sees none):
+    --next-fua finds and replays up to the first one that `log dump` shows."""
+    _, out, pc = vm_run
+    log, size = str(out / "recording.log"), str(report(out)["device_bytes"])
+    dump = pc.run("log", "dump", log, check_rc=0).stdout.splitlines()[1:]
+    fua = next(line.split()[0] for line in dump if "FUA" in line.split("flags=")[1])
+    assert pc.run("replay-log", "--log", log, "--find", "--next-fua", check_rc=0).stdout.startswith(f"{fua}@")
+    pc.run("replay-log", "--log", log, "--replay", str(pc.tmp / "fua.img"), "--size", size, "--next-fua", check_rc=0)
+    pc.run("replay-log", "--log", log, "--replay", str(pc.tmp / "limit.img"), "--size", size,
+           "--limit", str(int(fua) + 1), check_rc=0)
+    assert (pc.tmp / "fua.img").read_bytes() == (pc.tmp / "limit.img").read_bytes()
 
 
 def test_run_is_clean_with_recovery_in_the_guest(vm_run: tuple[str, Path, PcEnv]) -> None:
@@ -116,7 +112,9 @@ def test_json_workload_runs_in_the_guest(pc: PcEnv) -> None:
     assert any("recovery mounts: -o ro" in c for c in consoles)
     assert any("recovery mounts: -o defaults" in c for c in consoles)
     assert (out / "records.bin").stat().st_size > 0 and (out / "plan.txt").exists()
-    assert r["workload"]["type"] == "json" and r["workload"]["sysctls"]["vm.dirty_ratio"]
+    # Every vm.* writeback setting, read in the guest by one sysctl process: names and numbers.
+    assert r["workload"]["type"] == "json" and len(r["workload"]["sysctls"]) == 6
+    assert all(k.startswith("vm.dirty_") and v.isdigit() for k, v in r["workload"]["sysctls"].items())
     assert r["latency"]["kinds"]["write"]["count"] == 48
     assert r["oracle"]["ops_modelled"] > 0 and not r["oracle"]["lost_track"]
     # The oracle read every recovered image (read-only host mount after the guest's recovery).
@@ -184,7 +182,7 @@ def test_sigterm_stops_the_guest_booted_from_a_kernel_path(pc: PcEnv) -> None:
     proc, _ = start_blocked_vm_run(pc, ["--kernel", cached.image, "--kernel-modules", cached.modules or ""])
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode != 0
+    assert proc.returncode == 143, err   # the README's code for SIGTERM
     assert pc.leftovers() == [], err
     assert os.listdir(pc.state) == []
 

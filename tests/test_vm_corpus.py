@@ -11,18 +11,19 @@ copy of the crash image) and that nothing is left behind.
 from __future__ import annotations
 
 import json
-import os
 import re
 
 import pytest
 
+from common import require_root
 from conftest import PcEnv
 
 KERNEL_612 = "debian:linux-image-6.12-amd64"
 
 
 @pytest.mark.e2e
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (apt-get, kernel cache, scratch dirs)")
+@pytest.mark.vm
+@require_root
 def test_corpus_cases_share_one_live_guest_per_job(pc: PcEnv) -> None:
     out = pc.tmp / "corpus"
     p = pc.run("corpus", "run", "--backend", "vm", "--kernel", KERNEL_612, "--jobs", "2",

@@ -237,8 +237,32 @@ def test_live_guest_control_channel_tells_answers_death_and_silence_apart() -> N
     assert g._until(("done",), 5) == (["begin 0", "ok 0", "begin 1", "done"], False)
     assert g._until(("ready",), 5) == (["ready"], False)   # what came after stays buffered
     guest.sendall(b"begin 3\n")
-    assert g._until(("done",), 0.2) == (["begin 3"], True)  # silence: a hang in mount 3
+    # Silence: a hang in mount 3. No timing decides this: "begin 3" is buffered before the call
+    # and nothing more is ever sent, so any limit ends the same way (0.2 s only keeps it short).
+    assert g._until(("done",), 0.2) == (["begin 3"], True)
     guest.sendall(b"begin 2\n")
     guest.close()
     assert g._until(("done",), 5) == (["begin 2"], False)  # closed: the guest died mid-job
     host.close()
+
+
+def test_both_guest_kinds_offer_the_vm_guest_interface() -> None:
+    """Guest (one boot per job) and LiveGuest (booted once) are used through VmGuest only:
+    each protocol method must accept every call the protocol allows, each field must exist."""
+    import dataclasses
+    import inspect
+
+    from harness.backends.vm.guests import VmGuest
+    from harness.backends.vm.live import LiveGuest
+    from harness.backends.vm.qemu import Guest
+
+    methods = {n: inspect.signature(getattr(VmGuest, n)) for n in ("run_job", "batch_disk", "batch_bytes")}
+    for cls in (Guest, LiveGuest):
+        assert set(VmGuest.__annotations__) <= {f.name for f in dataclasses.fields(cls)}, cls
+        for name, proto in methods.items():
+            params = inspect.signature(getattr(cls, name)).parameters
+            for p in proto.parameters.values():
+                assert p.name in params, (cls, name, p.name)
+                assert params[p.name].kind == p.kind, (cls, name, p.name)
+            extra = [p for p in params.values() if p.name not in proto.parameters]
+            assert all(p.default is not inspect.Parameter.empty for p in extra), (cls, name, extra)

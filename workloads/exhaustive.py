@@ -11,6 +11,11 @@ index and splittable across machines by index. Core ops and their
 persistence ops are fixed, not sampled: this is the bounded space, not a
 random search. For k >= 3 the space is large; `capped` visits an evenly
 spread, deterministic subset of it.
+
+That product is the space of `--core-ops` (and of seq-1). seq-2 and seq-3
+without `--core-ops` are the pruned, ordered space of workloads/ace.py (op
+kinds over a small name set, related ops only, persistence points on what
+they touch, likeliest shapes first).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from workloads import ace
 from workloads.format import workload_doc
 
 RW = ["O_RDWR"]
@@ -118,7 +124,15 @@ def _parent(path: str) -> str:
 
 
 def space_size(seq: int, names: list[str] | None = None) -> int:
+    if _pruned(seq, names):
+        return ace.space_size(seq)
     return len(steps(names)) ** seq
+
+
+def _pruned(seq: int, names: list[str] | None) -> bool:
+    """seq-2 and seq-3 without --core-ops are the pruned, ordered ACE space (workloads/ace.py);
+    with --core-ops, the product of those core ops' steps."""
+    return seq >= 2 and not names
 
 
 def _ops_for(step: tuple[Core, str], n: int) -> list[dict[str, Any]]:
@@ -145,6 +159,8 @@ def _ops_for(step: tuple[Core, str], n: int) -> list[dict[str, Any]]:
 
 def workload(seq: int, index: int, names: list[str] | None = None) -> dict[str, Any]:
     """Workload INDEX (0-based) of the seq-SEQ space (over the core ops NAMES, default all)."""
+    if _pruned(seq, names):
+        return ace.workload(seq, index)
     all_steps = steps(names)
     chosen, rest = [], index
     for _ in range(seq):
@@ -160,8 +176,12 @@ def workload(seq: int, index: int, names: list[str] | None = None) -> dict[str, 
 
 
 def capped(seq: int, cap: int, names: list[str] | None = None) -> Iterator[int]:
-    """Indices to visit: all of them, or CAP evenly spread ones when the space is larger."""
+    """Indices to visit: all of them, or CAP of them when the space is larger: the first CAP
+    of the pruned space (it is ordered likeliest first), else CAP evenly spread ones."""
     total = space_size(seq, names)
+    if _pruned(seq, names):
+        yield from range(min(total, cap) if cap > 0 else total)
+        return
     if cap <= 0 or total <= cap:
         yield from range(total)
         return

@@ -6,6 +6,7 @@ MAX_RECORDS):
 
     byte 0     the op kind's tier (workloads/vocab.py KIND_TIERS), byte 1 the kind in it
     byte 2     the persistence op after it: 0 none, then fsync, fdatasync, sync, fsync of a directory
+               (after a namespace op, modulo 8: also 5-7, fsync of a directory or the file)
     bytes 3-4  the persistence op's choices (which fd)
     bytes 5-11 the op's choices, in the order the op makes them: a tier byte,
                then one item byte (two for tiers longer than 256)
@@ -25,7 +26,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from workloads.vocab import KIND_TIERS, PERSIST_KINDS, OpListBuilder, Tiers
+from workloads.vocab import KIND_TIERS, NAMESPACE_KINDS, PERSIST_AFTER_NAMESPACE, PERSIST_KINDS, OpListBuilder, Tiers
 
 RECORD = 12
 MAX_RECORDS = 32
@@ -59,10 +60,12 @@ def decode(data: bytes) -> list[dict[str, Any]]:
     b = OpListBuilder()
     for rec in records(data):
         tier = KIND_TIERS[rec[0] % len(KIND_TIERS)]
-        b.add(tier[rec[1] % len(tier)], _BytesPicker(rec[_OP]))
-        persist = rec[2] % (len(PERSIST_KINDS) + 1)
+        kind = tier[rec[1] % len(tier)]
+        b.add(kind, _BytesPicker(rec[_OP]))
+        choices = PERSIST_AFTER_NAMESPACE if kind in NAMESPACE_KINDS else [None, *PERSIST_KINDS]
+        persist = choices[rec[2] % len(choices)]
         if persist:
-            b.add(PERSIST_KINDS[persist - 1], _BytesPicker(rec[_PERSIST]))
+            b.add(persist, _BytesPicker(rec[_PERSIST]))
     return b.finish()
 
 

@@ -58,6 +58,7 @@ PLAN_FIELDS: dict[str, tuple[str, ...]] = {
     "sync_file_range": ("fd", "offset", "stride", "length", "flags"),
     "rename": ("from", "to", "flags"),
     "link": ("from", "to"),
+    "linkat": ("fd", "to"),
     "symlink": ("target", "path"),
     "unlink": ("path",),
     "mkdir": ("path", "mode"),

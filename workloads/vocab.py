@@ -16,6 +16,7 @@ system Python, outside the venv.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -35,10 +36,19 @@ KIND_TIERS: Tiers = [["pwrite", "write", "ftruncate"],
                      ["close", "unlink", "open", "truncate", "rename", "fallocate", "mmap_write", "link",
                       "pwritev2"],
                      ["mkdir", "rmdir", "symlink", "setxattr", "removexattr", "syncfs", "sync_file_range",
-                      "read", "pread", "statx"]]
+                      "read", "pread", "statx", "tmpfile"],
+                     # Namespace ops once more, in a tier of their own: a namespace op followed by
+                     # an fsync of the file or of its directory is the shape xfstests' power-failure
+                     # tests check most (docs/semantics.md), so they weigh as much as data ops.
+                     ["rename", "link", "unlink", "symlink", "mkdir", "rmdir", "linkat"]]
+NAMESPACE_KINDS = frozenset(KIND_TIERS[-1])
 PERSIST_KINDS = ["fsync", "fdatasync", "sync", "fsync_dir"]
+# The persistence op after a namespace op (a record's byte 2, modulo its length; 0 none,
+# 1-4 as PERSIST_KINDS, so records that name one keep meaning it): fsync of the file or of
+# its directory three times in four.
+PERSIST_AFTER_NAMESPACE = [None, "fsync", "fdatasync", "sync", "fsync_dir", "fsync_dir", "fsync", "fsync_dir"]
 FD_KINDS = {"pwrite", "fsync", "close", "write", "fdatasync", "ftruncate", "fallocate", "syncfs",
-            "sync_file_range", "mmap_write", "read", "pread", "pwritev2"}
+            "sync_file_range", "mmap_write", "read", "pread", "pwritev2", "linkat"}
 FALLOC_MODES = [["KEEP_SIZE"], [], ["PUNCH_HOLE", "KEEP_SIZE"], ["ZERO_RANGE"], ["ZERO_RANGE", "KEEP_SIZE"],
                 ["COLLAPSE_RANGE"], ["INSERT_RANGE"], ["UNSHARE_RANGE"]]  # unshare: copy-on-write on reflink xfs
 OPEN_FLAGS = [["O_CREAT", "O_RDWR"], ["O_RDWR"], ["O_CREAT", "O_RDWR", "O_TRUNC"], ["O_CREAT", "O_RDWR", "O_APPEND"],
@@ -46,6 +56,10 @@ OPEN_FLAGS = [["O_CREAT", "O_RDWR"], ["O_RDWR"], ["O_CREAT", "O_RDWR", "O_TRUNC"
               ["O_CREAT", "O_EXCL", "O_RDWR"], ["O_RDONLY"]]
 SYNC_FILE_RANGE_FLAGS = [["WAIT_BEFORE", "WRITE", "WAIT_AFTER"], ["WRITE"]]
 SYMLINK_TARGETS = ["foo", "A/foo", "C/foo", "missing"]
+# renameat2(2) flags, plain rename first: RENAME_NOREPLACE (create-if-absent, as apps that must
+# not clobber do) and RENAME_EXCHANGE (atomic swap of two names, e.g. of a directory tree).
+# RENAME_WHITEOUT is left out: it makes a whiteout device node for overlayfs, not an app's op.
+RENAME_FLAGS: Tiers = [[[]], [["NOREPLACE"], ["EXCHANGE"]]]
 # pwritev2: untorn (RWF_ATOMIC) writes first. Their sizes are powers of two
 # inside the unit range statx reports where they work (xfs -m reflink=1 here:
 # 4 KiB to 1 MiB), naturally aligned, on an O_DIRECT fd (one is opened, and
@@ -88,10 +102,27 @@ class OpListBuilder:
         self.last_fd: str | None = None   # the fd the last fd op used: persist / reuse it first
         self.opened: list[str] = []       # paths opened so far: unlink / truncate / rename those first
         self.direct: dict[str, str] = {}  # O_DIRECT fds -> their paths
+        self.fd_path: dict[str, str] = {}  # fd -> the path it was opened with
+        self.touched: list[str] = []      # the paths the last namespace op used (persist those first)
+        self.last_ns = ""                 # and its kind
         self._next_fd = 0
 
-    def _fd_tiers(self) -> Tiers:
-        return [[self.last_fd], self.fds] if self.last_fd in self.fds else [self.fds]
+    def _fd_tiers(self, persist: bool = False) -> Tiers:
+        """Fds to pick from, likeliest first: for a persistence op after a namespace op,
+        the fds open on a path it used (the renamed, linked or unlinked file); then the
+        fd the last fd op used; then any."""
+        tiers: list[list[str]] = []
+        if persist and self.touched:
+            tiers.append([f for f in self.fds if self.fd_path.get(f) in self.touched])
+        if self.last_fd in self.fds:
+            tiers.append([self.last_fd])
+        tiers.append(self.fds)
+        return [t for t in tiers if t]
+
+    def _dir_tiers(self) -> Tiers:
+        """Directories to fsync: after a namespace op, those holding the names it used."""
+        near = sorted({os.path.dirname(p) or "." for p in self.touched} & set(PERSIST_DIRS))
+        return [near, PERSIST_DIRS] if near else [PERSIST_DIRS]
 
     def _path_tiers(self, paths: list[str]) -> Tiers:
         return [self.opened, paths] if self.opened else [paths]
@@ -100,8 +131,22 @@ class OpListBuilder:
         if kind == "fsync_dir":  # open the directory read-only, fsync it, close it
             name = f"f{self._next_fd}"
             self._next_fd += 1
-            self.ops += [{"op": "open", "path": pick(one(PERSIST_DIRS)), "flags": ["O_RDONLY"], "fd": name},
+            self.ops += [{"op": "open", "path": pick(self._dir_tiers()), "flags": ["O_RDONLY"], "fd": name},
                          {"op": "fsync", "fd": name}, {"op": "close", "fd": name}]
+            return
+        unreached = not any(self.fd_path.get(f) in self.touched for f in self.fds)
+        if kind in ("fsync", "fdatasync") and self.last_ns in ("rename", "link", "mkdir") and unreached \
+                and len(self.fds) < MAX_FDS:
+            # No fd on what the namespace op just changed: open it by its new name (a file or a
+            # directory, read-only: enough to fsync it) and persist that.
+            self.open(self.touched[-1], ["O_RDONLY"])
+        if kind == "tmpfile":  # open(O_TMPFILE) in a directory: a file with no name, until linkat
+            if len(self.fds) < MAX_FDS:
+                name = self.last_fd = f"f{self._next_fd}"
+                self._next_fd += 1
+                self.ops.append({"op": "open", "path": pick(one(PERSIST_DIRS)), "flags": ["O_TMPFILE", "O_RDWR"],
+                                 "fd": name})
+                self.fds.append(name)
             return
         if kind in FD_KINDS and not self.fds:
             kind = "open"
@@ -111,7 +156,7 @@ class OpListBuilder:
             return
         op: dict[str, Any] = {"op": kind}
         if kind in FD_KINDS:
-            op["fd"] = self.last_fd = pick(self._fd_tiers())
+            op["fd"] = self.last_fd = pick(self._fd_tiers(persist=kind in PERSIST_KINDS))
         if kind == "close":
             self.fds.remove(op["fd"])
         elif kind in ("pwrite", "pread", "mmap_write"):
@@ -130,10 +175,15 @@ class OpListBuilder:
                 op["path"] = pick(self._path_tiers(FILES))
         elif kind in ("rename", "link"):
             op.update({"from": pick(self._path_tiers(PATHS)), "to": pick(one(PATHS))})
+            flags = pick(RENAME_FLAGS) if kind == "rename" else []
+            if flags:
+                op["flags"] = flags
         elif kind == "symlink":
             op.update(target=pick(one(SYMLINK_TARGETS)), path=pick([FILES, DIRS]))
         elif kind == "unlink":
             op["path"] = pick(self._path_tiers(FILES))
+        elif kind == "linkat":  # name the fd's file (a tmpfile, or one renamed or unlinked since)
+            op["to"] = pick(one(FILES))
         elif kind in ("mkdir", "rmdir"):
             op["path"] = pick([DIRS, FILES])  # a file's name reused as a directory too
         elif kind == "setxattr":
@@ -144,6 +194,11 @@ class OpListBuilder:
             op["path"] = pick(self._path_tiers(FILES))
         elif kind == "pwritev2":
             self.pwritev2(op, pick)
+        if kind in NAMESPACE_KINDS:
+            self.touched = [op[k] for k in ("from", "to", "path") if k in op]
+            self.last_ns = kind
+        elif kind not in PERSIST_KINDS:
+            self.touched, self.last_ns = [], ""
         self.ops.append(op)
 
     def open(self, path: str, flags: list[str]) -> str:
@@ -151,6 +206,7 @@ class OpListBuilder:
         self._next_fd += 1
         self.ops.append({"op": "open", "path": path, "flags": flags, "fd": name})
         self.fds.append(name)
+        self.fd_path[name] = path
         self.opened.append(path)
         if "O_DIRECT" in flags:
             self.direct[name] = path

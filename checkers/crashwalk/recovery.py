@@ -27,7 +27,7 @@ from foundation.filesystems import FsType, join_opts
 from foundation.holders import holders
 from foundation.kmsg import KernelLog
 from foundation.loopdev import LoopDevice
-from foundation.runstate import RunState, attach_recorded_loop
+from foundation.runstate import RunState
 
 FSCK_TIMEOUT_S = 600
 # Reads one mounted, recovered image.
@@ -54,24 +54,26 @@ class Verdict:
     kernel: dict[str, str] | None = None
 
 
-def inspect_read_only(image: str, fs: FsType, mnt: str, state: RunState, inspect: MountInspect) -> list[Finding]:
-    """Let INSPECT read IMAGE, already recovered by another kernel: a read-only
-    loop device and a read-only mount, so the host kernel replays and writes nothing."""
-    dev, loop_res = attach_recorded_loop(state, image, read_only=True)
+def inspect_on_loop(loop: LoopDevice, fs: FsType, mnt: str, state: RunState,
+                    inspect: MountInspect) -> list[Finding]:
+    """Let INSPECT read the image in LOOP's backing file, already recovered by another kernel:
+    LOOP is read-only and the mount too, so the host kernel replays and writes nothing.
+    LOOP serves many images (mount and umount are system calls, nothing attached per
+    image): the caller rewrote its backing file, so its cached blocks are dropped first."""
+    loop.drop_caches()
+    mount_res = state.record("mount", path=mnt)
     try:
-        mount_res = state.record("mount", path=mnt)
-        p = sysres.mount(dev, mnt, fs.name, join_opts("ro", fs.recovery_opts))
-        if p.returncode != 0:
-            state.released(mount_res)
-            err = (p.stderr or p.stdout).strip()
-            return [Finding("mount", f"read-only host mount of the recovered image (for the content checks) failed: {err}",
-                            evidence={"mount_error": err})]
-        try:
-            return guarded_inspect(inspect, mnt)
-        finally:
-            state.release(mount_res)
+        kmount.mount(loop.path, mnt, fs.name, join_opts("ro", fs.recovery_opts))
+    except kmount.MountError as e:
+        state.released(mount_res)
+        return [Finding("mount", f"read-only host mount of the recovered image (for the content checks) failed: {e}",
+                        evidence={"mount_error": str(e)})]
+    try:
+        return guarded_inspect(inspect, mnt)
     finally:
-        state.release(loop_res)
+        kmount.umount(mnt)
+        state.released(mount_res)
+        loop.wait_unclaimed()  # the next image's bytes go under it
 
 
 def fsck(image: str, fs: FsType) -> tuple[int, str]:

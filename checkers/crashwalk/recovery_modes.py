@@ -44,6 +44,11 @@ def parse_recovery(spec: str) -> tuple[str, ...]:
     raise UsageError(f"--recovery {spec!r}: choose one of {', '.join(CHOICES)}")
 
 
+def recovery_name(modes: tuple[str, ...]) -> str:
+    """The `--recovery` word for MODES (parse_recovery's inverse)."""
+    return "both" if modes == MODES else modes[0]
+
+
 # Mount options that skip recovery: a crash image mounted with them is not
 # recovered, and fsck after it would judge an unrecovered image (false positives).
 NO_RECOVERY_OPTS = ("norecovery", "noload", "nologreplay", "rescue=nologreplay", "rescue=all")

@@ -20,6 +20,7 @@ from foundation import kmount, ownership, sysres
 from foundation.filesystems import get_fs
 from foundation.loopdev import recorded_loop
 from foundation.runstate import RunState
+from replay.logformat import LogReader
 
 SIZE = 256 << 20
 
@@ -92,9 +93,20 @@ def recorder_vs_loop(state: RunState, n: int, device_cls: type[RecordedDevice]) 
                    _ext4_on(state, mounted, loop.path, "calibrate-loop")]
             recorder, plain = fsync_p50s_us(fds, n)
         device.stop()
+        flushes = _log_flushes(device.log_path)
         leftovers = [device.log_path, image, *device.scratch_files()]
     for leftover in leftovers:
         with contextlib.suppress(OSError):
             os.unlink(leftover)
     return {"backend": device_cls.name, "recorder_p50_us": round(recorder, 1), "loop_p50_us": round(plain, 1), "ratio": round(recorder / plain, 2),
-            "fsyncs": n, "seconds": round(time.perf_counter() - t0, 2), "load_avg_1min": round(os.getloadavg()[0], 2)}
+            "fsyncs": n, "log_flushes": flushes, "seconds": round(time.perf_counter() - t0, 2), "load_avg_1min": round(os.getloadavg()[0], 2)}
+
+
+def _log_flushes(log: str) -> int | None:
+    """Flush requests the recorder logged: the block layer's own count of what the fsyncs asked
+    of the device (each fsync on ext4 ends in at least one), a check on `fsyncs` from outside."""
+    try:
+        with LogReader(log) as r:
+            return sum(e.is_flush for e in r.entries())
+    except (OSError, ValueError):
+        return None

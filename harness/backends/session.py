@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import platform
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from checkers.crashwalk.recovery import PointInspect
 from foundation import kmount, sysres
 from harness.backends.device import RecordedDevice
+from harness.backends.engine import Engine, Option
 from harness.backends.tuning import tuned
 from foundation.errors import EnvError
 from foundation.filesystems import FsType, join_opts
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
 MARK_RECOVERY_MOUNTED = "pc:recovery-mounted"   # in a recovery recording: the recovery mount returned
 # --fault modes: which recording makes the recorder lie (it drops flushes).
 FAULTS = {"drop-flush": "workload", "recovery-drop-flush": "recovery"}
+# --fault: declared by the engines with test faults (fuse, vm); dm has none.
+FAULT = Option("fault", None, "--fault is a test mode of the fuse recorder; --backend dm records with the "
+                              "kernel's dm-log-writes")
 
 
 
@@ -120,3 +124,12 @@ class DeviceBackend:
     def report_extra(self) -> dict[str, Any]:
         profile = self.device_opts.get("profile")
         return {"device_profile": profile} if profile else {}
+
+
+class DeviceEngine(Engine):
+    """A host-side engine: it supplies the recorded device (DEVICE_CLS), the host does the rest (`record`)."""
+
+    device_cls: ClassVar[type[RecordedDevice]]
+
+    def calibration_device(self, opts: Any) -> type[RecordedDevice] | None:
+        return self.device_cls

@@ -34,8 +34,11 @@ from harness.corpus.entries import load_doc, VERDICT_KINDS, Entry, Row
 from foundation.errors import EnvError, KernelFailure, PowercutError, Terminated, UsageError
 from foundation.filesystems import get_fs
 from foundation.parentdeath import signal_on_parent_death
+from harness.backends import BackendConfig
+from harness.backends.engine import option_keys
+from harness.pipeline.config import KEYS, RunConfig, host_backend
 from harness.pipeline.live import live_guest, opener
-from harness.pipeline.run import RunConfig, check_tools, run_checked
+from harness.pipeline.run import check_tools, run_checked
 
 if TYPE_CHECKING:
     import multiprocessing.queues
@@ -80,12 +83,11 @@ class Case:
 
 
 @dataclass(frozen=True)
-class Backend:
-    """Where every case of a corpus run records and recovers (`--backend`, `--kernel`)."""
-    name: str = "fuse"
-    kernel: str | None = None
-    kernel_modules: str | None = None
-    recovery: dict[str, Any] = field(default_factory=dict)  # --recovery* (RunConfig fields); a row's recovery wins
+class CorpusOptions:
+    """The options every case of a corpus run shares: where it records and recovers (`--backend`,
+    `--kernel`), how it recovers, the oracle's tier."""
+    backend: BackendConfig = field(default_factory=host_backend)
+    recovery: dict[str, Any] = field(default_factory=dict)  # --recovery* (run config keys); a row's recovery wins
     semantics: str = DEFAULT_TIER    # the oracle's tier for every case (`--semantics`)
 
 
@@ -105,22 +107,25 @@ def host_cannot_run(row: Row) -> str:
     return "" if probe.returncode == 0 else f"the kernel has no {row.fs} (not built in, no module)"
 
 
-def run_config(entry: Entry, row: Row, backend: Backend = Backend()) -> RunConfig:
-    fields = {f.name for f in dataclasses.fields(RunConfig)} - {"fs", "mkfs_opts", "mount_opts", "quiet", "semantics"}
-    bad = set(entry.run) - fields
+# What an entry's `run` may set: not what the row, the corpus run or its backend decide.
+ENTRY_RUN_KEYS = KEYS - option_keys() - {"backend", "fs", "mkfs_opts", "mount_opts", "quiet", "semantics"}
+
+
+def run_config(entry: Entry, row: Row, options: CorpusOptions = CorpusOptions()) -> RunConfig:
+    bad = set(entry.run) - ENTRY_RUN_KEYS
     if bad:
         raise UsageError(f"{entry.path}: unknown run option(s) {', '.join(sorted(bad))}")
     # The expectations were recorded with in-order crash states only: an entry
     # opts in to reordering (`"run": {"reorder": ...}`) with verdicts to match.
-    run = {"reorder": "none", **backend.recovery, **entry.run}
+    run = {"reorder": "none", **options.recovery, **entry.run}
     if row.recovery:
         run["recovery"] = row.recovery
-    return RunConfig(fs=row.fs, mkfs_opts=row.mkfs_opts, mount_opts=row.mount_opts, quiet=True,
-                     backend=backend.name, kernel=backend.kernel, kernel_modules=backend.kernel_modules,
-                     semantics=backend.semantics, **run)
+    return RunConfig.parse({**options.backend.to_json(), "fs": row.fs, "mkfs_opts": row.mkfs_opts,
+                            "mount_opts": row.mount_opts, "quiet": True, "semantics": options.semantics, **run})
 
 
-def run_case(entry: Entry, row: Row, out_dir: str, backend: Backend = Backend(), live: LiveVm | None = None) -> Case:
+def run_case(entry: Entry, row: Row, out_dir: str, options: CorpusOptions = CorpusOptions(),
+             live: LiveVm | None = None) -> Case:
     """One case; with LIVE (--backend vm) in that live guest."""
     case = Case(entry.name, row.name, row.fs, row.mkfs_opts, row.mount_opts, entry.expected(row),
                 may=entry.allowed(row))
@@ -128,7 +133,7 @@ def run_case(entry: Entry, row: Row, out_dir: str, backend: Backend = Backend(),
     wl = os.path.join(case_dir, "workload.json")
     write_json(wl, entry.workload, indent=1)
     try:
-        cfg = run_config(entry, row, backend)
+        cfg = run_config(entry, row, options)
         report = run_checked(wl, cfg, os.path.join(case_dir, "run"), opener=opener(live)).report
     except PowercutError as e:
         case.error = str(e)
@@ -142,22 +147,22 @@ def run_case(entry: Entry, row: Row, out_dir: str, backend: Backend = Backend(),
     return case
 
 
-def run_cases(todo: list[tuple[Entry, Row]], out_dir: str, backend: Backend = Backend(),
+def run_cases(todo: list[tuple[Entry, Row]], out_dir: str, options: CorpusOptions = CorpusOptions(),
               jobs: int = 1) -> Iterator[Case]:
     """Run every (entry, row) case, JOBS at a time, each in its own process; yield them as they finish."""
     for row_name in {row.name for _, row in todo}:  # made here: workers would race on the parents
         ownership.make_dir(os.path.join(out_dir, row_name))
-    if backend.name == "vm":
-        yield from _run_live(todo, out_dir, backend, jobs)
+    if options.backend.engine.keeps_guest:
+        yield from _run_live(todo, out_dir, options, jobs)
         return
     if jobs <= 1:
         for entry, row in todo:
-            yield run_case(entry, row, out_dir, backend)
+            yield run_case(entry, row, out_dir, options)
         return
     # Processes, not threads: a run installs its SIGTERM handler, which only a main thread may.
     pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork"))
     try:
-        futures = [pool.submit(run_case, entry, row, out_dir, backend) for entry, row in todo]
+        futures = [pool.submit(run_case, entry, row, out_dir, options) for entry, row in todo]
         for future in as_completed(futures):
             yield future.result()  # a case's internal error ends the corpus run (exit 3)
     finally:
@@ -172,21 +177,19 @@ def _guest_size_mib(case: tuple[Entry, Row]) -> int:
     return int(entry.run.get("size_mib") or get_fs(row.fs).default_size_mib)
 
 
-def _run_job(todo: list[tuple[Entry, Row]], out_dir: str, backend: Backend, job: int = 0) -> Iterator[Case]:
-    base = RunConfig(fs=todo[0][1].fs, backend=backend.name, kernel=backend.kernel,
-                     kernel_modules=backend.kernel_modules, quiet=True)
-    with live_guest(base, {row.fs for _, row in todo}) as live:
+def _run_job(todo: list[tuple[Entry, Row]], out_dir: str, options: CorpusOptions, job: int = 0) -> Iterator[Case]:
+    with live_guest(options.backend, {row.fs for _, row in todo}) as live:
         assert live is not None
         try:
             for entry, row in todo:
-                yield run_case(entry, row, out_dir, backend, live)
+                yield run_case(entry, row, out_dir, options, live)
         finally:
             s = live.stats()
             print(f"powercut corpus: job {job}: {s['boots']} guest boot(s), {s['boot_seconds']} s booting",
                   file=sys.stderr, flush=True)
 
 
-def _job_main(todo: list[tuple[Entry, Row]], out_dir: str, backend: Backend, job: int,
+def _job_main(todo: list[tuple[Entry, Row]], out_dir: str, options: CorpusOptions, job: int,
               results: "multiprocessing.queues.Queue[tuple[str, Any]]") -> None:
     """A job process: its cases in its live guest, each sent back as it finishes. Ctrl-C
     reaches the parent only; the parent's SIGTERM (or its death) tears the case under way down."""
@@ -199,7 +202,7 @@ def _job_main(todo: list[tuple[Entry, Row]], out_dir: str, backend: Backend, job
     signal.signal(signal.SIGTERM, on_term)
     signal_on_parent_death(signal.SIGTERM)  # a corpus run killed with -9 must not leave its jobs running
     try:
-        for case in _run_job(todo, out_dir, backend, job):
+        for case in _run_job(todo, out_dir, options, job):
             results.put(("case", case))
     except KernelFailure as e:  # (the pipeline turns these into findings; its args do not pickle)
         results.put(("error", EnvError(str(e))))
@@ -210,16 +213,16 @@ def _job_main(todo: list[tuple[Entry, Row]], out_dir: str, backend: Backend, job
                                            + "".join(traceback.format_exception(e)))))
 
 
-def _run_live(todo: list[tuple[Entry, Row]], out_dir: str, backend: Backend, jobs: int) -> Iterator[Case]:
+def _run_live(todo: list[tuple[Entry, Row]], out_dir: str, options: CorpusOptions, jobs: int) -> Iterator[Case]:
     todo = sorted(todo, key=_guest_size_mib)  # stable: row order within a size
     if jobs <= 1 or len(todo) == 1:
-        yield from _run_job(todo, out_dir, backend)
+        yield from _run_job(todo, out_dir, options)
         return
     ctx = multiprocessing.get_context("fork")
     results = ctx.Queue()
     # Every job takes every JOBS-th case: each goes through the sizes in the same order.
     procs = [ctx.Process(target=_job_main, name=f"powercut-corpus-job{k}",
-                         args=(todo[k::jobs], out_dir, backend, k, results)) for k in range(min(jobs, len(todo)))]
+                         args=(todo[k::jobs], out_dir, options, k, results)) for k in range(min(jobs, len(todo)))]
     finished = False
     try:
         for p in procs:
@@ -264,16 +267,17 @@ def load_results(path: str) -> dict[str, Any]:
     return load_doc(path, RESULTS_FORMAT, "a corpus results file")
 
 
-def results_doc(cases: list[Case], started: float, backend: Backend = Backend()) -> dict[str, Any]:
+def results_doc(cases: list[Case], started: float, options: CorpusOptions = CorpusOptions()) -> dict[str, Any]:
     kernels = sorted({c.kernel for c in cases if c.kernel})
+    spec = options.backend.engine.describe(options.backend.options).get("kernel_spec")
     return {
         "format": RESULTS_FORMAT,
         # The kernel under test: the guest's with --backend vm, else the host's.
-        "kernel": ", ".join(kernels) or (backend.kernel or "?" if backend.name == "vm" else platform.release()),
+        "kernel": ", ".join(kernels) or spec or platform.release(),
         "host_kernel": platform.release(),
-        "backend": backend.name,
-        "semantics": backend.semantics,
-        "kernel_spec": backend.kernel,
+        "backend": options.backend.name,
+        "semantics": options.semantics,
+        "kernel_spec": spec,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "seconds": round(time.time() - started, 1),
         "summary": {"cases": len(cases), "unexpected": sum(c.unexpected for c in cases),

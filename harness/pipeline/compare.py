@@ -16,10 +16,12 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Any
 
+from checkers.crashwalk.recovery_modes import check_recovers
 from foundation.jsondoc import write_json
 from foundation import internal_error, ownership
 from foundation.errors import UsageError
-from harness.pipeline.run import RunConfig, default_out_dir, run_workload
+from harness.pipeline.config import RunConfig
+from harness.pipeline.run import default_out_dir, run_workload
 from harness.reports.markdown import profile_lines
 from harness.reports.plots import NOT_PLOTTED, PLOT_DIR, cdf, slug
 from harness.reports.report import summary
@@ -117,6 +119,8 @@ def run_matrix(spec: str, cfg: RunConfig, scale: float | None, params: list[str]
         raise UsageError("give --mount-opts or --mount-opts-matrix, not both")
     dimension, vs = variants(mount_opts_matrix, param_matrix, params)
     runners = [load_runner(spec, scale, v.params) for v in vs]  # every variant is valid before any runs
+    for v in vs:  # (CFG's own options were checked when they were parsed)
+        check_recovers(v.mount_opts)
     out_dir = ownership.make_dir(out or default_out_dir(f"{runners[0].name}-compare", cfg.fs))
     internal_error.note_output_dir(out_dir)
     runs = []

@@ -14,23 +14,19 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from harness.backends import BackendOpener
+from harness.backends import BackendConfig, BackendOpener
 from foundation.filesystems import get_fs
-from harness.pipeline.run import RunConfig
 
 if TYPE_CHECKING:
     from harness.backends.vm.backend import LiveVm
 
 
 @contextmanager
-def live_guest(cfg: RunConfig, fs_names: Iterable[str]) -> Iterator["LiveVm | None"]:
-    """A LiveVm for CFG's kernel serving FS_NAMES (None unless CFG's backend is vm); closed
+def live_guest(backend: BackendConfig, fs_names: Iterable[str]) -> Iterator["LiveVm | None"]:
+    """BACKEND's live guest serving FS_NAMES (None unless its engine keeps one: vm); closed
     (QEMU killed, its scratch disks removed) on the way out, whatever happens."""
-    if cfg.backend != "vm":
-        yield None
-        return
-    from harness.backends.vm.backend import LiveVm
-    with LiveVm(cfg.kernel, cfg.kernel_modules, [get_fs(n) for n in sorted(set(fs_names))], cfg.fault) as live:
+    fss = [get_fs(n) for n in sorted(set(fs_names))]
+    with backend.engine.live_guest(backend.options, fss) as live:
         yield live
 
 

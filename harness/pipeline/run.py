@@ -8,7 +8,6 @@ exact state a finding came from, rebuilt from the saved log."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -20,32 +19,31 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkers.crashwalk.walk import Inspect, RecoveryOptions, WalkOptions, check_crash_states
-from checkers.crashwalk.recovery_crash import RecoveryCrashSpec
-from checkers.crashwalk.recovery_modes import check_recovers, mode_opts, parse_recovery
+from checkers.crashwalk.recovery_modes import mode_opts, recovery_name
 from checkers.findings import Finding
-from checkers.fsrules import DEFAULT_TIER, TIERS, Semantics
+from checkers.fsrules import DEFAULT_TIER, Semantics
 from checkers.oracle import ContentOracle
 from checkers.design import design_points
 from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
 from checkers.findings import kernel_finding
 from checkers.known_damage import known_damage
 from foundation import internal_error, ownership, sysres
-from harness.backends import Backend, BackendOpener, DeviceArgs, open_backend, resolve as resolve_backend
+from harness.backends import Backend, BackendOpener, engine
 from foundation.errors import KernelFailure, Terminated, UsageError
 from foundation.filesystems import FsType, get_fs
+from harness.pipeline.config import RunConfig, check_size
 from harness.reports.plots import BackgroundPlots
 from foundation.progress import CrashProgress
 from harness.reports.report import budget_line, build_report, write_report
 from harness.reports.markdown import write_markdown
 from foundation.runstate import RunState
-from harness.backends.session import DeviceBackend, Recording
+from harness.backends.session import Recording
 from harness.backends.calibrate import recorder_vs_loop
-from harness.backends.fuse.profiles import resolve as resolve_profile
 from foundation.sparse import sparse_copy
 from workloads.runner import ExecutorWorkload, WorkloadRunner, load_runner, read_document
-from replay.crashpoints import (DEFAULT as DEFAULT_POINTS, DEFAULT_BUDGET, EVERY_POINT, Budget, mark_range,
-                               parse_budget, parse_spec, select_crash_points)
-from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER, RECOVERY_LOG_DIR, CrashState, ReorderSpec
+from replay.crashpoints import (DEFAULT as DEFAULT_POINTS, DEFAULT_BUDGET, EVERY_POINT, Budget, CrashPointSpec,
+                               mark_range, select_crash_points)
+from replay.crashstates import DEFAULT_REORDER, RECOVERY_LOG_DIR, CrashState
 from replay.logformat import LogReader
 from workloads import scenarios
 from workloads.results import read_records
@@ -55,88 +53,12 @@ CALIBRATION_FSYNCS = 1000  # ~2 s: 100 gave p50 ratios from 0.4x to 3.8x on this
 
 
 @dataclass
-class RunConfig:
-    fs: str
-    backend: str = "fuse"
-    mkfs_opts: str = ""
-    mount_opts: str | None = None   # None: the workload's suggestion (a scenario's), else none
-    size_mib: int = 0               # 0: the file system's default, or more if the workload asks
-    crash_points: str | None = None  # None: the workload's suggestion, else DEFAULT_POINTS
-    start_mark: str | None = None   # crash points only from this mark ...
-    end_mark: str | None = None     # ... up to this one
-    reorder: str = DEFAULT_REORDER  # crash states per point: replay/crashstates.py
-    states_per_point: int = DEFAULT_PER_POINT
-    jobs: int = 0                   # parallel crash checks; 0: one per CPU, plus one
-    first_failure: bool = False
-    fault: str | None = None        # test-only recorder fault mode
-    recovery: str = "rw"            # how crash images are recovered: rw, ro or both (checkers/crashwalk/recovery_modes.py)
-    recovery_crash: bool = False    # also crash inside each recovery (checkers/crashwalk/recovery_crash.py)
-    recovery_crash_states: int = 8  # at most this many recovery crash states per crash state and mode
-    recovery_crash_rate: float = 1.0  # fraction of crash states whose recovery is recorded
-    keep_image: bool = False
-    calibrate: bool = False         # fuse, dm: measure the recorder's own fsync overhead first (powercut run)
-    device_profile: str | None = None  # fuse: the device timing the recorder plays (NAME or FILE.json)
-    max_states: int | str = 0       # crash-point budget (0/all: every point; N; design+N): replay/crashpoints.py
-    kernel: str | None = None       # --backend vm: debian:PACKAGE or a kernel image path
-    kernel_modules: str | None = None
-    data_dev: str | None = None     # --backend dm on the user's block devices (else loop devices)
-    log_dev: str | None = None
-    erase_ok: tuple[str, ...] = ()  # --i-know-this-erases DEV, repeated
-    quiet: bool = False             # no crash-walk progress (campaigns print their own)
-    markdown: bool = False          # also write OUT/report.md with latency figures (powercut run)
-    semantics: str = DEFAULT_TIER   # the oracle's tier of rules: posix or linux (checkers/fsrules.py)
-    known_damage_findings: bool = False  # damage the configuration documents as findings (checkers/known_damage.py)
-
-    def reorder_spec(self) -> ReorderSpec:
-        """The crash-state options, checked (before a long recording, not after)."""
-        if self.semantics not in TIERS:
-            raise UsageError(f"--semantics {self.semantics}: choose {' or '.join(TIERS)}")
-        if self.jobs < 0:
-            raise UsageError(f"--jobs {self.jobs}: must be at least 1 (0: one per CPU, plus one)")
-        return ReorderSpec.parse(self.reorder, self.states_per_point)
-
-    def check(self) -> FsType:
-        """The options that need no workload, checked before anything is made (UsageError)."""
-        fs = get_fs(self.fs)
-        if self.size_mib:
-            check_size(fs, self.size_mib)
-        parse_spec(self.crash_points or DEFAULT_POINTS)
-        parse_budget(self.max_states)
-        self.reorder_spec()
-        self.recovery_crash_spec()
-        return fs
-
-    def recovery_modes(self) -> tuple[str, ...]:
-        return parse_recovery(self.recovery)
-
-    def recovery_crash_spec(self) -> RecoveryCrashSpec | None:
-        """--recovery-crash and its budget, checked (UsageError)."""
-        self.recovery_modes()
-        check_recovers(self.mount_opts)
-        spec = RecoveryCrashSpec(self.recovery_crash_states, self.recovery_crash_rate)
-        if not self.recovery_crash:
-            return None
-        if self.backend != "fuse":
-            raise UsageError(f"--recovery-crash records the recovery mount on the fuse recorder; "
-                             f"not available with --backend {self.backend}")
-        return spec
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(vars(self))
-
-
-@dataclass
 class RunResult:
     report: dict[str, Any]
     findings: list[Finding]
     checks: WorkloadChecks          # the oracle (and its model of the workload) for JSON workloads
     log_path: str
     points: list[int]               # the crash points checked
-
-
-def check_size(fs: FsType, size_mib: int) -> None:
-    if size_mib < fs.min_size_mib:
-        raise UsageError(f"--size {size_mib} MiB is too small for {fs.name} (minimum {fs.min_size_mib} MiB)")
 
 
 def default_out_dir(name: str, fs: str) -> str:
@@ -186,21 +108,15 @@ def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
     also reads every recovered crash image (after the content oracle). OPENER
     gives the backend instead of CFG (a campaign worker's live vm guest)."""
     fs = get_fs(cfg.fs)
-    cfg = dataclasses.replace(cfg, backend=resolve_backend(cfg.backend))  # the report names the real one
     if isinstance(workload, str):
         workload = load_runner(workload)
     size_mib = cfg.size_mib or max(fs.default_size_mib, workload.device.size_mib or 0)
     check_size(fs, size_mib)
     mount_opts = cfg.mount_opts if cfg.mount_opts is not None else workload.run_defaults.get("mount_opts", "")
-    kinds = cfg.crash_points or workload.run_defaults.get("crash_points", DEFAULT_POINTS)
-    parse_spec(kinds)  # a bad spec fails before anything is recorded
-    cfg.reorder_spec()
-    cfg.recovery_crash_spec()
+    # A workload's suggestion is parsed here (a bad one fails before anything is recorded).
+    kinds = cfg.crash_points or CrashPointSpec.parse(workload.run_defaults.get("crash_points", DEFAULT_POINTS))
     check_tools(fs)
-    devices = DeviceArgs(cfg.data_dev, cfg.log_dev, tuple(cfg.erase_ok))
-    backend = opener(fs, workload) if opener else open_backend(
-        cfg.backend, fs, workload, fault=cfg.fault, kernel=cfg.kernel, kernel_modules=cfg.kernel_modules,
-        devices=devices, profile=resolve_profile(cfg.device_profile))
+    backend = opener(fs, workload) if opener else cfg.backend.open(fs, workload)
     out_dir = ownership.make_dir(out_dir)
     internal_error.note_output_dir(out_dir)
     log_path = os.path.join(out_dir, "recording.log")
@@ -209,11 +125,9 @@ def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
     try:
         with terminate_as_exception():
             calibration = None
-            # On the user's own devices (dm) the run's storage is not the loop devices a
-            # calibration would compare: no figure rather than a wrong one.
-            if (cfg.calibrate and isinstance(backend, DeviceBackend) and not devices.given()
-                    and isinstance(workload, ExecutorWorkload)):
-                calibration = recorder_vs_loop(state, CALIBRATION_FSYNCS, backend.device_cls)
+            device_cls = cfg.backend.engine.calibration_device(cfg.backend.options) if opener is None else None
+            if cfg.calibrate and device_cls is not None and isinstance(workload, ExecutorWorkload):
+                calibration = recorder_vs_loop(state, CALIBRATION_FSYNCS, device_cls)
             try:
                 rec = backend.record(fs, cfg.mkfs_opts, mount_opts, workload, state, out_dir, size_mib << 20, log_path)
             except KernelFailure as e:
@@ -221,7 +135,8 @@ def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
             else:
                 if cfg.keep_image and rec.final_image:
                     keep_image(rec.final_image, os.path.join(out_dir, "final.img"))
-                result = _check(rec, workload, fs, cfg, mount_opts, kinds, backend, state, inspect_extra)
+                result = _check(rec, workload, fs, cfg, mount_opts, kinds, backend, cfg.backend.name, state,
+                                inspect_extra)
     finally:
         state.teardown_or_warn()
     lat = result.report.get("latency")
@@ -240,17 +155,18 @@ def _kernel_died(e: KernelFailure, workload: WorkloadRunner, fs: FsType, cfg: Ru
                  backend: Backend, log_path: str, device_bytes: int) -> RunResult:
     """The result of a recording the kernel under test did not survive: one `kernel` finding, no crash walk."""
     findings = [kernel_finding(e.event)]
-    report = build_report(fs=fs.name, mkfs_opts=cfg.mkfs_opts, mount_opts=mount_opts, backend=cfg.backend,
+    report = build_report(fs=fs.name, mkfs_opts=cfg.mkfs_opts, mount_opts=mount_opts, backend=cfg.backend.name,
                           kernel="", workload={"name": workload.name}, log_path=log_path, log_entries=0,
                           device_bytes=device_bytes, sector_size=0, crash_points=0, states_checked=0,
                           findings=findings, extra={**backend.report_extra(), "recording": "the guest kernel died"})
     return RunResult(report, findings, WorkloadChecks(), log_path, [])
 
 
-def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig, mount_opts: str, kinds: str,
-           backend: Backend, state: RunState, inspect_extra: Inspect | None,
+def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig, mount_opts: str,
+           kinds: CrashPointSpec, backend: Backend, backend_name: str, state: RunState, inspect_extra: Inspect | None,
            state_ids: tuple[str, ...] = (), image: str | None = None) -> RunResult:
-    """The checking half of a run: every crash state of REC's log (or only STATE_IDS), the report."""
+    """The checking half of a run: every crash state of REC's log (or only STATE_IDS), the report
+    (naming BACKEND_NAME: the backend that recorded)."""
     out_dir = os.path.dirname(rec.log_path)
     reader = LogReader(rec.log_path)
     first, last = mark_range(reader, cfg.start_mark, cfg.end_mark)
@@ -263,12 +179,11 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
         if checks.oracle is not None:
             inspect = _state_inspector(checks.oracle)
     all_points = points
-    budget = parse_budget(cfg.max_states)
+    budget = cfg.max_states
     if budget and not state_ids:
         points = _apply_budget(budget, points, checks, quiet=cfg.quiet)
     inspect = _combine(inspect, inspect_extra)
-    modes = cfg.recovery_modes()
-    crash_spec = cfg.recovery_crash_spec()
+    modes, crash_spec = cfg.recovery, cfg.recovery_crash
     recovery = RecoveryOptions(modes, crash_spec, log_dir=os.path.join(out_dir, RECOVERY_LOG_DIR),
                                record=backend.recovery_recorder(fs, state, rec.device_bytes) if crash_spec else None)
     engines = {m: e for m in modes if (e := backend.recovery(fs, mode_opts(mount_opts, m), state, inspect))}
@@ -280,7 +195,7 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
         walk_t0 = time.perf_counter()
         label = f"checking {fs.name}" + _budget_label(checks.report.get("budget"))
         with (nullcontext() if cfg.quiet else CrashProgress(label)) as progress:
-            opts = WalkOptions(reorder=cfg.reorder_spec(), jobs=cfg.jobs, first_failure=cfg.first_failure,
+            opts = WalkOptions(reorder=cfg.reorder, jobs=cfg.jobs, first_failure=cfg.first_failure,
                                inspect=inspect, engines=None if image else engines, progress=progress,
                                only=state_ids, recovery=recovery, image=image)
             result = check_crash_states(rec.log_path, points, fs=fs, mount_opts=mount_opts,
@@ -297,11 +212,11 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
     expected: list[Finding] = []
     if known is not None:
         findings, expected = known.split(findings)
-    extra = {"crash_point_kinds": kinds, "device_tuning": rec.device_tuning, **checks.report, **backend.report_extra(),
-             "max_states": str(budget or EVERY_POINT), "crash_points_all": len(all_points), "reorder": cfg.reorder,
+    extra = {"crash_point_kinds": str(kinds), "device_tuning": rec.device_tuning, **checks.report, **backend.report_extra(),
+             "max_states": str(budget or EVERY_POINT), "crash_points_all": len(all_points), "reorder": str(cfg.reorder),
              "crash_states_total": result.states_total,
              "crash_states_duplicate": result.states_duplicate, "stopped_at_first_failure": result.stopped_early,
-             "mount_retries": result.mount_retries, "device_waits": result.device_waits, "recovery": cfg.recovery,
+             "mount_retries": result.mount_retries, "device_waits": result.device_waits, "recovery": recovery_name(modes),
              "recovery_checks": result.recovery_checks, "semantics": cfg.semantics,
              "crash_walk": {"seconds": round(walk_s, 3), "image_loads": result.image_loads,
                             "fsck_reused": result.fsck_reused,
@@ -325,7 +240,7 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
             extra["scenario"] = section
         if figures is not None:
             extra["latency"]["plots"] = figures
-    report = build_report(fs=fs.name, mkfs_opts=cfg.mkfs_opts, mount_opts=mount_opts, backend=cfg.backend,
+    report = build_report(fs=fs.name, mkfs_opts=cfg.mkfs_opts, mount_opts=mount_opts, backend=backend_name,
                           kernel=rec.kernel, workload={"name": workload.name, **rec.workload}, log_path=rec.log_path,
                           log_entries=reader.nr_entries, device_bytes=rec.device_bytes,
                           sector_size=rec.sector_size, crash_points=len(points),
@@ -373,33 +288,32 @@ def recheck(run_dir: str, state_id: str, recovery: str | None = None, semantics:
         with open(os.path.join(run_dir, "report.json")) as f:
             saved = json.load(f)
         info = saved["workload"]
-        cfg = RunConfig(fs=saved["fs"], mkfs_opts=saved["mkfs_opts"], mount_opts=saved["mount_opts"],
-                        reorder=saved.get("reorder", DEFAULT_REORDER), quiet=True,
-                        recovery=recovery or saved.get("recovery", "rw"), backend=saved.get("backend", "fuse"),
-                        semantics=semantics or saved.get("semantics", DEFAULT_TIER),
-                        known_damage_findings=saved.get("known_damage_findings", False))
+        recorded_by = saved.get("backend", "fuse")
+        cfg = RunConfig.parse({"fs": saved["fs"], "mkfs_opts": saved["mkfs_opts"], "mount_opts": saved["mount_opts"],
+                               "reorder": saved.get("reorder", DEFAULT_REORDER), "quiet": True,
+                               "recovery": recovery or saved.get("recovery", "rw"),
+                               "semantics": semantics or saved.get("semantics", DEFAULT_TIER),
+                               "known_damage_findings": saved.get("known_damage_findings", False)})
+        # Who recovers: this host's kernel, or (a vm run) a guest booting the kernel it was recorded on.
+        cfg.backend = engine(recorded_by).recheck_config(saved)
     except (OSError, json.JSONDecodeError, KeyError) as e:
         raise UsageError(f"{run_dir}: not a powercut run directory ({e})") from None
     if info.get("type") != "json":
         raise UsageError(f"{run_dir}: only runs of JSON workloads can be re-checked")
     workload = ExecutorWorkload(read_document(os.path.join(run_dir, info["saved"])), {"file": info["saved"]})
-    fs = cfg.check()
+    fs = get_fs(cfg.fs)
     check_tools(fs)
     if image is not None:
         check_image(image, saved["device_bytes"])
     rec = Recording(os.path.join(run_dir, saved["log"]), saved["device_bytes"], saved["sector_size"], info,
                     kernel=saved["kernel"], device_tuning=saved.get("device_tuning", {}))
-    vm = saved.get("vm") if saved.get("backend") == "vm" else None
-    if vm:  # recovery by the kernel the run was recorded on, in a guest
-        backend = open_backend("vm", fs, workload, kernel=vm["kernel_spec"], kernel_modules=vm.get("kernel_modules"),
-                               fault=vm.get("fault"))
-    else:
-        backend = open_backend("fuse", fs, workload)  # recovery by this host's kernel
+    backend = cfg.backend.open(fs, workload)
     state = RunState.create(f"recheck {run_dir}")
     try:
         with terminate_as_exception():
-            return _check(rec, workload, fs, cfg, cfg.mount_opts or "", saved.get("crash_point_kinds", DEFAULT_POINTS),
-                          backend, state, None, (state_id,), image)
+            kinds = CrashPointSpec.parse(saved.get("crash_point_kinds", DEFAULT_POINTS))
+            return _check(rec, workload, fs, cfg, cfg.mount_opts or "", kinds, backend, recorded_by, state, None,
+                          (state_id,), image)
     finally:
         state.teardown_or_warn()
 

@@ -240,6 +240,7 @@ void pc_exec_op(const struct pc_plan *plan, struct pc_thread *t, const struct pc
         TIMED(r, renameat2(AT_FDCWD, op->path, AT_FDCWD, op->path2, (unsigned)op->flags));
         break;
     case K_LINK: TIMED(r, link(op->path, op->path2)); break;
+    case K_LINKAT: TIMED(r, linkat(fd, "", AT_FDCWD, op->path2, AT_EMPTY_PATH)); break;
     case K_SYMLINK: TIMED(r, symlink(op->path2, op->path)); break;
     case K_UNLINK: TIMED(r, unlink(op->path)); break;
     case K_MKDIR: TIMED(r, mkdir(op->path, op->mode)); break;

@@ -27,7 +27,7 @@
  *   setxattr: path file name length    removexattr: path name
  *   mmap_write: fd file offset stride length msync(0|1)    fiemap: fd sync(0|1)
  *   pwritev2: fd file offset(-1: the fd's position) stride length iov(lengths joined by ',') flags
- *   statx: path flags(the mask)
+ *   statx: path flags(the mask)        linkat: fd to (AT_EMPTY_PATH: names the fd's file)
  *   sleep: us    repeat: count period_us(0: no period)    barrier: barrier
  * Modes are octal; everything else decimal.
  */
@@ -51,7 +51,7 @@ static const char *const kind_names[K__COUNT] = {
     "fallocate", "ftruncate", "truncate", "fsync", "fdatasync", "sync",
     "syncfs", "sync_file_range", "rename", "link", "symlink", "unlink",
     "mkdir", "rmdir", "setxattr", "removexattr", "mmap_write", "fiemap", "pwritev2",
-    "statx", "sleep", "repeat", "barrier",
+    "statx", "linkat", "sleep", "repeat", "barrier",
 };
 
 /* The fields each kind's line must carry, and no others (besides seq, kind, id). */
@@ -66,7 +66,8 @@ static const char *const kind_fields[K__COUNT] = {
     [K_UNLINK] = "path", [K_MKDIR] = "path mode", [K_RMDIR] = "path",
     [K_SETXATTR] = "path file name length", [K_REMOVEXATTR] = "path name",
     [K_MMAP_WRITE] = "fd file offset stride length msync", [K_FIEMAP] = "fd sync",
-    [K_PWRITEV2] = "fd file offset stride length iov flags", [K_STATX] = "path flags", [K_SLEEP] = "us",
+    [K_PWRITEV2] = "fd file offset stride length iov flags", [K_STATX] = "path flags", [K_LINKAT] = "fd to",
+    [K_SLEEP] = "us",
     [K_REPEAT] = "count period_us", [K_BARRIER] = "barrier",
 };
 
@@ -77,7 +78,7 @@ struct flag_name {
 #define FLAG(prefix, n) { #n, prefix##n }
 static const struct flag_name open_flags[] = {
     FLAG(, O_CREAT), FLAG(, O_RDWR), FLAG(, O_WRONLY), FLAG(, O_RDONLY), FLAG(, O_TRUNC),
-    FLAG(, O_APPEND), FLAG(, O_DIRECT), FLAG(, O_SYNC), FLAG(, O_DSYNC), FLAG(, O_EXCL), { 0, 0 },
+    FLAG(, O_APPEND), FLAG(, O_DIRECT), FLAG(, O_SYNC), FLAG(, O_DSYNC), FLAG(, O_EXCL), FLAG(, O_TMPFILE), { 0, 0 },
 };
 static const struct flag_name falloc_flags[] = {
     FLAG(FALLOC_FL_, KEEP_SIZE), FLAG(FALLOC_FL_, PUNCH_HOLE), FLAG(FALLOC_FL_, ZERO_RANGE),

@@ -36,7 +36,7 @@ from foundation.errors import EnvError, KernelFailure, UsageError
 from foundation.filesystems import FsType
 from foundation.runstate import RunState
 from foundation.sparse import copy_range
-from harness.backends import NEEDS_KERNEL
+from harness.backends.vm.engine import FAULTS, NEEDS_KERNEL
 from harness.backends.session import Recording
 from workloads.marks import MARK_MKFS, MARK_MOUNTED, MARK_WORKLOAD_END
 from harness.backends.vm import initramfs, kernel as vmkernel, packages
@@ -55,12 +55,7 @@ SECTOR_SIZE = 512  # virtio-blk's default logical block size: the log's sectorsi
 GUEST_PLAN = "/pc/plan"
 GUEST_RECORDS = "/tmp/records.bin"
 RECORDS_DISK_BYTES = 1 << 30  # sparse: only what the executor writes is allocated
-# Test faults of the vm backend: drop-flush leaves the kernel's flushes out of
-# its log (as the fuse recorder's fault does); recovery-panic crashes the
-# guest kernel (sysrq) at the first recovery mount of every batch;
-# recovery-hang suspends that mount's device-mapper device first, so the
-# mount waits on I/O that never completes (the live guest's hang watchdog).
-FAULTS = ("drop-flush", "recovery-panic", "recovery-hang")
+# (FAULTS: vm/engine.py)
 RECOVERY_FAULTS = ("recovery-panic", "recovery-hang")
 CONTENT_CHECKS = ("guest kernel recovers (mount + umount); host fsck, then the content oracle reads a "
                   "read-only host mount of the recovered image (no replay by the host kernel)")
@@ -87,6 +82,16 @@ class FreshFs:
     prefix: str
 
 
+def prepare_host(kernel: str | None, kernel_modules: str | None) -> None:
+    """What every guest of a campaign needs from the host, done once before its workers start:
+    the host packages (installed under a lock) and the kernel (downloaded into the cache).
+    Raises UsageError/EnvError: the campaign ends with that one line, no worker started."""
+    if not kernel:
+        raise UsageError(NEEDS_KERNEL)
+    packages.ensure(packages.vm_host_packages(), "--backend vm")
+    vmkernel.resolve(kernel, kernel_modules)
+
+
 class LiveVm:
     """The live guests of one campaign worker or corpus job: one per device size, booted on
     first use, serving every file system in FSS (one initramfs carries their tools and modules).
@@ -96,7 +101,7 @@ class LiveVm:
                  fault: str | None) -> None:
         if not kernel:
             raise UsageError(NEEDS_KERNEL)
-        packages.ensure(packages.VM_HOST_PACKAGES, "--backend vm")
+        packages.ensure(packages.vm_host_packages(), "--backend vm")
         self.kernel = vmkernel.resolve(kernel, kernel_modules)
         self.fs_names = sorted({f.name for f in fss})
         self.fault = _check_fault(fault)
@@ -175,7 +180,7 @@ class VmBackend:
         else:
             if not kernel:
                 raise UsageError(NEEDS_KERNEL)
-            packages.ensure(packages.VM_HOST_PACKAGES, "--backend vm")
+            packages.ensure(packages.vm_host_packages(), "--backend vm")
             self.kernel = vmkernel.resolve(kernel, kernel_modules)
             self.base_initrd = initramfs.build(self.kernel, fs)
         self.guest: Guest | LiveGuest | None = None

@@ -40,7 +40,7 @@ class HostRootResult:
     output: str          # the command's stdout and stderr
 
 
-def initrd(kernel: Kernel) -> str:
+def initrd(kernel: Kernel, modules: list[str] | None = None) -> str:
     tree = initramfs.Tree()
     for d in ["dev", "proc", "sys", "run", "tmp", "mnt", "bin", "sbin"]:
         tree.add(cpio.directory(d))
@@ -48,16 +48,18 @@ def initrd(kernel: Kernel) -> str:
     tree.add(cpio.symlink("bin/sh", "busybox"))
     for at, name in {"init": "init.sh", "pc/hostroot.sh": "hostroot.sh"}.items():
         tree.add_host_file(os.path.join(initramfs.GUEST_DIR, name), at, executable=True)
-    initramfs.add_modules(tree, kernel, HOSTROOT_MODULES)
+    initramfs.add_modules(tree, kernel, list(dict.fromkeys([*HOSTROOT_MODULES, *(modules or [])])))
     return initramfs.cached(tree)
 
 
-def run_in_guest(kernel: Kernel, command: str, out_dir: str, state: RunState, *, timeout: float) -> HostRootResult:
-    """Boot KERNEL once and run COMMAND (sh -c, as root) in the host's root; OUT_DIR is writable there."""
+def run_in_guest(kernel: Kernel, command: str, out_dir: str, state: RunState, *, timeout: float,
+                 modules: list[str] | None = None) -> HostRootResult:
+    """Boot KERNEL once and run COMMAND (sh -c, as root) in the host's root; OUT_DIR is writable there.
+    MODULES: more of the guest kernel's modules to load (dm_flakey, ...)."""
     if not os.path.exists(initramfs.BUSYBOX):
         raise EnvError(f"{initramfs.BUSYBOX} is missing: install busybox-static")
     out_dir = os.path.abspath(out_dir)
-    guest = Guest(kernel, initrd(kernel), state, out_dir, memory_mib=MEMORY_MIB, cpu=CPU)
+    guest = Guest(kernel, initrd(kernel, modules), state, out_dir, memory_mib=MEMORY_MIB, cpu=CPU)
     output = os.path.join(out_dir, "guest-command.out")
     # The project itself is shared once more at its own path: a checkout under
     # /tmp (a fresh clone in CI) would be hidden by the guest's tmpfs there.

@@ -34,11 +34,8 @@ BUSYBOX = "/bin/busybox"  # the guest's shell and applets (busybox-static; a dyn
 # system's mkfs is added per fs. Busybox applets shadow PATH in the guest
 # shell: scripts call these by full path.
 GUEST_PROGRAMS = ["dmsetup"]
-# ... and per file system, besides its mkfs: btrfs to forget the devices an
-# earlier job of a live guest registered (guest/forget.sh).
-FS_GUEST_PROGRAMS = {"btrfs": ["btrfs"]}
 # powercut's own C programs (build/), copied to /usr/bin in the guest.
-GUEST_BUILD_PROGRAMS = ["pc-dmlog", "pc-exec"]
+GUEST_BUILD_PROGRAMS = ["pc-dmlog", "pc-exec", "pc-recover"]
 # Data files those programs read (mke2fs takes its ext4 feature set from here).
 GUEST_FILES = ["/etc/mke2fs.conf"]
 # Loaded at boot before the file system's own module (and the dependencies of
@@ -123,7 +120,7 @@ def base_tree(kernel: Kernel, fs: FsType | Sequence[FsType]) -> Tree:
         tree.add(cpio.directory(d))
     tree.add_program(BUSYBOX, "bin/busybox")
     tree.add(cpio.symlink("bin/sh", "busybox"))
-    for name in [*GUEST_PROGRAMS, *(f.mkfs[0] for f in fss), *(p for f in fss for p in FS_GUEST_PROGRAMS.get(f.name, []))]:
+    for name in [*GUEST_PROGRAMS, *(f.mkfs[0] for f in fss)]:
         tree.add_program(which(name))
     for name in GUEST_BUILD_PROGRAMS:
         tree.add_program(paths.c_program(name), at=f"usr/bin/{name}")

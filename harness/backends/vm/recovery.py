@@ -15,10 +15,11 @@ batch goes to a fresh boot. A kernel WARNING/BUG report on the console
 between "pc: mount I" and the next mount is a `kernel` finding of image I.
 
 The guest is either a one-job-per-boot `Guest` (harness/backends/vm/qemu.py) or a
-`LiveGuest` (harness/backends/vm/live.py) that serves many batches; both give each
-recovery engine its batch disk (`batch_disk`, `batch_bytes`) and run the job
-(`run_job`). `--recovery both` makes one engine per mode, each with its own
-batch disk (engine 0, 1): a live guest has one per mode, so both modes run in it.
+`LiveGuest` (harness/backends/vm/live.py) that serves many batches; both are a
+`VmGuest` (harness/backends/vm/guests.py): they give each recovery engine its
+batch disk (`batch_disk`, `batch_bytes`) and run the job (`run_job`).
+`--recovery both` makes one engine per mode, each with its own batch disk
+(engine 0, 1): a live guest has one per mode, so both modes run in it.
 """
 
 from __future__ import annotations
@@ -29,16 +30,20 @@ import re
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Protocol
+from contextlib import ExitStack
+from typing import Any
 
-from checkers.crashwalk.recovery import PointInspect, Verdict, fsck_verdict, inspect_read_only
+from checkers.findings import Finding
+from checkers.crashwalk.recovery import PointInspect, Verdict, fsck_verdict, inspect_on_loop
 from foundation import ownership
 from foundation.errors import EnvError
 from foundation.filesystems import FsType, join_opts
+from foundation.loopdev import LoopDevice, recorded_loop
 from foundation.runstate import RunState
 from foundation.sparse import copy_range
 from harness.backends.vm import console as vmconsole
-from harness.backends.vm.qemu import BatchDisk, Disk, Outcome
+from harness.backends.vm.guests import VmGuest
+from harness.backends.vm.qemu import Disk, Outcome
 
 # A batch is booted when it holds this many images or this many allocated bytes
 # (it lives in the scratch dir, normally tmpfs).
@@ -48,30 +53,26 @@ CHECK_THREADS = max(1, min(4, os.cpu_count() or 1))
 _MOUNT_LINE = re.compile(r"^pc: mount (\d+)\s*$", re.M)
 
 
-class RecoveryGuest(Protocol):
-    def batch_disk(self, state: RunState, engine: int) -> BatchDisk: ...
-
-    def batch_bytes(self, needed: int) -> int: ...
-
-    def run_job(self, job: str, env: dict[str, str], disks: list[Disk], *, timeout: float,
-                on_line: Callable[[str], None] | None = None) -> Outcome: ...
-
-
 class VmRecovery:
-    def __init__(self, guest: RecoveryGuest, fs: FsType, mount_opts: str, state: RunState, *, timeout: float,
+    def __init__(self, guest: VmGuest, fs: FsType, mount_opts: str, state: RunState, *, timeout: float,
                  inspect: PointInspect | None = None, fault: str | None = None,
                  max_images: int = MAX_IMAGES_PER_BOOT, engine: int = 0) -> None:
         self.guest, self.fs, self.state, self.timeout, self.inspect = guest, fs, state, timeout, inspect
         self.fault, self.max_images = fault, max_images
         tag = f"-{engine + 1}" if engine else ""  # each engine has its own files
-        self.mnt = state.subdir(f"inspect-mnt{tag}") if inspect else ""
         self.mount_opts = join_opts(mount_opts, fs.recovery_opts)
         self.batch_path, self.batch_device = guest.batch_disk(state, engine)
         self.batch_fd = os.open(self.batch_path, os.O_RDWR)
         self._clear_batch()
-        # Host checks of a batch run in parallel (fsck is a process); the inspector one at a time.
+        # Host checks of a batch run in parallel (fsck, and the read-only mounts for the
+        # inspector, each check file on its own mount point); the inspector one at a time.
         self.check_paths = [os.path.join(state.scratch, f"recovered{tag}-{i}.img") for i in range(CHECK_THREADS)]
+        self.mnts = [state.subdir(f"inspect-mnt{tag}-{i}") if inspect else "" for i in range(CHECK_THREADS)]
         self.check_fds = [ownership.create_file(p) for p in self.check_paths]
+        # The content oracle reads each image through a read-only loop device kept per check
+        # file (attached at its first image): attaching one per image cost more than the read.
+        self.loops: dict[int, LoopDevice] = {}
+        self._loop_stack = ExitStack()
         self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
         for i in range(CHECK_THREADS):
             self._free.put(i)
@@ -96,8 +97,17 @@ class VmRecovery:
     def close(self) -> None:
         self._clear_batch()
         os.close(self.batch_fd)
+        self._loop_stack.close()
+        self.loops.clear()
         for fd in self.check_fds:
             os.close(fd)
+
+    def _loop(self, i: int) -> LoopDevice:
+        """Check file I's read-only loop device (its size is the images', fixed from now on)."""
+        if i not in self.loops:
+            self.loops[i] = self._loop_stack.enter_context(recorded_loop(self.state, self.check_paths[i],
+                                                                         read_only=True))
+        return self.loops[i]
 
     def _run_batch(self) -> list[tuple[int, Verdict]]:
         n = len(self.pending)
@@ -176,10 +186,12 @@ class VmRecovery:
             copy_range(self.batch_fd, fd, slot * self.image_bytes, self.image_bytes, 0)
             verdict = fsck_verdict(path, self.fs)
             if self.inspect is not None:
-                inspect = self.inspect
-                with self._inspect_lock:
-                    verdict.content = inspect_read_only(path, self.fs, self.mnt, self.state,
-                                                        lambda mnt: inspect(mnt, point))
+                inspect, lock = self.inspect, self._inspect_lock
+
+                def one_at_a_time(mnt: str) -> list[Finding]:
+                    with lock:
+                        return inspect(mnt, point)
+                verdict.content = inspect_on_loop(self._loop(i), self.fs, self.mnts[i], self.state, one_at_a_time)
             return verdict
         finally:
             self._free.put(i)

@@ -2,7 +2,8 @@
 
 fstests (fstests.py): a test in xfstests' tests/generic/ layout with its
 golden output; shell (shell.py): one standalone root script with a bundled C
-program (pc-repro.c). Both come from the saved finding alone (finding.py);
+program (pc-repro.c); report (report.py): a markdown bug report with both.
+Both reproducers check what the oracle checked (checks.py, from model.py). Both come from the saved finding alone (finding.py);
 vmcheck.py runs the shell form on a kernel in the vm backend.
 """
 
@@ -11,10 +12,10 @@ from __future__ import annotations
 import os
 
 from foundation import ownership
-from harness.reports.export import fstests, shell
+from harness.reports.export import fstests, report, shell
 from harness.reports.export.finding import ExportInput, add_bisect, load
 
-FORMATS = ("fstests", "shell")
+FORMATS = ("fstests", "shell", "report")
 
 
 def write(x: ExportInput, fmt: str, out_dir: str) -> list[str]:
@@ -23,6 +24,9 @@ def write(x: ExportInput, fmt: str, out_dir: str) -> list[str]:
     if fmt == "fstests":
         test, golden = fstests.render(x)
         files = {f"generic-{fstests.NUMBER}": test, f"generic-{fstests.NUMBER}.out": golden}
+    elif fmt == "report":
+        script = f"{x.name}.sh"
+        files = {f"{x.name}.md": report.render(x, script), script: shell.render(x)}
     else:
         files = {f"{x.name}.sh": shell.render(x)}
     written = []
@@ -30,7 +34,7 @@ def write(x: ExportInput, fmt: str, out_dir: str) -> list[str]:
         path = os.path.join(out_dir, name)
         with open(path, "w") as f:
             f.write(text)
-        if not name.endswith(".out"):
+        if name.endswith(".sh") or not os.path.splitext(name)[1]:
             os.chmod(path, 0o755)
         written.append(path)
     return written

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,7 @@ class ExportInput:
     mount_opts: str
     device_bytes: int
     ops: list[dict[str, Any]]       # the ops completed at the crash point, in order
+    seqs: list[int]                 # each op's index in the workload (its marks' seq)
     ops_after: int                  # ops of the workload after them (not run: the crash comes first)
     in_flight: str = ""             # the op that was running at the crash point and is run to its end here
     kernels: list[str] = field(default_factory=list)      # seen on
@@ -65,6 +67,8 @@ def load(directory: str) -> ExportInput:
     if any(op["op"] in ("repeat", "barrier") for op in ops):
         raise UsageError(f"{directory}: export does not handle repeat, barrier or fiemap ops yet")
     done = completed_ops(info.get("crash_mark"), len(ops))
+    if info["kind"] == "kernel" and info.get("evidence", {}).get("phase") == "workload":
+        done = len(ops)  # the kernel complained while running the ops: all of them run, then the power cut
     # A crash point after some of the next op's writes: that op had begun to
     # reach the disk. A power cut between ops cannot be in the middle of it,
     # so it runs to its end here (the nearest state after it).
@@ -73,12 +77,14 @@ def load(directory: str) -> ExportInput:
                                               info.get("crash_point"), info.get("crash_mark")):
         in_flight = ops[done]["op"]
         done += 1
+    # Ops that leave nothing on disk and that the exports have no form for
+    kept = [i for i in range(done) if ops[i]["op"] not in ("sleep", "fiemap", "statx")]
     cfg = info.get("config", {})
     kernels = [k for k in [report.get("kernel"), *info.get("seen_on", [])] if k]
     fsck = ""
     if os.path.exists(os.path.join(directory, "fsck.txt")):
-        with open(os.path.join(directory, "fsck.txt")) as f:
-            fsck = f.read().strip()
+        with open(os.path.join(directory, "fsck.txt")) as f:  # the image's scratch path says nothing upstream
+            fsck = re.sub(r"/\S*/([^/\s]+\.img)\b", r"\1", f.read().strip())
     state_id = info.get("state_id") or ""
     return ExportInput(
         directory=os.path.abspath(directory), name=os.path.basename(os.path.abspath(directory)),
@@ -86,7 +92,7 @@ def load(directory: str) -> ExportInput:
         in_order=state_id.startswith("p") and "-" not in state_id,
         fs=cfg.get("fs") or report["fs"], mkfs_opts=cfg.get("mkfs_opts", report.get("mkfs_opts", "")) or "",
         mount_opts=report.get("mount_opts", "") or "", device_bytes=int(report["device_bytes"]),
-        ops=[op for op in ops[:done] if op["op"] not in ("sleep", "fiemap")], ops_after=len(ops) - done,
+        ops=[ops[i] for i in kept], seqs=kept, ops_after=len(ops) - done,
         in_flight=in_flight,
         kernels=sorted(set(kernels)), fsck_output=fsck, expected=str(info.get("expected") or ""),
         found=str(info.get("found") or ""), evidence=info.get("evidence", {}))

@@ -4,11 +4,13 @@
   syscalls in the same order with the same named fds held open, so the
   reproduction is the executor's run minus the pattern data (one byte value
   per op instead of the self-describing chunks).
-- xfs_io and shell commands (the fstests export, in fstests' own idiom): every
-  fd op reopens the file by the path it was opened with (and with its
-  O_DIRECT/O_SYNC/O_DSYNC/O_APPEND flags), since separate commands cannot
-  share an fd. Where that differs (an op on an fd whose file was renamed or
-  unlinked since its open) the export says so in a comment.
+- xfs_io and shell commands (the fstests export, in fstests' own idiom): the
+  test's shell holds each fd the finding opened (`exec N<>path`) until the
+  finding closed it, and each fd op is one xfs_io command on /proc/self/fd/N:
+  the same file even after an unlink or rename (the generic/764 shape), with
+  the fd's O_DIRECT/O_SYNC/O_APPEND flags, as one syscall (`-b LEN`). Data
+  bytes are 'a' + op number % 26 (pc-repro's too). What xfs_io cannot say
+  (unequal iovecs, RWF_SYNC) the test says in a comment.
 """
 
 from __future__ import annotations
@@ -18,13 +20,16 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.reports.export.model import Model, fill
+
 O_FLAGS = {"O_CREAT": os.O_CREAT, "O_RDWR": os.O_RDWR, "O_WRONLY": os.O_WRONLY, "O_RDONLY": os.O_RDONLY,
            "O_TRUNC": os.O_TRUNC, "O_APPEND": os.O_APPEND, "O_DIRECT": os.O_DIRECT, "O_SYNC": os.O_SYNC,
-           "O_DSYNC": os.O_DSYNC, "O_EXCL": os.O_EXCL}
+           "O_DSYNC": os.O_DSYNC, "O_EXCL": os.O_EXCL, "O_TMPFILE": os.O_TMPFILE}
 FALLOC = {"KEEP_SIZE": 0x01, "PUNCH_HOLE": 0x02, "COLLAPSE_RANGE": 0x08, "ZERO_RANGE": 0x10,
           "INSERT_RANGE": 0x20, "UNSHARE_RANGE": 0x40}
 SFR = {"WAIT_BEFORE": 1, "WRITE": 2, "WAIT_AFTER": 4}
 RENAME = {"NOREPLACE": 1, "EXCHANGE": 2}
+RWF = {"RWF_HIPRI": 1, "RWF_DSYNC": 2, "RWF_SYNC": 4, "RWF_NOWAIT": 8, "RWF_APPEND": 16, "RWF_ATOMIC": 64}
 CRASH_MARK = "pc-crash"
 
 
@@ -55,6 +60,9 @@ def repro_args(ops: list[dict[str, Any]]) -> list[str]:
             out += [k, op["fd"], str(op["length"])]
         elif k in ("pwrite", "pread"):
             out += [k, op["fd"], str(op["offset"]), str(op["length"])]
+        elif k == "pwritev2":
+            out += [k, op["fd"], str(op.get("offset", -1)), str(_bits(op.get("flags", []), RWF)),
+                    ",".join(str(n) for n in op["iov"])]
         elif k == "fallocate":
             out += [k, op["fd"], str(_bits(op["mode"], FALLOC)), str(op["offset"]), str(op["length"])]
         elif k == "ftruncate":
@@ -69,6 +77,8 @@ def repro_args(ops: list[dict[str, Any]]) -> list[str]:
             out += [k, op["from"], op["to"], str(_bits(op.get("flags", []), RENAME))]
         elif k == "link":
             out += [k, op["from"], op["to"]]
+        elif k == "linkat":
+            out += [k, op["fd"], op["to"]]
         elif k == "symlink":
             out += [k, op["target"], op["path"]]
         elif k in ("unlink", "rmdir"):
@@ -87,82 +97,79 @@ def repro_args(ops: list[dict[str, Any]]) -> list[str]:
 
 
 @dataclass
-class _Fd:
-    path: str
-    flags: list[str]
-    pos: int = 0
-    moved: bool = False      # renamed or unlinked since it was opened
-
-
-@dataclass
 class XfsIoScript:
-    """Shell lines for fstests, run from nowhere in particular: paths under $SCRATCH_MNT."""
+    """Shell lines for fstests: paths under $SCRATCH_MNT, every fd the finding opened
+    held open by the test's shell (`exec N<>path`) and used through /proc/self/fd/N (inherited),
+    so an fsync on an fd whose file was unlinked or renamed reaches that same file."""
 
     lines: list[str] = field(default_factory=list)
     caveats: list[str] = field(default_factory=list)
-    fds: dict[str, _Fd] = field(default_factory=dict)
-    sizes: dict[str, int] = field(default_factory=dict)
     needs: set[str] = field(default_factory=set)   # extra _require_* lines
+    shell_fds: dict[str, int] = field(default_factory=dict)   # the finding's fd name -> the shell's fd number
+    fd_flags: dict[str, list[str]] = field(default_factory=dict)  # its flags each reopen repeats
+    model: Model = field(default_factory=Model)
 
     def emit(self, cmd: str) -> None:
         self.lines.append(f"{cmd} >> $seqres.full 2>&1")
 
-    def xfs_io(self, fd: _Fd, *cmds: str, create: bool = False, trunc: bool = False) -> None:
-        opts = ["-f"] if create else []
-        opts += ["-t"] if trunc else []
-        opts += ["-d"] if "O_DIRECT" in fd.flags else []
-        opts += ["-s"] if {"O_SYNC", "O_DSYNC"} & set(fd.flags) else []
-        opts += ["-a"] if "O_APPEND" in fd.flags else []
-        if fd.moved:
-            self.caveats.append(f"an op on an fd of {fd.path} after it was renamed or unlinked: "
-                                "reopened by its old path here, not the same file as in the finding")
+    def xfs_io(self, name: str, *cmds: str) -> None:
+        fd = self.model.fds.get(name)
+        if fd is None or name not in self.shell_fds:
+            self.lines.append(f"# ({' '.join(cmds)} on fd {name}, which is not open here: its open failed "
+                              "in the finding's run too)")
+            return
+        flags = self.fd_flags[name]
+        opts = ["-r"] if not fd.write else []
+        opts += ["-d"] if "O_DIRECT" in flags else []
+        opts += ["-s"] if {"O_SYNC", "O_DSYNC"} & set(flags) else []
+        opts += ["-a"] if "O_APPEND" in flags else []
+        if "O_DSYNC" in flags:
+            self.caveats.append("xfs_io has no O_DSYNC open flag: the fd is reopened O_SYNC (stronger)")
         c = " ".join(f"-c {shlex.quote(x)}" for x in cmds)
-        self.emit(f"$XFS_IO_PROG {' '.join(opts)} {c} {_mnt(fd.path)}".replace("  ", " "))
+        self.emit(" ".join(["$XFS_IO_PROG", *opts, c, f"/proc/self/fd/{self.shell_fds[name]}"]))
 
-    def op(self, op: dict[str, Any]) -> None:
+    def op(self, i: int, op: dict[str, Any]) -> None:
         k = op["op"]
-        fd = self.fds.get(op.get("fd", ""))
-        fill = "-S 0x61"
-        if k in ("open", "creat"):
-            flags = ["O_CREAT", "O_WRONLY", "O_TRUNC"] if k == "creat" else op["flags"]
-            new = _Fd(op["path"], [f for f in flags if f in ("O_DIRECT", "O_SYNC", "O_DSYNC", "O_APPEND")])
-            self.fds[op["fd"]] = new
-            if "O_CREAT" in flags or "O_TRUNC" in flags:
-                self.xfs_io(new, "close", create="O_CREAT" in flags, trunc="O_TRUNC" in flags)
-                if "O_TRUNC" in flags:
-                    self.sizes[op["path"]] = 0
+        name = op.get("fd", "")
+        fd = self.model.fds.get(name)
+        pat = f"-S 0x{fill(i):02x}"
+        if k == "open" and "O_TMPFILE" in op["flags"]:
+            # A shell redirection cannot make an O_TMPFILE file: its ops are comments here.
+            self.caveats.append(f"an O_TMPFILE file in {op['path']}: its ops are comments here; "
+                                "the shell export (pc-repro) runs them")
+            self.lines.append(f"# open({op['path']}, O_TMPFILE) as fd {name}: not expressible in the shell")
+        elif k in ("open", "creat"):
+            self._open(op, k)
         elif k == "close":
-            self.fds.pop(op["fd"], None)
-        elif fd is not None and k in ("write", "pwrite"):
-            off = op.get("offset", self.sizes.get(fd.path, 0) if "O_APPEND" in fd.flags else fd.pos)
-            self.xfs_io(fd, f"pwrite {fill} {off} {op['length']}")
-            if k == "write":
-                fd.pos = off + op["length"]
-            self.sizes[fd.path] = max(self.sizes.get(fd.path, 0), off + op["length"])
-        elif fd is not None and k in ("read", "pread"):
-            self.xfs_io(fd, f"pread {op.get('offset', fd.pos)} {op['length']}")
-        elif fd is not None and k == "fallocate":
+            if name in self.shell_fds:
+                self.lines.append(f"exec {self.shell_fds.pop(name)}<&-")
+        elif k in ("write", "pwrite"):
+            off = op.get("offset", fd.pos if fd else 0)
+            self.xfs_io(name, f"pwrite {pat} -b {max(op['length'], 1)} {off} {op['length']}")
+        elif k == "pwritev2":
+            self._pwritev2(name, op, pat, fd.pos if fd else 0)
+        elif k in ("read", "pread"):
+            self.xfs_io(name, f"pread -b {max(op['length'], 1)} {op.get('offset', fd.pos if fd else 0)} {op['length']}")
+        elif k == "fallocate":
             mode = set(op["mode"])
             cmd = {"PUNCH_HOLE": "fpunch", "ZERO_RANGE": "fzero", "COLLAPSE_RANGE": "fcollapse",
                    "INSERT_RANGE": "finsert", "UNSHARE_RANGE": "funshare"}
-            name = next((cmd[m] for m in op["mode"] if m in cmd), "falloc")
-            keep = " -k" if "KEEP_SIZE" in mode and name in ("falloc", "fzero") else ""
-            self.xfs_io(fd, f"{name}{keep} {op['offset']} {op['length']}")
-        elif fd is not None and k == "ftruncate":
-            self.xfs_io(fd, f"truncate {op['length']}")
-            self.sizes[fd.path] = op["length"]
+            verb = next((cmd[m] for m in op["mode"] if m in cmd), "falloc")
+            keep = " -k" if "KEEP_SIZE" in mode and verb in ("falloc", "fzero") else ""
+            self.xfs_io(name, f"{verb}{keep} {op['offset']} {op['length']}")
+        elif k == "ftruncate":
+            self.xfs_io(name, f"truncate {op['length']}")
         elif k == "truncate":
-            self.emit(f"$XFS_IO_PROG -c {shlex.quote('truncate ' + str(op['length']))} {_mnt(op['path'])}")
-        elif fd is not None and k in ("fsync", "fdatasync", "syncfs"):
-            self.xfs_io(fd, k)
+            self.emit(f"truncate -c -s {op['length']} {_mnt(op['path'])}")
+        elif k in ("fsync", "fdatasync", "syncfs"):
+            self.xfs_io(name, k)
         elif k == "sync":
             self.emit("sync")
-        elif fd is not None and k == "sync_file_range":
+        elif k == "sync_file_range":
             flag = {"WAIT_BEFORE": "-b", "WRITE": "-w", "WAIT_AFTER": "-a"}
             fl = " ".join(flag[f] for f in op["flags"])
-            self.xfs_io(fd, f"sync_range {fl} {op['offset']} {op['length']}")
+            self.xfs_io(name, f"sync_range {fl} {op['offset']} {op['length']}")
         elif k == "rename":
-            self._moved(op["from"])
             flags = op.get("flags", [])
             if flags:
                 self.needs.add("_require_renameat2 " + ("noreplace" if "NOREPLACE" in flags else "exchange"))
@@ -172,10 +179,13 @@ class XfsIoScript:
                 self.emit(f"mv -T {_mnt(op['from'])} {_mnt(op['to'])}")
         elif k == "link":
             self.emit(f"ln {_mnt(op['from'])} {_mnt(op['to'])}")
+        elif k == "linkat" and name in self.shell_fds:  # xfs_io's flink: linkat(fd, "", ..., AT_EMPTY_PATH)
+            self.emit(f'$XFS_IO_PROG -c "flink $SCRATCH_MNT/{op["to"]}" /proc/self/fd/{self.shell_fds[name]}')
+        elif k == "linkat":
+            self.lines.append(f"# linkat(fd {name}, {op['to']}): fd {name} is not open here (see the caveats)")
         elif k == "symlink":
             self.emit(f"ln -s {shlex.quote(op['target'])} {_mnt(op['path'])}")
         elif k == "unlink":
-            self._moved(op["path"])
             self.emit(f"unlink {_mnt(op['path'])}")
         elif k == "rmdir":
             self.emit(f"rmdir {_mnt(op['path'])}")
@@ -183,23 +193,64 @@ class XfsIoScript:
             self.emit(f"mkdir -m {op.get('mode', '0755')} {_mnt(op['path'])}")
         elif k == "setxattr":
             self.needs.add("_require_attrs")
-            self.emit(f"$SETFATTR_PROG -n {op['name']} -v 0x{'61' * op['length']} {_mnt(op['path'])}")
+            value = f"\"$(head -c {op['length']} /dev/zero | tr '\\0' '{chr(fill(i))}')\""
+            self.emit(f"$SETFATTR_PROG -n {op['name']} -v {value} {_mnt(op['path'])}")
         elif k == "removexattr":
             self.needs.add("_require_attrs")
             self.emit(f"$SETFATTR_PROG -x {op['name']} {_mnt(op['path'])}")
-        elif fd is not None and k == "mmap_write":
+        elif k == "mmap_write":
             o, n = op["offset"], op["length"]
-            cmds = [f"mmap -w {o} {n}", f"mwrite {fill} {o} {n}"] + ([f"msync -s {o} {n}"] if op.get("msync") else [])
-            self.xfs_io(fd, *cmds)
-        elif fd is None and "fd" in op:
-            self.lines.append(f"# {k} on fd {op['fd']}, which is not open here: skipped (the finding's run skipped it too)")
+            start = o - o % 4096
+            cmds = [f"mmap -w {start} {o + n - start}", f"mwrite {pat} {o} {n}"] + \
+                ([f"msync -s {start} {o + n - start}"] if op.get("msync") else [])
+            self.xfs_io(name, *cmds)
         else:
             raise ValueError(f"no xfs_io form for op {k!r}")
+        self.model.apply(i, op)
 
-    def _moved(self, path: str) -> None:
-        for fd in self.fds.values():
-            if fd.path == path:
-                fd.moved = True
+    def _open(self, op: dict[str, Any], k: str) -> None:
+        """Bash's redirections are open(2) with fixed flags: the one that does what
+        the finding's open did to the file is chosen; O_DIRECT and O_SYNC go on
+        each xfs_io reopen instead."""
+        flags = ["O_CREAT", "O_WRONLY", "O_TRUNC"] if k == "creat" else op["flags"]
+        ino = self.model.inode_at(op["path"])
+        write = "O_WRONLY" in flags or "O_RDWR" in flags
+        name, path = op["fd"], _mnt(op["path"])
+        if ino is None and "O_CREAT" not in flags or ino is not None and "O_CREAT" in flags and "O_EXCL" in flags:
+            self.lines.append(f"# open({op['path']}) fails here as in the finding's run (the file "
+                              f"{'does not exist' if ino is None else 'exists'})")
+            return
+        number = 3 + len(self.shell_fds)
+        while number in self.shell_fds.values():
+            number += 1
+        if ino is None:
+            redirect = f"<>{path}"           # O_RDWR|O_CREAT: the file is new, nothing to truncate
+        elif "O_TRUNC" in flags and write and ino.kind == "file":
+            redirect = f">{path}"            # O_WRONLY|O_CREAT|O_TRUNC
+        else:
+            redirect = f"<{path}"            # O_RDONLY: holds the file (or directory)
+        self.lines.append(f"exec {number}{redirect}")
+        self.shell_fds[name] = number
+        self.fd_flags[name] = [f for f in flags if f in ("O_DIRECT", "O_SYNC", "O_DSYNC", "O_APPEND")]
+
+    def _pwritev2(self, name: str, op: dict[str, Any], pat: str, pos: int) -> None:
+        iov, flags = op["iov"], set(op.get("flags", []))
+        off = pos if op.get("offset", -1) < 0 else op["offset"]
+        opts = [pat]
+        if len(set(iov)) == 1:
+            opts += [f"-V {len(iov)}", f"-b {iov[0]}"]
+        else:
+            opts += [f"-V 1 -b {sum(iov)}"]
+            self.caveats.append(f"pwritev2 with iovecs {iov}: xfs_io writes equal iovecs only; "
+                                "one iovec of their total here")
+        for flag, opt in (("RWF_DSYNC", "-D"), ("RWF_NOWAIT", "-N"), ("RWF_ATOMIC", "-A")):
+            if flag in flags:
+                opts.append(opt)
+                if opt == "-A":
+                    self.needs.add("_require_xfs_io_command pwrite -A")
+        for flag in sorted(flags - {"RWF_DSYNC", "RWF_NOWAIT", "RWF_ATOMIC"}):
+            self.caveats.append(f"pwritev2 flag {flag} has no xfs_io form: written without it")
+        self.xfs_io(name, f"pwrite {' '.join(opts)} {off} {sum(iov)}")
 
 
 def _mnt(path: str) -> str:
@@ -208,8 +259,8 @@ def _mnt(path: str) -> str:
 
 def xfs_io_script(ops: list[dict[str, Any]]) -> XfsIoScript:
     s = XfsIoScript()
-    for op in ops:
-        s.op(op)
+    for i, op in enumerate(ops):
+        s.op(i, op)
     return s
 
 

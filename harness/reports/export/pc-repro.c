@@ -9,9 +9,9 @@
  *      | read NAME LEN | pread NAME OFF LEN | fallocate NAME MODE OFF LEN
  *      | ftruncate NAME LEN | truncate PATH LEN | fsync NAME | fdatasync NAME
  *      | syncfs NAME | sync | sync_file_range NAME OFF LEN FLAGS
- *      | rename FROM TO FLAGS | link FROM TO | symlink TARGET PATH | unlink PATH
+ *      | rename FROM TO FLAGS | link FROM TO | linkat NAME TO | symlink TARGET PATH | unlink PATH
  *      | rmdir PATH | mkdir PATH MODE | setxattr PATH NAME LEN | removexattr PATH NAME
- *      | mmap_write NAME OFF LEN MSYNC | mark TEXT
+ *      | mmap_write NAME OFF LEN MSYNC | pwritev2 NAME OFF FLAGS LEN,LEN,... | mark TEXT
  * Numbers are decimal (FLAGS and MODE: the numeric values). Data is one byte
  * value per op ('a' + op number % 26). `mark TEXT` runs
  * `dmsetup message $PC_LOGWRITES 0 mark TEXT`. Each op prints one line with its
@@ -32,6 +32,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -106,15 +107,39 @@ static long long mmap_write(int fd, off_t off, size_t len, int do_msync, int op)
     return r;
 }
 
+/* pwritev2(2) of consecutive parts (lengths LENS, comma separated) of one buffer. */
+static long long write_vec(int fd, off_t off, int flags, const char *lens, int op)
+{
+    struct iovec iov[16];
+    size_t total = 0;
+    int n = 0;
+    for (const char *p = lens; *p && n < 16; n++) {
+        char *end;
+        iov[n].iov_len = strtoull(p, &end, 10);
+        total += iov[n].iov_len;
+        p = *end == ',' ? end + 1 : end;
+    }
+    char *buf = buffer(total, op);
+    if (!buf)
+        return -1;
+    for (int i = 0, at = 0; i < n; at += (int)iov[i].iov_len, i++)
+        iov[i].iov_base = buf + at;
+    long long r = pwritev2(fd, iov, n, off, flags);
+    int saved = errno;
+    free(buf);
+    errno = saved;
+    return r;
+}
+
 /* Run the op at argv[0]; returns how many arguments it took (0: unknown op). */
 static int one_op(char **a, int left, int op)
 {
     static const struct { const char *name; int args; } arity[] = {
         {"open", 5}, {"close", 2}, {"write", 3}, {"pwrite", 4}, {"read", 3}, {"pread", 4},
         {"fallocate", 5}, {"ftruncate", 3}, {"truncate", 3}, {"fsync", 2}, {"fdatasync", 2},
-        {"syncfs", 2}, {"sync", 1}, {"sync_file_range", 5}, {"rename", 4}, {"link", 3},
+        {"syncfs", 2}, {"sync", 1}, {"sync_file_range", 5}, {"rename", 4}, {"link", 3}, {"linkat", 3},
         {"symlink", 3}, {"unlink", 2}, {"rmdir", 2}, {"mkdir", 3}, {"setxattr", 4},
-        {"removexattr", 3}, {"mmap_write", 5}, {"mark", 2},
+        {"removexattr", 3}, {"mmap_write", 5}, {"pwritev2", 5}, {"mark", 2},
     };
     int n = 0;
     for (size_t i = 0; i < sizeof arity / sizeof arity[0]; i++)
@@ -165,6 +190,8 @@ static int one_op(char **a, int left, int op)
         r = syscall(SYS_renameat2, AT_FDCWD, a[1], AT_FDCWD, a[2], (unsigned)num(a[3]));
     } else if (!strcmp(k, "link")) {
         r = link(a[1], a[2]);
+    } else if (!strcmp(k, "linkat")) {
+        r = linkat(fd_of(a[1]), "", AT_FDCWD, a[2], AT_EMPTY_PATH);
     } else if (!strcmp(k, "symlink")) {
         r = symlink(a[1], a[2]);
     } else if (!strcmp(k, "unlink")) {
@@ -180,6 +207,8 @@ static int one_op(char **a, int left, int op)
         r = removexattr(a[1], a[2]);
     } else if (!strcmp(k, "mmap_write")) {
         r = mmap_write(fd_of(a[1]), (off_t)num(a[2]), (size_t)num(a[3]), (int)num(a[4]), op);
+    } else if (!strcmp(k, "pwritev2")) {
+        r = write_vec(fd_of(a[1]), (off_t)num(a[2]), (int)num(a[3]), a[4], op);
     } else if (!strcmp(k, "mark")) {
         r = run_mark(a[1]);
     }

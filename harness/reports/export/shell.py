@@ -5,9 +5,11 @@ with the bundled C program (pc-repro.c, compiled on the spot unless
 PC_REPRO names a binary), marks the log right after the last op that had
 completed at the crash point, replays the log up to that mark onto a zeroed
 device (pc-repro replay, or xfstests' replay-log when REPLAY_LOG names it),
-lets the kernel recover it with a mount, runs fsck and prints what is wrong.
-Exit 1: reproduced (the recovery mount failed or fsck found errors), 0: the
-image came back clean, 2: it could not run.
+lets the kernel recover it with a mount, checks what the oracle checked
+(checks.py: the finding's paths, sizes, bytes as a correct kernel must show
+them), runs fsck and prints what is wrong. Exit 1: reproduced (the recovery
+mount failed, a check showed a wrong value or fsck found errors), 0: the
+image came back as a correct kernel leaves it, 2: it could not run.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import shlex
 
 from foundation.filesystems import get_fs
+from harness.reports.export.checks import Check, build, helpers
 from harness.reports.export.finding import ExportInput
 from harness.reports.export.ops import CRASH_MARK, describe, repro_args
 
@@ -32,7 +35,9 @@ def _comment(text: str, limit: int = 60) -> str:
 def header(x: ExportInput, what: str) -> str:
     """The comment block both exports start with: what was found, where, with what evidence."""
     ops = "; ".join(describe(op) for op in x.ops) or "(none: the crash comes before the first op)"
-    state = (f"crash state {x.state_id}: the recorded log cut right after the last op above"
+    state = ("no crash state: the kernel complained while the ops ran; power is cut after them all"
+             if not x.state_id else
+             f"crash state {x.state_id}: the recorded log cut right after the last op above"
              if x.in_order else
              f"crash state {x.state_id} is a reordered one (some writes of the last flush epoch dropped or torn); "
              "this script cuts power right after the last op above instead, which may not show the bug")
@@ -50,7 +55,9 @@ def header(x: ExportInput, what: str) -> str:
         f"# The crash point fell while {x.in_flight} (the last op above) was running: it runs to its end here, "
         "and power goes right after it." if x.in_flight else "",
         "# What the kernel logged at the failed recovery mount:\n" + _comment(kernel_log) if kernel_log else "",
-        "# fsck after the kernel's recovery mount, as powercut saw it:\n" + _comment(x.fsck_output) if x.fsck_output else "",
+        # fsck's output is evidence only where fsck or the mount judged (a clean run is noise)
+        "# fsck after the kernel's recovery mount, as powercut saw it:\n" + _comment(x.fsck_output)
+        if x.fsck_output and x.kind in ("fsck", "mount", "corruption", "kernel") else "",
     ]
     return "\n".join(p for p in parts if p)
 
@@ -64,6 +71,7 @@ def render(x: ExportInput) -> str:
     ops = " ".join(shlex.quote(a) for a in repro_args(x.ops))
     recovery = ",".join(o for o in [x.mount_opts, *fs.recovery_opts] if o)
     log_bytes = max(64 << 20, 2 * x.device_bytes)
+    checks, _ = build(x, '"$MNT"')
     return f"""#!/bin/sh
 {header(x, "Standalone reproducer")}
 #
@@ -123,6 +131,7 @@ fi
 dd if=/dev/zero of="$LOG_DEV" bs=1M count=1 conv=fsync 2>/dev/null
 
 say "kernel $(uname -r), $FS, mkfs options '$MKFS_OPTS', mount options '$MOUNT_OPTS'"
+KMSG_SEEN=$(dmesg 2>/dev/null | wc -l)   # a correct kernel logs no WARNING or BUG from here on
 sectors=$(blockdev --getsz "$DATA_DEV") || die "blockdev --getsz $DATA_DEV"
 dmsetup create "$LW" --table "0 $sectors log-writes $DATA_DEV $LOG_DEV" || die "no log-writes target (modprobe dm-log-writes)"
 $MKFS $MKFS_OPTS "/dev/mapper/$LW" >/dev/null || die "mkfs failed"
@@ -140,13 +149,15 @@ else
     "$PC_REPRO" replay "$LOG_DEV" "$REPLAY_DEV" {CRASH_MARK} || die "replay failed"
 fi
 
-say "recovery: mount (the kernel replays its journal), look, unmount"
+say "recovery: mount (the kernel replays its journal), check, unmount"
 if ! mount -t "$FS" ${{RECOVERY_OPTS:+-o "$RECOVERY_OPTS"}} "$REPLAY_DEV" "$MNT"; then
     echo "RESULT: REPRODUCED: the recovery mount failed; kernel log:"
     dmesg | tail -n 15
     exit 1
 fi
 (cd "$MNT" && ls -laR .) | head -n 60
+wrong=""
+{_check_lines(checks)}
 umount "$MNT" || die "umount after recovery"
 say "$FSCK $REPLAY_DEV"
 $FSCK "$REPLAY_DEV"
@@ -155,9 +166,32 @@ code=$?
 """
 
 
+def _check_lines(checks: list[Check]) -> str:
+    """Each fact compared with what a correct kernel may show; a wrong one is the finding."""
+    if not checks:
+        return "# (a mount or fsck finding: the recovery mount above and fsck below judge it)"
+    out = [helpers(checks).rstrip()]
+    for c in checks:
+        cases = "|".join(shlex.quote(v) for v in c.allowed)
+        want = shlex.quote("    a correct kernel shows: " + " or ".join(v or "(nothing)" for v in c.allowed))
+        out.append(f'value=$({c.cmd})\ncase "$value" in\n{cases}) say "as expected: {c.label}: $value" ;;\n'
+                   f'*) echo "WRONG: {c.label}: $value"; echo {want}; wrong="$wrong; {c.label}" ;;\nesac')
+    return "\n".join(out)
+
+
 def _verdict(fs: str) -> str:
     bad = "[ $((code & 12)) -ne 0 ]" if fs == "ext4" else "[ $code -ne 0 ]"
-    return f"""if {bad}; then
+    return f"""warned=$(dmesg 2>/dev/null | tail -n +$((KMSG_SEEN + 1)) | grep -E 'WARNING:|BUG:|Oops|general protection' | head -n 5)
+if [ -n "$warned" ]; then
+    echo "RESULT: REPRODUCED: the kernel logged (fsck exit $code):"
+    echo "$warned"
+    exit 1
+fi
+if [ -n "$wrong" ]; then
+    echo "RESULT: REPRODUCED: after the kernel's recovery, wrong:${{wrong#;}} (fsck exit $code)"
+    exit 1
+fi
+if {bad}; then
     echo "RESULT: REPRODUCED: fsck exit $code after the kernel's recovery (expected: clean)"
     exit 1
 fi

@@ -7,8 +7,9 @@ fsck, xfs_io, the dm-flakey module, pc-repro built statically on the host
 
 - shell: the script runs exactly as a kernel developer would run it, with
   DATA_DEV, LOG_DEV, REPLAY_DEV and PC_REPRO pointing at those disks.
-- fstests: there is no xfstests in the guest, so the test runs under
-  FSTESTS_SHIM, a small stand-in for the common/ helpers it calls
+- fstests, without a checkout at hand: the test runs under FSTESTS_SHIM,
+  a small stand-in for the common/ helpers it calls (with a real fstests
+  checkout, `--verify` runs it under ./check instead: verify.py)
   (dm-flakey tables as common/dmflakey sets them up: all writes pass, or
   all are dropped; fsck for _check_scratch_fs), and its output is compared
   with the golden .out as ./check would.
@@ -53,7 +54,7 @@ fi
 # Stand-ins for the xfstests helpers the generated test calls (busybox sh).
 FSTESTS_SHIM = """seq=999; seqres=/tmp/999; tmp=/tmp/999.tmp; here=/pc; status=1
 : > $seqres.full
-FSTYP={fs}; SCRATCH_DEV=/dev/vda; SCRATCH_MNT=/mnt/scratch; MOUNT_OPTIONS=""
+FSTYP={fs}; SCRATCH_DEV=/dev/vda; SCRATCH_MNT=/mnt/scratch; MOUNT_OPTIONS=""; MKFS_OPTIONS=""
 XFS_IO_PROG={xfs_io}; SETFATTR_PROG=setfattr
 mkdir -p $SCRATCH_MNT
 _begin_fstest() {{ echo "QA output created by $seq"; }}
@@ -67,17 +68,21 @@ _require_scratch_ext4_feature() {{ :; }}
 _require_metadata_journaling() {{ :; }}
 _require_attrs() {{ :; }}
 _require_renameat2() {{ :; }}
+_require_test_program() {{ :; }}
 _scratch_mkfs() {{ {mkfs} "$@" $SCRATCH_DEV; }}
+_scratch_mkfs_sized() {{ {mkfs} $MKFS_OPTIONS $SCRATCH_DEV; }}
+_require_scratch_size() {{ :; }}
 _flakey_table() {{  # 0: every write passes, 1: every write is dropped
     size=$(blockdev --getsz $NON_FLAKEY_DEV)
     if [ "$1" = 1 ]; then echo "0 $size flakey $NON_FLAKEY_DEV 0 0 180 1 drop_writes"
     else echo "0 $size flakey $NON_FLAKEY_DEV 0 180 0"; fi
 }}
+FLAKEY_ALLOW_WRITES=0; FLAKEY_DROP_WRITES=1
 _init_flakey() {{ NON_FLAKEY_DEV=$SCRATCH_DEV; dmsetup create flakey-test --table "$(_flakey_table 0)" || _fail "no flakey target"; SCRATCH_DEV=/dev/mapper/flakey-test; }}
 _load_flakey_table() {{ dmsetup suspend --nolockfs flakey-test; _flakey_table $1 | dmsetup load flakey-test; dmsetup resume flakey-test; }}
-_mount_flakey() {{ mount -t $FSTYP $MOUNT_OPTIONS $SCRATCH_DEV $SCRATCH_MNT; }}
-_unmount_flakey() {{ umount $SCRATCH_MNT; }}
-_flakey_drop_and_remount() {{ _load_flakey_table 1; umount $SCRATCH_MNT; _load_flakey_table 0; _mount_flakey || echo "mount after the power cut failed"; }}
+_scratch_mount() {{ mount -t $FSTYP $MOUNT_OPTIONS $SCRATCH_DEV $SCRATCH_MNT || _fail "mount failed"; }}
+_scratch_unmount() {{ umount $SCRATCH_MNT; }}
+_flakey_drop_and_remount() {{ _load_flakey_table 1; umount $SCRATCH_MNT; _load_flakey_table 0; _scratch_mount; }}
 _cleanup_flakey() {{ dmsetup resume flakey-test 2>/dev/null; umount $SCRATCH_MNT 2>/dev/null; dmsetup remove flakey-test 2>/dev/null; }}
 _check_scratch_fs() {{
     {fsck} $SCRATCH_DEV >> $seqres.full 2>&1
@@ -112,7 +117,7 @@ def _initrd(kernel: vmkernel.Kernel, fs_name: str, repro: str) -> str:
 
 
 def _boot(x: ExportInput, kernel_spec: str, job: str, files: dict[str, bytes]) -> VmCheck:
-    packages.ensure(packages.VM_HOST_PACKAGES, "--check-vm")
+    packages.ensure(packages.vm_host_packages(), "--check-vm")
     kernel = vmkernel.resolve(kernel_spec, None)
     state = RunState.create(f"export check of {x.name} on {kernel_spec}")
     try:

@@ -23,7 +23,8 @@ fail() { result "error $*"; say "error: $*"; poweroff_now; }
 # jobs of a live guest start from host-made images that share one fsid, so an
 # earlier job's registration must not stand in for the device about to be
 # mounted: forget every unmounted one (only powercut's devices are in the guest).
-forget_btrfs_devices() { btrfs device scan --forget > /dev/null 2>&1 || say "btrfs device scan --forget failed"; }
+# (pc-recover: one ioctl; `btrfs device scan --forget` cost ~0.15 s under TCG.)
+forget_btrfs_devices() { /usr/bin/pc-recover forget-btrfs || say "forgetting btrfs devices failed"; }
 
 say "init"
 for m in $(cat /pc/modules.list); do

@@ -17,22 +17,8 @@ done
 /usr/sbin/dmsetup create --noudevsync --concise "$table" || fail "dmsetup create of the linear devices failed"
 
 say "recovery mounts: -o ${PC_MOUNT_OPTS:-defaults}"
-i=$PC_FIRST
-while [ "$i" -lt "$PC_IMAGES" ]; do
-    result "begin $i"
-    # On the console too: a kernel message that follows belongs to this mount.
-    echo "pc: mount $i" > /dev/console
-    [ "$PC_FAULT" = recovery-panic ] && [ "$i" = 0 ] && echo c > /proc/sysrq-trigger
-    # A stalled device (suspended without freezing, which would make mount refuse it with EBUSY):
-    # the mount below waits in the kernel for I/O that never completes.
-    [ "$PC_FAULT" = recovery-hang ] && [ "$i" = 0 ] && /usr/sbin/dmsetup suspend --nolockfs --noudevsync "pc-image-$i"
-    [ "$PC_FS" = btrfs ] && forget_btrfs_devices
-    # Errors go to a file, not through $(...): a subshell fork per mount costs under TCG.
-    if mount -t "$PC_FS" ${PC_MOUNT_OPTS:+-o "$PC_MOUNT_OPTS"} "/dev/mapper/pc-image-$i" /mnt 2> /tmp/pc-err; then
-        if umount /mnt 2> /tmp/pc-err; then result "ok $i"; else result "fail $i umount: $(echo $(cat /tmp/pc-err))"; fi
-    else
-        result "fail $i $(echo $(cat /tmp/pc-err))"
-    fi
-    i=$((i + 1))
-done
+# One process for all mounts (forget, mount, umount: system calls, no process per image):
+# harness/backends/vm/pc-recover.c, which also plants the test faults recovery-panic/-hang.
+/usr/bin/pc-recover "$PC_FS" "${PC_MOUNT_OPTS:-defaults}" "$PC_FIRST" "$PC_IMAGES" "$PC_FAULT" >&8 \
+    || fail "pc-recover failed"
 /usr/sbin/dmsetup remove_all --noudevsync || fail "dmsetup remove_all failed"

@@ -1,0 +1,39 @@
+"""The mixed engine, the default of `powercut fuzz --backend vm`: a guest kernel runs
+10 to 30 workloads a minute, so a campaign of minutes must spend them where bugs are.
+
+Half the workers (the even ones) walk the ordered ACE seq-2 space of the
+exhaustive engine (workloads/ace.py: a namespace op on something just
+persisted, then an fsync of it or its directory, each shape once before any
+twice), splitting its indices between them; the other half run Hypothesis,
+whose vocabulary weighs namespace ops followed by an fsync of what they
+touched (workloads/vocab.py), for the shapes longer than two core ops and the
+data ops the ordered space puts later; a worker whose share of the space is
+done generates too. With one worker it alternates: STRETCH exhaustive
+indices, then a Hypothesis round of STRETCH workloads. `--seq` (default 2 here)
+and `--seq-cap` choose the space, as for the exhaustive engine.
+"""
+
+from __future__ import annotations
+
+from fuzz import engine_exhaustive, engine_hypothesis
+from fuzz.worker import Worker
+
+STRETCH = 5
+
+
+def run(w: Worker) -> None:
+    explorers = (w.jobs + 1) // 2
+    if w.jobs >= 2 and w.number % 2:
+        engine_hypothesis.run(w)
+        return
+    todo = engine_exhaustive.indices(w, w.number // 2, explorers)
+    if w.jobs >= 2:
+        engine_exhaustive.run_indices(w, todo)
+        engine_hypothesis.run(w)  # the space is done before the time is: generate on
+        return
+    rounds = engine_hypothesis.Rounds(w, STRETCH)
+    while not w.should_stop():
+        if todo:
+            engine_exhaustive.run_indices(w, todo[:STRETCH])
+            todo = todo[STRETCH:]
+        rounds.next()

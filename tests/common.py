@@ -1,0 +1,67 @@
+"""What tests share, in one place (the xfstests `common/` idea): paths, the
+`require_*` markers a test states up front, and the domain verbs that many
+tests spell the same way.
+
+A test file says what it needs at the top, e.g.
+    pytestmark = [pytest.mark.e2e, require_root_stack]
+and a missing part skips it with one reason, written here once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "build"
+POWERCUT = [sys.executable, "-m", "cli.main"]
+WORKLOADS = ROOT / "tests" / "workloads"
+EXEC = BUILD / "pc-exec"
+RECORDER = BUILD / "pc-recorder"
+# The kernel the vm tests boot (`make bench` and the README use the same package).
+KERNEL_612 = "debian:linux-image-6.12-amd64"
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+# --- require_*: one reason per missing part -------------------------------------------------
+ROOT_REASON = "needs root (loop devices, mounts, /dev/kmsg, apt-get)"
+ROOT_STACK_REASON = "needs root, /dev/fuse and build/pc-recorder (run `make test`)"
+require_root = pytest.mark.skipif(not is_root(), reason=ROOT_REASON)
+require_exec = pytest.mark.skipif(not EXEC.exists(), reason="build/pc-exec not built (make test)")
+require_root_stack = pytest.mark.skipif(
+    not is_root() or not Path("/dev/fuse").exists() or not RECORDER.exists(),
+    reason=ROOT_STACK_REASON)
+require_afl = pytest.mark.skipif(shutil.which("afl-fuzz") is None,
+                                 reason="afl++ not installed (`make test` and `make afl` install it)")
+require_qemu = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
+                                  reason="qemu not installed (`make test` installs it; `--backend vm` on first use)")
+
+# A test that boots a QEMU guest: slow under TCG, needs root for the kernel cache and apt-get.
+vm = [pytest.mark.e2e, pytest.mark.vm, require_root]
+
+
+# --- domain verbs ---------------------------------------------------------------------------
+def run_exec(plan: Path, directory: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    """pc-exec runs PLAN on DIRECTORY (a plain directory: no recording)."""
+    return subprocess.run([str(EXEC), "--plan", str(plan), "--dir", str(directory), *args],
+                          capture_output=True, check=check)
+
+
+def report(out: Path) -> dict:
+    """OUT/report.json of a run or a campaign."""
+    return json.loads((out / "report.json").read_text())
+
+
+def journal(campaign: Path) -> list[dict]:
+    """Every workload a campaign journaled (all workers), in file order."""
+    return [json.loads(line) for j in sorted((campaign / "journal").glob("*.jsonl"))
+            for line in j.read_text().splitlines() if line.strip()]
