@@ -28,7 +28,7 @@ from foundation import ownership
 from foundation.errors import UsageError
 from foundation.jsondoc import write_json
 from fuzz.bisect import Bisection, KernelChoice, from_finding
-from harness.pipeline.run import RunConfig
+from harness.pipeline.config import RunConfig
 
 TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bugpairs.json")
 POLL_S = 2.0
@@ -139,7 +139,7 @@ def recheck(bug: Bug, finding_dir: str, out: str) -> dict[str, Any]:
     workload, cfg = from_finding(finding_dir)
     t0 = time.monotonic()
     buggy, _, _ = _verdict(workload, cfg, bug.kernel("buggy"), os.path.join(out, "buggy"))
-    cfg.fault = None
+    cfg = RunConfig.parse({**cfg.to_json(), "fault": None})  # the flat form: the fault is a backend option
     fixed, n_fixed, fixed_out = _verdict(workload, cfg, bug.kernel("fixed"), os.path.join(out, "fixed"))
     with open(os.path.join(finding_dir, "finding.json")) as f:
         info = json.load(f)
