@@ -34,7 +34,7 @@ SOAK_CAMPAIGN    ?= soak
 # The oracle's tier for make fuzz/soak: linux (what ext4/xfs/btrfs developers promise) or posix.
 SEMANTICS      ?= linux
 
-.PHONY: all deps apt venv cbuild test test-deps test-quick corpus-check bench clean help ci-kernel fuzz soak afl fstests
+.PHONY: all deps apt venv cbuild test test-deps test-quick corpus-check bench bench-ttf clean help ci-kernel fuzz soak afl fstests
 
 all: deps
 
@@ -48,6 +48,7 @@ help:
 	@echo "                 (ext4:fast_commit finds a known kernel bug: exit 1 is expected there)"
 	@echo "make corpus-check  every corpus entry on every matrix row this host can run; fails on an unexpected verdict"
 	@echo "make bench       measure crash states/s and overheads; writes $(BUILD)/bench.json"
+	@echo "make bench-ttf   minutes a default vm campaign needs per known kernel bug; writes $(BUILD)/bench-ttf.json"
 	@echo "make fstests FSTESTS=DIR  build a user's fstests checkout (for powercut export --verify --fstests DIR)"
 	@echo "make clean       remove build products and the venv"
 	@echo "make ci-kernel KERNEL=debian:PKG [PREV_KERNEL=debian:PKG] [ENTRIES=globs] [ROWS=rows] [OUT=dir]"
@@ -153,6 +154,16 @@ corpus-check: deps
 bench: BENCH_KERNEL ?= debian:linux-image-6.12-amd64
 bench: deps
 	$(PC) bench --json $(BUILD)/bench.json $(if $(BENCH_KERNEL),--kernel '$(BENCH_KERNEL)')
+# Time to find (docs/time-to-find.md): a default vm campaign per known bug of
+# bench/bugpairs.json on its buggy kernel, findings re-checked on the fixed one.
+# Long (up to TTF_MINUTES per bug, one bug at a time): not part of `make test`.
+TTF_MINUTES ?= 15
+TTF_JOBS    ?= 2
+TTF_BUGS    ?=
+TTF_OUT     ?= out/time-to-find
+bench-ttf: deps
+	$(PC) bench --only time-to-find --minutes $(TTF_MINUTES) --jobs $(TTF_JOBS) \
+	    $(if $(TTF_BUGS),--bugs '$(TTF_BUGS)') --out $(TTF_OUT) --json $(BUILD)/bench-ttf.json
 # Kernel upgrade check: the same corpus sample on the host kernel (fuse
 # backend) and on KERNEL (vm backend), a short fuzz campaign on KERNEL, then
 # `powercut corpus diff` (and with PREV_KERNEL, `powercut bisect` of the changed

@@ -23,6 +23,9 @@ class FsType:
     # Extra options for the recovery mount of a crash image: xfs refuses a
     # second mount of the same UUID, which parallel checking would hit.
     recovery_opts: list[str] = field(default_factory=list)
+    # fsck output that says the checker could not look at the image at all (a probe of the
+    # host's devices failed), not that the image is damaged: the check is run again.
+    fsck_could_not_run: tuple[str, ...] = ()
 
     def fsck_failed(self, code: int) -> bool:
         """Judge fsck by exit code only, never by its text (see block-recording.md)."""
@@ -89,8 +92,10 @@ FILESYSTEMS: dict[str, FsType] = {
     # Debian's xfsprogs refuses data devices under 300 MB.
     "xfs": FsType("xfs", ["mkfs.xfs", "-q", "-f"], ["xfs_repair", "-n", "-f"],
                   "xfsprogs", 300, 300, ["nouuid"]),
+    # btrfs check first asks whether the image is mounted, probing the host's block devices;
+    # a loop device detached meanwhile by another run makes that probe fail (ENXIO).
     "btrfs": FsType("btrfs", ["mkfs.btrfs", "-q", "-f"], ["btrfs", "check", "--readonly"],
-                    "btrfs-progs", 128, 128),
+                    "btrfs-progs", 128, 128, fsck_could_not_run=("could not check mount status",)),
 }
 
 

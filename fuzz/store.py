@@ -26,6 +26,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import quote, unquote
 
 from foundation.jsondoc import write_json
 from checkers.findings import Finding
@@ -79,7 +80,7 @@ class FindingStore:
         keys = {k for s in self.saved() for k in s["signatures"]}
         claims = os.path.join(self.path, CLAIMS)
         if os.path.isdir(claims):
-            keys |= {Signature.parse(n.replace("%", "|")).key() for n in os.listdir(claims)}
+            keys |= {Signature.parse(unquote(n)).key() for n in os.listdir(claims)}
         return keys
 
     def next_number(self) -> int:
@@ -96,7 +97,8 @@ class FindingStore:
             return True
 
     def _claim_path(self, sig: Signature) -> str:
-        return os.path.join(self.path, CLAIMS, sig.key().replace("|", "%"))
+        # One file name per signature: a kernel finding's rule names a source file ("fs/ext4/...").
+        return os.path.join(self.path, CLAIMS, quote(sig.key(), safe=""))
 
     def clear_claims(self) -> None:
         """Claims of a campaign that was killed while shrinking: those bugs are free again."""

@@ -20,6 +20,7 @@ from checkers.findings import Finding
 from conftest import ROOT
 from cli.fuzz import parse_duration, parse_ops_range, parse_shard
 from fuzz.minimize import Shrinker, repair, subset
+from fuzz.store import FindingStore
 from fuzz.trial import Signature, Trial, signature
 from foundation import ownership
 from foundation.errors import UsageError
@@ -272,3 +273,13 @@ def test_exhaustive_gives_an_index_the_harness_failed_on_one_more_try(monkeypatc
     w = W()
     engine_exhaustive.run(w)  # type: ignore[arg-type]
     assert w.tried == [*range(10), 3, 7]
+
+
+def test_a_signature_naming_a_source_file_can_be_claimed_once(tmp_path: Path) -> None:
+    """A kernel WARNING's rule names the source file (fs/ext4/ext4_jbd2.c): its claim is still one file,
+    and a second worker finding the same bug sees it claimed."""
+    store = FindingStore(str(tmp_path))
+    sig = Signature("kernel", "write", "recovery mount:warning:fs/ext4/ext4_jbd2.c:73")
+    assert store.claim(sig)
+    assert not store.claim(sig)
+    assert sig.key() in store.known()

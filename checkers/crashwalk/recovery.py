@@ -76,12 +76,20 @@ def inspect_on_loop(loop: LoopDevice, fs: FsType, mnt: str, state: RunState,
         loop.wait_unclaimed()  # the next image's bytes go under it
 
 
+FSCK_TRIES = 3
+
+
 def fsck(image: str, fs: FsType) -> tuple[int, str]:
-    try:
-        code, out, err = sysres.run_to_files(fs.fsck_cmd(image), FSCK_TIMEOUT_S, fs.fsck_env())
-    except subprocess.TimeoutExpired:
-        return 8, f"{fs.fsck[0]} timed out after {FSCK_TIMEOUT_S}s"
-    return code, (out + err).strip()
+    for _ in range(FSCK_TRIES):
+        try:
+            code, out, err = sysres.run_to_files(fs.fsck_cmd(image), FSCK_TIMEOUT_S, fs.fsck_env())
+        except subprocess.TimeoutExpired:
+            return 8, f"{fs.fsck[0]} timed out after {FSCK_TIMEOUT_S}s"
+        text = (out + err).strip()
+        if code == 0 or not any(m in text for m in fs.fsck_could_not_run):
+            return code, text
+    # Still not run after FSCK_TRIES: no verdict on the image, so no finding either.
+    raise EnvError(f"{fs.fsck[0]} could not check {image}: {first_problem(text)}")
 
 
 def first_problem(output: str) -> str:
