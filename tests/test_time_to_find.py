@@ -18,12 +18,10 @@ import os
 import pytest
 
 from bench.ttf import load_table
+from common import vm
 from conftest import PcEnv
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (apt-get, kernel cache, scratch dirs)"),
-]
+pytestmark = vm  # boots QEMU guests: root for apt-get, the kernel cache and scratch dirs
 
 PKG = "linux-image-6.12-amd64"
 

@@ -13,16 +13,13 @@ and their ratio, measured side by side.
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
+from common import vm
 from conftest import PcEnv
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (apt-get, kernel cache, scratch dirs)"),
-]
+pytestmark = vm  # boots QEMU guests: root for apt-get, the kernel cache and scratch dirs
 
 BUGGY = "debian:linux-image-6.12.117+deb12-amd64"
 
