@@ -198,7 +198,7 @@ def test_minimize_shrinks_a_given_workload(pc: PcEnv) -> None:
     shrunk = json.loads((out / "workload.min.json").read_text())["threads"][0]["ops"]
     assert len(shrunk) < len(ops) and "still a fsck finding" in p.stdout
     # --max-runs: the shrink stops after that many candidate runs, its best so far kept
-    p = pc.run("minimize", str(wl), "--fs", "ext4", "--mkfs-opts", "-O ^has_journal", "--crash-points", "write",
+    p = pc.run("minimize", str(wl), *UNJOURNALED, "--crash-points", "write",
                "--kind", "fsck", "--max-runs", "1", "--out", str(pc.tmp / "min1"), check_rc=0, timeout=600)
     assert " ops in 1 runs, still a fsck finding" in p.stdout, p.stdout
     limited = json.loads((pc.tmp / "min1" / "workload.min.json").read_text())["threads"][0]["ops"]
