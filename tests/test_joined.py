@@ -58,6 +58,13 @@ class Lab:
         ip(self.enter(j), "link", "set", f"{self.name}m{j}", "up" if up else "down")
 
 
+NETNS_DIR = "/run/netns"
+
+
+def mounted(path: str) -> bool:
+    return any(line.split()[4] == path for line in Path("/proc/self/mountinfo").read_text().splitlines())
+
+
 def ip(prefix: list[str], *args: str) -> None:
     subprocess.run([*prefix, "ip", *args], check=True, capture_output=True, timeout=30)
 
@@ -67,6 +74,8 @@ def lab(tmp: Path, machines: int) -> Iterator[Lab]:
     n = Lab(f"pcj{os.getpid() % 100000}", machines)
     made: list[str] = []
     redis_proc = None
+    # `ip netns add` bind-mounts /run/netns onto itself the first time; undo that if we caused it.
+    netns_was_mounted = mounted(NETNS_DIR)
     try:
         for j in ["r", *range(machines)]:
             ip([], "netns", "add", n.ns(j))
@@ -97,6 +106,8 @@ def lab(tmp: Path, machines: int) -> Iterator[Lab]:
             redis_proc.wait()
         for ns in reversed(made):  # deleting a namespace deletes the veth ends in it
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        if not netns_was_mounted and mounted(NETNS_DIR) and not os.listdir(NETNS_DIR):
+            subprocess.run(["umount", NETNS_DIR], capture_output=True)
 
 
 def machine_env(pc: PcEnv, who: str) -> dict[str, str]:
@@ -289,3 +300,12 @@ def test_afl_instances_have_unique_names_and_share_queues_through_redis(pc: PcEn
         got = {f.name: f.read_bytes() for f in (mine / theirs / "queue").iterdir()}
         assert sent and set(got) <= set(sent) and all(got[k] == sent[k] for k in got), (sorted(got), sorted(sent))
         assert len(got) >= len([k for k in sent if "orig:" in k])  # at least the seeds' entries arrived
+
+
+def test_the_lab_leaves_no_namespace_and_no_netns_mount(pc: PcEnv) -> None:
+    # `ip netns add` bind-mounts /run/netns the first time; a lab that caused it must undo it.
+    before = mounted(NETNS_DIR)
+    with lab(pc.tmp, 1) as n:
+        assert mounted(NETNS_DIR) and os.path.exists(os.path.join(NETNS_DIR, n.ns(0)))
+    assert mounted(NETNS_DIR) == before
+    assert not os.path.exists(os.path.join(NETNS_DIR, n.ns(0)))
