@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from foundation import ownership
+from foundation import ownership, paths
 from foundation.errors import UsageError
 from foundation.jsondoc import write_json
 from fuzz.bisect import Bisection, KernelChoice, from_finding
@@ -107,7 +107,7 @@ def _session(argv: list[str], cdir: str, log: str, clock0: float, seen: dict[str
     with open(log, "a") as out:
         out.write(f"$ {' '.join(argv)}\n")
         out.flush()
-        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=_repo_root())
+        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=paths.ROOT)
         try:
             while p.poll() is None:
                 for f in _findings(cdir):
@@ -120,10 +120,6 @@ def _session(argv: list[str], cdir: str, log: str, clock0: float, seen: dict[str
     for f in _findings(cdir):
         seen.setdefault(f, clock0 + time.monotonic())
     return p.returncode
-
-
-def _repo_root() -> str:
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _verdict(workload: str, cfg: RunConfig, kernel: str, out: str) -> tuple[str, int, str]:
