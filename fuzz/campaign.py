@@ -131,8 +131,8 @@ class Campaign:
         deadline = self.start + self.spec.duration_s
         joined = (self.coord.url, self.coord.name, self.coord.machine) if self.coord else None
         procs = [ctx.Process(target=_worker_main, name=f"powercut-fuzz-w{n}",
-                             args=(self.cdir.path, self.cfg, self.spec, n, deadline, stop, os.getpid(), budget, findings,
-                                   joined))
+                             args=(self.cdir.path, self.cfg, self.spec, n, deadline, stop, os.getpid(), budget,
+                                   findings, joined))
                  for n in range(self.spec.jobs)]
         interrupted = False
         with StatusLine() as status, self._heartbeat() as heartbeat:
@@ -266,6 +266,8 @@ class Campaign:
         inner = f" (+{t.recovery_states} inside recoveries)" if self.cfg.recovery_crash else ""
         done = f"{t.workloads}{space} workloads"
         if self.coord is not None and space:  # this machine's numbers, and how far the whole space is
+            ordered = f" ordered seq-{self.spec.options['seq']}" if self.spec.engine == "mixed" else ""
+            space = f" of {self.space()}{ordered}"
             done = f"{t.workloads} workloads here (campaign {self.coord.name}: {self._joined_done()}{space} done)"
         elif self.coord is not None:
             done = f"{t.workloads} workloads here (campaign {self.coord.name})"
