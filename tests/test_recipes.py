@@ -14,19 +14,16 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from itertools import product
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 import yaml
 
-from common import ROOT, journal, report, require_root_stack
+from common import ROOT, journal, redis_server, report, require_root_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, require_root_stack,
               pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed (make deps)")]
@@ -53,26 +50,8 @@ def recipe(kind: str) -> list[dict[str, Any]]:
 def redis_url(tmp_path: Path) -> Iterator[str]:
     """A redis-server on loopback with the arguments of the recipe's Redis pod."""
     pod = next(d for d in recipe("Job") if d.get("kind") == "Pod")
-    args = [str(a) for a in pod["spec"]["containers"][0]["args"]]
-    with socket.socket() as s:  # a free port
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(["redis-server", *args, "--port", str(port), "--bind", "127.0.0.1",
-                             "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)
-    client = redis.Redis(port=port)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            assert time.monotonic() < deadline and proc.poll() is None, "redis-server did not come up"
-            time.sleep(0.1)
-    try:
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.kill()
-        proc.wait()
+    with redis_server(tmp_path, *(str(a) for a in pod["spec"]["containers"][0]["args"])) as url:
+        yield url
 
 
 def machine_env(tmp: Path, who: str, **extra: str) -> dict[str, str]:
