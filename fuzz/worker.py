@@ -177,13 +177,14 @@ class Worker:
         return trial
 
     def save(self, trial: Trial, wanted: Signature, original: dict[str, Any], shrink: dict[str, Any]) -> str:
-        """Save TRIAL's finding of WANTED's kind (the one with WANTED's signature if it still has it)."""
+        """Save TRIAL's finding of WANTED's kind (the one with WANTED's signature if it still has it);
+        its directory, or "" if another machine of a joined campaign saved it first."""
         sigs = [(s, f) for s, f in trial.signatures() if s.kind == wanted.kind]
         sig, finding = next(((s, f) for s, f in sigs if s == wanted), sigs[0])
         shrink = {**shrink, "ops_before": sum(len(t["ops"]) for t in original["threads"])}
         d = self.store.save(trial, sig, finding, self.cfg, original=original,
                             also=[wanted] if wanted != sig else [], shrink=shrink)
-        if self.findings_budget is not None and self.findings_budget.add():
+        if d and self.findings_budget is not None and self.findings_budget.add():
             self.stop.set()  # before this worker's next workload, not at the campaign's next poll
         return d
 
