@@ -142,6 +142,9 @@ def test_ci_matrix(tmp_path: Path, redis_url: str) -> None:
     workflow_env.update(POWERCUT_REDIS=redis_url, DURATION=SHORT, RUN="4242",
                         PATH=f"{bin_dir}:{os.environ['PATH']}")
 
+    # The linked checkouts share .venv and build/: bring them up to date here, where make can
+    # (the jobs' own `make deps` then has nothing to do, as on a runner after its first job).
+    subprocess.run(["make", "deps"], cwd=ROOT, check=True, capture_output=True, timeout=1800)
     step, run = script(fuzz)
     jobs, dirs = [], []
     for i, row in enumerate(mine):
