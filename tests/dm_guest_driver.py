@@ -23,7 +23,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from cli.main import main  # noqa: E402
-from harness.pipeline import run as pipeline_run  # noqa: E402
 
 WORKLOAD = os.path.join(ROOT, "tests", "workloads", "small.sh")
 TIMED_WORKLOAD = os.path.join(ROOT, "tests", "workloads", "fsync_then_more.json")
@@ -90,7 +89,7 @@ def drive(out: str, parts: list[str]) -> None:
     if "user" in parts:
         results["ext4-user"] = user_devices(out)
     if "calibrated" in parts:
-        pipeline_run.CALIBRATION_FSYNCS = 200
+        os.environ["POWERCUT_CALIBRATION_FSYNCS"] = "200"
         results["ext4-calibrated"] = run(out, "ext4-calibrated", "--fs", "ext4", "--backend", "dm",
                                          workload=TIMED_WORKLOAD)
     killed = killed_run(out) if "killed" in parts else None

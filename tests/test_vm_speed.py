@@ -59,7 +59,9 @@ def test_bench_reports_fuse_and_vm_rates_on_campaign_workloads_and_their_ratio(p
     assert b["fuse_seq1_workloads_per_min_per_worker"] == vm["fuse"]["workloads_per_min"]
     expect = vm["fuse"]["workloads_per_min"] / vm["vm"]["workloads_per_min"]
     assert b["vm_cost_over_fuse"] == pytest.approx(expect, rel=0.02)
-    assert vm["cost_per_workload_s"]["boots"] == 1 and vm["cost_per_workload_s"]["guest_recover"] > 0
+    # one boot for all workloads; the guest ran both kinds of job (the keys are the jobs that ran)
+    assert vm["cost_per_workload_s"]["boots"] == 1
+    assert {"guest_record", "guest_recover"} <= set(vm["cost_per_workload_s"]), vm["cost_per_workload_s"]
     assert pc.leftovers() == []
 
 
