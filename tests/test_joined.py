@@ -287,7 +287,7 @@ def test_hypothesis_machines_share_examples_and_one_set_of_findings(pc: PcEnv) -
 @pytest.mark.skipif(shutil.which("afl-fuzz") is None, reason="afl++ not installed (`make afl`)")
 def test_afl_instances_have_unique_names_and_share_queues_through_redis(pc: PcEnv) -> None:
     with lab(pc.tmp, 2) as n:
-        procs = [start(pc, n, j, "afl", "--fs", "ext4", "--engine", "afl", "--duration", "60s", "--seed", str(j))
+        procs = [start(pc, n, j, "afl", "--fs", "ext4", "--engine", "afl", "--duration", "40s", "--seed", str(j))
                  for j in range(2)]
         for p in procs:
             rc, out = finished(p)
