@@ -158,19 +158,18 @@ def _punch(fd: int, offset: int, length: int) -> None:
         raise OSError(ctypes.get_errno(), "fallocate(PUNCH_HOLE)")
 
 
-def _pc(*args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True, timeout=timeout)
+def _pc(*args: str, env: dict[str, str] | None = None, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True, timeout=timeout,
+                          env=env)
 
 
 def _findings(text: str) -> list[str]:
-    """The finding lines of a run's or a recheck's output (at most 5)."""
-    keep = [ln.strip() for ln in text.splitlines() if re.search(r"\b(durability|stale-data|atomicity|fsck|mount|"
-                                                                r"semantics|corruption)\b", ln)]
-    return keep[:5]
+    """The finding lines of a run's or a recheck's output (`[kind] ...`, at most 5, cut short)."""
+    return [ln.strip()[:240] for ln in text.splitlines() if re.match(r"\s+\[[a-z-]+\] ", ln)][:5]
 
 
-def run_row(row: Row, fs: str, work: str) -> dict[str, Any]:
-    """Healthy run, planted image, recheck: one row on one file system."""
+def run_row(row: Row, fs: str, work: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Healthy run, planted image, recheck: one row on one file system (ENV: powercut's environment)."""
     res: dict[str, Any] = {"row": row.id, "test": row.test, "fs": fs}
     os.makedirs(work, exist_ok=True)
     wl = os.path.join(work, "workload.json")
@@ -181,7 +180,7 @@ def run_row(row: Row, fs: str, work: str) -> dict[str, Any]:
     args = ["run", wl, "--fs", fs, "--out", run_dir]
     if row.mkfs_opts.get(fs):
         args += ["--mkfs-opts", row.mkfs_opts[fs]]
-    p = _pc(*args)
+    p = _pc(*args, env=env)
     res["healthy_rc"] = p.returncode
     res["healthy_findings"] = _findings(p.stdout) if p.returncode == 1 else []
     if p.returncode not in (0, 1):
@@ -196,7 +195,7 @@ def run_row(row: Row, fs: str, work: str) -> dict[str, Any]:
     last = f"p{report['log_entries'] - 1}"
     img = os.path.join(work, "planted.img")
     p = _pc("crash-image", "--log", os.path.join(run_dir, "recording.log"), "--state", last,
-            "--size", str(report["device_bytes"]), "--out", img)
+            "--size", str(report["device_bytes"]), "--out", img, env=env)
     if p.returncode != 0:
         res["error"] = f"crash-image: exit {p.returncode}: {p.stderr.strip()[-200:]}"
         return res
@@ -212,7 +211,7 @@ def run_row(row: Row, fs: str, work: str) -> dict[str, Any]:
         return res
     finally:
         os.rmdir(mnt)
-    p = _pc("recheck", run_dir, "--state", last, "--image", img)
+    p = _pc("recheck", run_dir, "--state", last, "--image", img, env=env)
     os.unlink(img)
     with open(os.path.join(work, "recheck.txt"), "w") as f:
         f.write(p.stdout + p.stderr)
@@ -222,6 +221,47 @@ def run_row(row: Row, fs: str, work: str) -> dict[str, Any]:
     if p.returncode not in (0, 1):
         res["error"] = f"recheck: exit {p.returncode}: {(p.stderr or p.stdout).strip()[-200:]}"
     return res
+
+
+def rules_named(findings: list[str]) -> list[str]:
+    """The oracle rules a finding's message ends with (its promise text, cut short by the summary)."""
+    from checkers.fsrules import RULES
+    names = []
+    for f in findings:
+        for r in RULES.values():
+            if r.promise[:30] in f and r.name not in names:
+                names.append(r.name)
+    kinds = [m.group(1) for f in findings if (m := re.match(r"\[([a-z-]+)\]", f))]
+    return names or sorted(set(kinds))
+
+
+def render_md(rows: list[Row], results: list[dict[str, Any]]) -> str:
+    """The docs table: one line per row and file system."""
+    by = {(r["row"], r["fs"]): r for r in results}
+    out = ["| fstests test | fs | promise (golden output) | planted outcome | healthy run | flagged | rule / reason |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+    for row in rows:
+        for fs in row.fs:
+            r = by.get((row.id, fs))
+            if r is None:
+                continue
+            if "not_run" in r:
+                out.append(f"| {row.test} | {fs} | {row.promise} | - | not run | - | {row.reason} |")
+                continue
+            if "error" in r:
+                out.append(f"| {row.test} | {fs} | {row.promise} | {row.outcome} | error | - | {r['error']} |")
+                continue
+            healthy = "0 findings" if r["healthy_rc"] == 0 else "FINDINGS"
+            if r["flagged"] is None:
+                verdict, why = "fsck only", row.reason
+            elif r["flagged"]:
+                verdict, why = "yes", ", ".join(f"`{n}`" for n in rules_named(r["recheck_findings"]))
+            else:
+                verdict, why = "**no**", row.note or "(unexplained)"
+            if row.note and r["flagged"]:
+                why += f"; {row.note}"
+            out.append(f"| {row.test} | {fs} | {row.promise} | {row.outcome} | {healthy} | {verdict} | {why} |")
+    return "\n".join(out) + "\n"
 
 
 def run_table(rows: list[Row], out: str, fs_only: str = "") -> dict[str, Any]:
@@ -240,6 +280,8 @@ def run_table(rows: list[Row], out: str, fs_only: str = "") -> dict[str, Any]:
     doc = {"rows": results, "summary": summary(results)}
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(doc, f, indent=1)
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(render_md(rows, results))
     return doc
 
 
@@ -250,7 +292,8 @@ def line(r: dict[str, Any]) -> str:
         return f"{r['row']:<22} {r['fs']:<6} ERROR {r['error']}"
     verdict = {True: "flagged", False: "MISSED", None: "fsck-only"}[r["flagged"]]
     healthy = "clean" if r["healthy_rc"] == 0 else f"HEALTHY FINDINGS {r['healthy_findings'][:1]}"
-    return f"{r['row']:<22} {r['fs']:<6} {verdict:<8} {healthy} {r['recheck_findings'][:1]}"
+    found = [f[:90] for f in r.get("recheck_findings", [])[:1]]
+    return f"{r['row']:<22} {r['fs']:<6} {verdict:<8} {healthy} {found}"
 
 
 def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
