@@ -54,7 +54,7 @@ class Row:
     plant: list[list[Any]] = field(default_factory=list)
     mkfs_opts: dict[str, str] = field(default_factory=dict)
     reason: str = ""              # why no plant is run (inexpressible ops, fsck-only promise)
-    expect: dict[str, str] = field(default_factory=dict)  # fs -> "missed": a known, explained miss
+    missed: dict[str, str] = field(default_factory=dict)  # fs -> why the oracle does not flag it there
     note: str = ""                # the rule that flags it, or why a miss is the fs's own exception
 
     @property
@@ -86,7 +86,7 @@ def load_row(path: str) -> Row:
             raise UsageError(f"{path}: {e}") from None
     return Row(os.path.basename(path)[:-5], doc["test"], doc["fs"], doc["promise"], doc["outcome"],
                doc.get("workload"), doc.get("plant", []), doc.get("mkfs_opts", {}), doc.get("reason", ""),
-               doc.get("expect", {}), doc.get("note", ""))
+               doc.get("missed", {}), doc.get("note", ""))
 
 
 def load_table(root: str = TABLE_DIR, only: str = "") -> list[Row]:
@@ -257,7 +257,7 @@ def render_md(rows: list[Row], results: list[dict[str, Any]]) -> str:
             elif r["flagged"]:
                 verdict, why = "yes", ", ".join(f"`{n}`" for n in rules_named(r["recheck_findings"]))
             else:
-                verdict, why = "**no**", row.note or "(unexplained)"
+                verdict, why = "**no**", row.missed.get(fs, "(unexplained)")
             if row.note and r["flagged"]:
                 why += f"; {row.note}"
             out.append(f"| {row.test} | {fs} | {row.promise} | {row.outcome} | {healthy} | {verdict} | {why} |")
@@ -274,7 +274,7 @@ def run_table(rows: list[Row], out: str, fs_only: str = "") -> dict[str, Any]:
                 results.append({"row": row.id, "test": row.test, "fs": fs, "not_run": row.reason})
                 continue
             r = run_row(row, fs, os.path.join(out, f"{row.id}-{fs}"))
-            r["expect"] = row.expect.get(fs, "flagged")
+            r["expect"] = "missed" if fs in row.missed else "flagged"
             results.append(r)
             print(line(r), flush=True)
     doc = {"rows": results, "summary": summary(results)}
