@@ -193,3 +193,24 @@ def test_an_xattr_removed_before_a_durable_namespace_op_stays_removed(tmp_path: 
     assert rules(run, last(run), fs) == (["ordered-metadata"] * 2 if fs != "btrfs" else [])
     assert rules(run, run.before(7), fs) == []      # legal before the fsync returned
     assert rules(run, last(run), fs, tier="posix") == []
+
+
+@pytest.mark.parametrize("fs", FS)
+def test_fsync_of_a_file_under_a_reused_name_carries_the_old_owner(tmp_path: Path, fs: str) -> None:
+    """generic/342 (also 341, 502, 526, 527): a/foo renamed to a/bar after a sync, a new
+    a/foo fsynced: a/bar must exist; btrfs logs the inode whose committed name was taken.
+    Without the sync the name was never committed: btrfs is not held to it."""
+    def ops(sync: bool) -> list[dict]:
+        return ([op("mkdir", path="a")] + create("a/foo") + [op("close", fd="f")] + ([op("sync")] if sync else [])
+                + [op("rename", **{"from": "a/foo", "to": "a/bar"})] + create("a/foo", fd="g")
+                + [op("fsync", fd="g"), op("close", fd="g")])
+    for d in ("s", "n"):
+        (tmp_path / d).mkdir()
+    run = Run(tmp_path / "s", ops(True))
+    assert rules(run, last(run), fs) == []
+    os.unlink(run.dir / "a/bar")  # the renamed file lost
+    assert rules(run, last(run), fs) == ["fsync-names"]
+    assert rules(run, last(run), fs, tier="posix") == []
+    run = Run(tmp_path / "n", ops(False))
+    os.unlink(run.dir / "a/bar")
+    assert rules(run, last(run), fs) == ([] if fs == "btrfs" else ["ordered-metadata"])
