@@ -102,12 +102,15 @@ RULES: dict[str, Rule] = {r.name: r for r in [
     Rule("fsync-names",
          "after fsync(fd) returns, every name the file (or directory) gained or lost by its own ops "
          "before the call (create, link, rename to or from, unlink of a link) shows its state as of "
-         "the call: new names present, old names gone; its new parent directories exist",
+         "the call: new names present, old names gone; its new parent directories exist; so do the "
+         "names of every inode whose committed name (held at the last sync) it took, and in turn",
          ALL, "xfstests generic/322 (fsync after rename: the new name holds the data), 376 (rename in "
               "the same dir, fsync the renamed file: new name present), 343 (new hard link fsynced: both "
               "links present), 336 (a link unlinked, the file fsynced: the link stays gone), 534 (truncate, "
               "rename, fsync: new name at the new size, old name gone), 498 (fsync of a new directory: it "
-              "exists), 502/526/527 (renames, links and reused names, fsync: every name maps to its inode); "
+              "exists), 341/342 (a dir or file renamed, a new one under its old name fsynced: the renamed one "
+              "exists), 502/526/527 (renames, links and reused names, fsync: every name maps to its inode; "
+              "btrfs logs the inode whose name was taken, tree-log.c's conflicting inodes); "
               "all run on ext4, xfs and btrfs (btrfs fixes named by _fixed_by_kernel_commit)",
          tier="linux", unless=NO_JOURNAL),
     Rule("fsync-dir-entries",
