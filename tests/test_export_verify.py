@@ -69,9 +69,11 @@ BUGS = [
     # jbd2 WARNING: ea_inode xattr credits beyond the smallest journal (6.12)
     Bug("kernel", "ea_inode_xattr_warning.json", "ext4", "-b 1024 -O ea_inode -J size=1",
         "debian:linux-image-6.12.117+deb12-amd64", None, ""),
+    # rename-atomic on ext4 without a journal: fsync of the old parent writes the name's removal,
+    # not its addition (the configuration promises no metadata consistency: ./check's fsck is off)
+    Bug("atomicity", "ext4_nojournal_rename_fsync_dir.json", "ext4", "-O ^has_journal",
+        "debian:linux-image-6.12.117+deb12-amd64", None, "A/foo B/foo: one of 'absent file', 'file absent'"),
 ]
-# No atomicity bug is known on a packaged kernel: that kind is exported and checked
-# (checks.py: rename-atomic, untorn-write) but not proven here against a real bug.
 
 
 def make_finding(tmp: Path, bug: Bug) -> Path:
