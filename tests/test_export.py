@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -143,12 +144,15 @@ def test_several_threads_export_serialised_in_the_recorded_order(pc: PcEnv) -> N
     test = (out / "generic-999").read_text()
     assert "2 threads ran concurrently; here their ops run one after the other" in test
     body = test.split("_scratch_mount\n", 1)[1].split("# Power cut")[0].splitlines()
-    # barriers order sync < ftruncate (main) < mkdir (mk) < fsync (main); main's f is not mk's f
-    at = {key: next(i for i, ln in enumerate(body) if key in ln)
-          for key in ("exec 3<>$SCRATCH_MNT/bar", "exec 4<>$SCRATCH_MNT/baz", "exec 4<&-", "sync >>",
-                      "'truncate 3000' /proc/self/fd/3", "mkdir -m 0755 $SCRATCH_MNT/A", "-c fsync /proc/self/fd/3")}
-    assert at["exec 4<>$SCRATCH_MNT/baz"] < at["exec 4<&-"] < at["sync >>"] < at["'truncate 3000' /proc/self/fd/3"] \
-        < at["mkdir -m 0755 $SCRATCH_MNT/A"] < at["-c fsync /proc/self/fd/3"], body
+    # creat(bar) and open(baz) race: the shell fd each got is read from the test
+    fd = {name: re.search(rf"^exec (\d+)<>\$SCRATCH_MNT/{name}$", "\n".join(body), re.M)[1] for name in ("bar", "baz")}
+    assert fd["bar"] != fd["baz"]
+
+    def at(text: str) -> int:
+        return next(i for i, ln in enumerate(body) if text in ln)
+    # barriers order close(baz) < sync < ftruncate (main) < mkdir (mk) < fsync (main), on main's f
+    assert at(f"exec {fd['baz']}<&-") < at("sync >>") < at(f"'truncate 3000' /proc/self/fd/{fd['bar']}") \
+        < at("mkdir -m 0755 $SCRATCH_MNT/A") < at(f"-c fsync /proc/self/fd/{fd['bar']}"), body
     out, text = export(pc, d, "shell", "--check-vm", KERNEL_612, rc=1)
     [log] = out.glob("vm-check-6.12*.txt")
     output = log.read_text()
