@@ -110,9 +110,11 @@ class Model:
         """(ret, aux, flags) the executor would record: where a write lands, how much it writes."""
         k = op["op"]
         writes = k in ("write", "pwrite", "pwritev2", "mmap_write", "fallocate", "ftruncate")
-        if "fd" in op and k not in ("open", "creat") and (fd is None or ino is None or not (fd.write if writes else True)):
+        usable = fd is not None and ino is not None and (fd.write or not writes)
+        if "fd" in op and k not in ("open", "creat") and not usable:
             return -1, 0, FLAG_SKIPPED     # its open failed, or the fd is not open for writing: EBADF
         if k in ("write", "pwrite", "pwritev2", "mmap_write", "read", "pread"):
+            assert fd is not None and ino is not None   # usable
             length = sum(op["iov"]) if k == "pwritev2" else op["length"]
             off = op.get("offset", -1)
             at = fd.pos if off is None or off < 0 else off
