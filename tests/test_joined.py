@@ -171,6 +171,11 @@ def check_saved_once(merged: Path, machines: list[Path]) -> None:
     assert sorted(local) == [d.name for d in findings], (local, findings)
 
 
+def stable(signatures: list[str]) -> list[str]:
+    """SIGNATURES with fsck's messages folded into one: fsck damage (see the three-machine test)."""
+    return sorted({"fsck" if s.startswith("fsck|") else s for s in signatures})
+
+
 def test_three_machines_cover_the_space_once_and_finish_a_killed_ones_share(pc: PcEnv) -> None:
     with lab(pc.tmp, 3) as n:
         procs = [start(pc, n, j, "three", *SPACE) for j in range(3)]
@@ -207,11 +212,14 @@ def test_three_machines_cover_the_space_once_and_finish_a_killed_ones_share(pc: 
 
     check_saved_once(pc.tmp / "merged", [pc.tmp / f"m{j}" for j in range(3)])
 
-    # The same space on one machine shows the same signatures.
+    # The same space on one machine shows the same signatures. fsck's wording of the damage a
+    # dropped flush leaves depends on what writeback had issued by the crash point, which varies
+    # from run to run (one run's "unused inodes area" is another's "deleted/unused inode"): those
+    # count as one signature, fsck damage; every other signature (kind, op, rule) must match.
     single = pc.run("fuzz", "--out", str(pc.tmp / "single"), *SPACE, timeout=900)
     assert single.returncode == 1, single.stdout + single.stderr
     alone = json.loads((pc.tmp / "single" / "report.json").read_text())
-    assert merged["signatures_found"] == alone["signatures_found"]
+    assert stable(merged["signatures_found"]) == stable(alone["signatures_found"])
     assert alone["exhaustive"]["done"] == SPACE_SIZE
 
 
