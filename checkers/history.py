@@ -159,7 +159,7 @@ def _parent(path: str) -> str:
 
 
 class _Builder:
-    def __init__(self, plan: Plan, execs: list[Exec]) -> None:
+    def __init__(self, plan: Plan, execs: list[Exec], reflink: bool | None = None) -> None:
         self.plan = plan
         self.execs = execs
         self._ended_by: list[int] | None = None  # prefix maxima of the execs' end times (prefix_before)
@@ -176,6 +176,8 @@ class _Builder:
         self.disagreements: list[Disagreement] = []
         self.statx: dict[int, StatxResult] = {}  # inode -> the untorn-write limits statx last read for it
         self.linkable: set[int] = set()   # O_TMPFILE files linkat may still name
+        self.access: dict[tuple[int, int], tuple[bool, bool, bool]] = {}  # fd -> readable, writable, O_APPEND
+        self.reflink = reflink            # clones work here (None: not known, either answer is taken)
         self._next_ino = 1
 
     # -- helpers ---------------------------------------------------------
@@ -349,9 +351,14 @@ class _Builder:
             self.change_names(ex.pos, {path: ino.ino})
         elif "O_TRUNC" in flags and ino.kind == "file":
             self.resize(ex, ino, 0)
-        self.fds[(ex.rec.thread, ex.f("fd"))] = (ino.ino, bool(flags & O_SYNC_FLAGS), "O_APPEND" in flags)
+        self.bind_fd(ex, ino, flags)
 
     op_creat = op_open
+
+    def bind_fd(self, ex: Exec, ino: Inode, flags: set[str]) -> None:
+        key = (ex.rec.thread, ex.f("fd"))
+        self.fds[key] = (ino.ino, bool(flags & O_SYNC_FLAGS), "O_APPEND" in flags)
+        self.access[key] = ("O_WRONLY" not in flags, bool(flags & {"O_WRONLY", "O_RDWR"}), "O_APPEND" in flags)
 
     def open_tmpfile(self, ex: Exec, d: Inode | None, path: str, flags: set[str]) -> None:
         """open(2) O_TMPFILE: opened for writing and without O_CREAT, else EINVAL before any
@@ -370,7 +377,7 @@ class _Builder:
             ino = self.new_inode("file", ex.pos)
             if "O_EXCL" not in flags:
                 self.linkable.add(ino.ino)
-            self.fds[(ex.rec.thread, ex.f("fd"))] = (ino.ino, bool(flags & O_SYNC_FLAGS), "O_APPEND" in flags)
+            self.bind_fd(ex, ino, flags)
 
     def op_linkat(self, ex: Exec) -> None:
         """linkat(fd, "", AT_FDCWD, to, AT_EMPTY_PATH), in fs/namei.c's order: the new name's
@@ -384,6 +391,76 @@ class _Builder:
         if ex.ok:
             self.linkable.discard(ino.ino)  # vfs_link clears I_LINKABLE
             self.change_names(ex.pos, {dst: ino.ino})
+
+    def op_copy_file_range(self, ex: Exec) -> None:
+        """copy_file_range(2): the source range, cut at the source's end, lands in the
+        destination (ret bytes: a short copy is legal, the model follows what was copied).
+        Errors in fs/read_write.c's order (generic_copy_file_checks, then
+        generic_file_rw_checks): a directory EISDIR, an fd not open for reading
+        (source) or writing (destination, or O_APPEND) EBADF, then overlapping ranges
+        of one file EINVAL."""
+        src, dst = self.two_fds(ex)
+        if src is None or dst is None:
+            return
+        s_in, s_out = ex.f("from_offset"), ex.f("offset")
+        count = max(0, min(ex.f("length"), src.size - s_in))
+        overlap = src is dst and s_out + count > s_in and s_out < s_in + count
+        self.predict(ex, self.rw_errno(ex, src, dst) or (E.EINVAL if overlap else None))
+        if ex.ok and ex.rec.ret > 0 and dst.kind == "file":
+            self.copy_range(ex, src, s_in, dst, s_out, ex.rec.ret)
+
+    def op_clone(self, ex: Exec) -> None:
+        """A reflink clone (ioctl_ficlone(2); fs/remap_range.c): after the checks
+        copy_file_range makes too (EISDIR, EBADF), a file system without shared extents
+        refuses it (EOPNOTSUPP: ext4, xfs -m reflink=0); then the range
+        (generic_remap_checks, generic_remap_check_len): unaligned offsets EINVAL, a
+        source offset at or past its end EINVAL, a length that would have to be shortened
+        (past the source's end, or not block-aligned short of it) EINVAL, overlapping
+        ranges of one file EINVAL, a partial last block into the middle of the
+        destination EINVAL. Length 0 clones to the source's end (an offset right at it:
+        nothing, success)."""
+        src, dst = self.two_fds(ex)
+        if src is None or dst is None:
+            return
+        pos_in, pos_out, length = ex.f("from_offset"), ex.f("offset"), ex.f("length")
+        err, count = clone_range(src.size, dst.size, pos_in, pos_out, length, src is dst)
+        rw = self.rw_errno(ex, src, dst)
+        if rw or self.reflink is False:
+            self.predict(ex, rw or E.EOPNOTSUPP)
+        else:
+            self.predict(ex, err if self.reflink else (err or 0, E.EOPNOTSUPP))
+        if ex.ok and count > 0:
+            self.copy_range(ex, src, pos_in, dst, pos_out, count)
+
+    def two_fds(self, ex: Exec) -> tuple[Inode | None, Inode | None]:
+        got = self.fds.get((ex.rec.thread, ex.f("from_fd")))
+        src = self.inodes[got[0]] if got else None
+        dst, _, _ = self.fd_inode(ex)
+        return src, dst
+
+    def rw_errno(self, ex: Exec, src: Inode, dst: Inode) -> int | None:
+        """fs/read_write.c generic_file_rw_checks: directories, then the fds' access modes."""
+        if src.kind == "dir" or dst.kind == "dir":
+            return E.EISDIR
+        readable = self.access.get((ex.rec.thread, ex.f("from_fd")), (True, True, False))[0]
+        _, writable, append = self.access.get((ex.rec.thread, ex.f("fd")), (True, True, False))
+        return None if readable and writable and not append else E.EBADF
+
+    def copy_range(self, ex: Exec, src: Inode, start: int, dst: Inode, at: int, count: int) -> None:
+        """DST's bytes AT.. AT+COUNT become SRC's START.. as they are now (holes stay holes):
+        the same pattern sources, shifted, so the checks read them as any write's."""
+        shift = at - start
+        pieces = src.content.get(start, start + count)
+        cur = start
+        for s, t, piece in pieces:
+            if s > cur:
+                self.data(ex, dst, cur + shift, s + shift, None)
+            self.data(ex, dst, s + shift, t + shift, piece.shifted(shift) if piece else None)
+            cur = t
+        if cur < start + count:
+            self.data(ex, dst, cur + shift, start + count + shift, None)
+        if dst.size < at + count:
+            self.resize(ex, dst, at + count)
 
     def op_close(self, ex: Exec) -> None:
         self.fds.pop((ex.rec.thread, ex.f("fd")), None)
@@ -694,6 +771,37 @@ class _Builder:
         ino.xattrs.append((ex.pos, cur))
 
 
+BLOCK = 4096  # the block size of every file system powercut makes (mkfs.ext4 -b 4096; xfs and btrfs defaults on x86)
+
+
+def clone_range(size_in: int, size_out: int, pos_in: int, pos_out: int, length: int,
+                same: bool) -> tuple[int | None, int]:
+    """(errno or None, bytes cloned) of a clone of LENGTH (0: to the end) from POS_IN of a
+    file of SIZE_IN to POS_OUT of one of SIZE_OUT, as fs/remap_range.c decides without
+    REMAP_FILE_CAN_SHORTEN (FICLONE, FICLONERANGE)."""
+    if length == 0:
+        if pos_in == size_in:
+            return None, 0
+        if pos_in > size_in:
+            return E.EINVAL, 0
+        length = size_in - pos_in
+    if pos_in % BLOCK or pos_out % BLOCK or pos_in >= size_in:
+        return E.EINVAL, 0
+    count = min(length, size_in - pos_in)
+    if pos_in + count == size_in:
+        span = -(-size_in // BLOCK) * BLOCK - pos_in   # the partial last block goes whole
+    else:
+        count -= count % BLOCK
+        span = count
+    if same and pos_out + span > pos_in and pos_out < pos_in + span:
+        return E.EINVAL, 0
+    if count != length:
+        return E.EINVAL, 0
+    if count % BLOCK and pos_out + count < size_out:
+        return E.EINVAL, 0
+    return None, count
+
+
 def untorn_refusal(st: StatxResult, length: int, offset: int, append: bool) -> str | None:
     """Why the kernel must refuse an RWF_ATOMIC write of LENGTH at OFFSET to a file
     with the statx limits ST, or None. Kernel commit c34fc6f26ab8: a file that cannot
@@ -711,15 +819,17 @@ def untorn_refusal(st: StatxResult, length: int, offset: int, append: bool) -> s
     return None
 
 
-def build_history(plan: Plan, results: Results, marks: list[tuple[int, str]]) -> History:
-    """MARKS: (log index, text) of every mark in the log."""
+def build_history(plan: Plan, results: Results, marks: list[tuple[int, str]],
+                  reflink: bool | None = None) -> History:
+    """MARKS: (log index, text) of every mark in the log. REFLINK: whether the file
+    system clones (None: not known; the model then takes either answer of a clone)."""
     ops = plan.by_seq()
     done = completion_marks(marks)
     recs = [r for r in results.records if r.kind not in ("repeat",)]
     # Completion order; ops never marked (the executor died) go last, in time order.
     keyed = sorted(recs, key=lambda r: (done.get((r.thread, r.seq, r.iter), 1 << 62), r.end_ns))
     execs = [Exec(i, r, ops[r.seq][1], done.get((r.thread, r.seq, r.iter))) for i, r in enumerate(keyed)]
-    b = _Builder(plan, execs)
+    b = _Builder(plan, execs, reflink)
     for ex in execs:
         b.apply(ex)
     threads: dict[int, list[int]] = {}
