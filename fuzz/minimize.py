@@ -185,7 +185,7 @@ def repair(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 continue
             open_fds.add(fd)
         elif fd is not None:
-            if fd not in open_fds:
+            if fd not in open_fds or op.get("from_fd", fd) not in open_fds:  # copy, clone: both fds
                 continue
             if op["op"] == "close":
                 open_fds.discard(fd)

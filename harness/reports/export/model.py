@@ -149,6 +149,20 @@ class Model:
         if off is None or off < 0:
             fd.pos = at + length
 
+    def _copy(self, src: _Fd | None, dst: _Fd | None, s_off: int, d_off: int, length: int) -> None:
+        """copy_file_range(2): the source's bytes, cut at its end; nothing for the errors
+        (an fd without read or write access, O_APPEND, a directory, overlap in one file)."""
+        if src is None or dst is None or not src.read or not dst.write or dst.append:
+            return
+        a, b = self.inodes[src.ino], self.inodes[dst.ino]
+        data = bytes(a.data[s_off:s_off + length])
+        if "file" != a.kind or "file" != b.kind or (a is b and d_off < s_off + len(data) and s_off < d_off + len(data)):
+            return
+        if data:
+            self._write(b, d_off, data)
+            b.writers |= a.writers
+            b.exact = b.exact and a.exact
+
     def apply(self, i: int, op: dict[str, Any]) -> None:
         k = op["op"]
         fd = self.fds.get(op.get("fd", ""))
@@ -184,6 +198,12 @@ class Model:
             end = min(op["offset"] + op["length"], len(ino.data))  # no page past EOF is written back
             if end > op["offset"]:
                 self._write(ino, op["offset"], bytes([fill(i)]) * (end - op["offset"]))
+        elif k == "copy_file_range":
+            self._copy(self.fds.get(op["from_fd"]), fd, op["from_offset"], op["offset"], op["length"])
+        elif k == "clone" and fd is not None:
+            # Refused where the file system has no shared extents (EOPNOTSUPP) or for an
+            # unaligned range (EINVAL): the file system's call, so no check of its bytes.
+            self.inodes[fd.ino].exact = False
         elif k == "fallocate" and fd is not None and fd.write:
             self._fallocate(self.inodes[fd.ino], set(op["mode"]), op["offset"], op["length"])
         elif k == "ftruncate" and fd is not None and fd.write:
