@@ -158,6 +158,12 @@ def _parent(path: str) -> str:
     return os.path.dirname(path)
 
 
+def split_dot(raw: str) -> tuple[str, bool]:
+    """RAW without its "." components (the root is "."), and whether its last one was "."."""
+    parts = raw.split("/")
+    return "/".join(p for p in parts if p not in (".", "")) or ROOT, parts[-1] == "."
+
+
 class _Builder:
     def __init__(self, plan: Plan, execs: list[Exec], reflink: bool | None = None) -> None:
         self.plan = plan
@@ -213,9 +219,13 @@ class _Builder:
 
     def path(self, ex: Exec, name: str, follow: bool = True) -> str | None:
         """The op's path field, resolved; None (and the op's paths marked
-        uncertain) when the model cannot follow it."""
+        uncertain) when the model cannot follow it. "." components name the
+        directory they are in ("./foo", "A/./foo" are foo, A/foo); a last "."
+        ("A/.", ".") is the directory A itself, reached by the walk (a symlink
+        there is followed), and the op decides what that means (`dotted`)."""
         raw = ex.f(name)
-        got = self.resolve(raw, follow)
+        norm, dot = split_dot(raw)
+        got = self.resolve(norm, follow or dot)
         if got is None or self.under_uncertain(raw) or self.under_uncertain(got):
             self.uncertain.add(raw)
             if got is not None:
@@ -223,6 +233,19 @@ class _Builder:
             self.lost |= ex.ok and got is None
             return None
         return got
+
+    @staticmethod
+    def dotted(ex: Exec, name: str) -> bool:
+        """The op's path field NAME ends in "." (fs/namei.c: its last component is LAST_DOT)."""
+        return split_dot(ex.f(name))[1]
+
+    def dir_errno(self, path: str) -> int | None:
+        """errno of walking to PATH as a directory (the parent of a last "."): ENOENT or
+        ENOTDIR where it is missing, ENOTDIR where it is no directory."""
+        ino = self.lookup(path)
+        if ino is None:
+            return self.missing(path)
+        return None if ino.kind == "dir" else E.ENOTDIR
 
     def under_uncertain(self, path: str) -> bool:
         """PATH or one of its ancestors is a path the model lost: e.g. a link made
@@ -332,6 +355,9 @@ class _Builder:
         if "O_TMPFILE" in flags:
             self.open_tmpfile(ex, ino, path, flags)
             return
+        if self.dotted(ex, "path") and self.dir_errno(path):  # "foo/.", "missing/.": the walk fails
+            self.predict(ex, self.dir_errno(path))
+            return
         if ino is None and "O_CREAT" not in flags:
             self.predict(ex, self.missing(path))
         elif ino is None and not self.parent_ok(path):
@@ -342,8 +368,8 @@ class _Builder:
             # fs/namei.c do_open: O_CREAT on an existing directory is EISDIR whatever the
             # access mode; may_open: write access (O_TRUNC asks for it too) is EISDIR.
             self.predict(ex, E.EISDIR)
-        elif ino is None or ino.kind == "file":
-            self.predict(ex, None)
+        elif ino is None or ino.kind in ("file", "dir"):
+            self.predict(ex, None)  # a directory opened read-only, a file, a new file
         if not ex.ok:
             return
         if ino is None:
@@ -387,7 +413,7 @@ class _Builder:
         dst = self.path(ex, "to", follow=False)
         if ino is None or dst is None:
             return
-        self.predict(ex, self.new_link_errno(ino, dst))
+        self.predict(ex, self.new_link_errno(ino, dst, self.dotted(ex, "to")))
         if ex.ok:
             self.linkable.discard(ino.ino)  # vfs_link clears I_LINKABLE
             self.change_names(ex.pos, {dst: ino.ino})
@@ -583,7 +609,10 @@ class _Builder:
         if path is None:
             return
         ino = self.lookup(path)
-        self.predict(ex, self.missing(path) if ino is None else (E.EISDIR if ino.kind == "dir" else None))
+        if ino is None or self.dotted(ex, "path") and ino.kind != "dir":
+            self.predict(ex, self.missing(path) if ino is None else E.ENOTDIR)
+        else:
+            self.predict(ex, E.EISDIR if ino.kind == "dir" else None)
         if ino is not None and ex.ok and ino.kind == "file":
             self.resize(ex, ino, ex.f("length"))
 
@@ -613,6 +642,9 @@ class _Builder:
         path = self.path(ex, "path", follow=False)
         if path is None:
             return
+        if self.dotted(ex, "path"):  # filename_create: a last "." exists (EEXIST) once the walk succeeds
+            self.predict(ex, self.dir_errno(path) or E.EEXIST)
+            return
         self.predict(ex, E.EEXIST if path in self.ns else (None if self.parent_ok(path) else self.missing(path)))
         if ex.ok:
             self.change_names(ex.pos, {path: self.new_inode("dir", ex.pos).ino})
@@ -620,6 +652,9 @@ class _Builder:
     def op_rmdir(self, ex: Exec) -> None:
         path = self.path(ex, "path", follow=False)
         if path is None:
+            return
+        if self.dotted(ex, "path"):  # do_rmdir: a last "." is EINVAL (rmdir(2)) once the walk succeeds
+            self.predict(ex, self.dir_errno(path) or E.EINVAL)
             return
         ino = self.lookup(path)
         if ino is None:
@@ -637,6 +672,9 @@ class _Builder:
         path = self.path(ex, "path", follow=False)
         if path is None:
             return
+        if self.dotted(ex, "path"):  # do_unlinkat: a last component that is not a name is EISDIR
+            self.predict(ex, self.dir_errno(path) or E.EISDIR)
+            return
         ino = self.lookup(path)
         self.predict(ex, self.missing(path) if ino is None else (E.EISDIR if ino.kind == "dir" else None))
         if ex.ok:
@@ -649,17 +687,23 @@ class _Builder:
         if src in self.uncertain:
             self.uncertain.add(dst)  # the same inode, as little known under its new name
         ino = self.lookup(src)
+        if self.dotted(ex, "from") and ino is not None and ino.kind != "dir":
+            ino = None  # "foo/.": the walk fails (ENOTDIR, from missing())
         # Error precedence (fs/namei.c do_linkat): the source is looked up first, then
         # the new name's parent (filename_create: ENOENT/ENOTDIR, then EEXIST), and
         # only vfs_link refuses a directory (EPERM): link(dir, missing/x) is ENOENT.
-        self.predict(ex, self.missing(src) if ino is None else self.new_link_errno(ino, dst))
+        src_err = (self.dir_errno(src) if self.dotted(ex, "from") else self.missing(src)) if ino is None else None
+        self.predict(ex, src_err or self.new_link_errno(ino, dst, self.dotted(ex, "to")))  # type: ignore[arg-type]
         if ex.ok and ino is not None:
             self.change_names(ex.pos, {dst: ino.ino})
 
-    def new_link_errno(self, ino: Inode, dst: str) -> int | None:
+    def new_link_errno(self, ino: Inode, dst: str, dot: bool = False) -> int | None:
         """What giving INO the new name DST returns once the source is found (fs/namei.c
-        filename_create, then vfs_link): DST's parent (ENOENT/ENOTDIR), DST taken (EEXIST),
-        a directory (EPERM), a file with no name left that is no linkable tmpfile (ENOENT)."""
+        filename_create, then vfs_link): DST's parent (ENOENT/ENOTDIR), DST taken (EEXIST;
+        a last "." always is), a directory (EPERM), a file with no name left that is no
+        linkable tmpfile (ENOENT)."""
+        if dot:
+            return self.dir_errno(dst) or E.EEXIST
         parent = self.parent_errno(dst)
         if parent:
             return parent
@@ -675,6 +719,9 @@ class _Builder:
         path = self.path(ex, "path", follow=False)
         if path is None:
             return
+        if self.dotted(ex, "path"):  # filename_create, as for mkdir
+            self.predict(ex, self.dir_errno(path) or E.EEXIST)
+            return
         self.predict(ex, E.EEXIST if path in self.ns else (None if self.parent_ok(path) else self.missing(path)))
         if ex.ok:
             self.change_names(ex.pos, {path: self.new_inode("symlink", ex.pos, ex.f("target")).ino})
@@ -689,6 +736,10 @@ class _Builder:
         s, d = self.lookup(src), self.lookup(dst)
         # Not judged: WHITEOUT; the root; directories with a name under them the model lost.
         lost_under = any(u.startswith((src + "/", dst + "/")) for u in self.uncertain)
+        dots = self.dotted(ex, "from"), self.dotted(ex, "to")
+        if any(dots) and flags <= {"NOREPLACE", "EXCHANGE"} and not lost_under:
+            self.predict(ex, self.dot_rename_errno(src, dst, dots, flags))
+            return
         if ROOT not in (src, dst) and flags <= {"NOREPLACE", "EXCHANGE"} and not lost_under:
             self.predict(ex, self.rename_errno(src, dst, s, d, flags))
         if not ex.ok or s is None:
@@ -715,6 +766,18 @@ class _Builder:
                 if "EXCHANGE" not in flags:
                     updates[child] = None
         self.change_names(ex.pos, updates)
+
+    def dot_rename_errno(self, src: str, dst: str, dots: tuple[bool, bool], flags: set[str]) -> int:
+        """renameat2 with a last "." on either side (fs/namei.c do_renameat2): both walks
+        first (the old, then the new; for a "." side the directory it names is the parent),
+        then the old side's "." is EBUSY, the new side's EEXIST under NOREPLACE, else EBUSY."""
+        if flags == {"NOREPLACE", "EXCHANGE"}:
+            return E.EINVAL
+        for path, dot in zip((src, dst), dots):
+            err = self.dir_errno(path) if dot else self.parent_errno(path)
+            if err:
+                return err
+        return E.EEXIST if not dots[0] and "NOREPLACE" in flags else E.EBUSY
 
     def rename_errno(self, src: str, dst: str, s: Inode | None, d: Inode | None,
                      flags: set[str]) -> int | None | tuple[int, ...]:
