@@ -49,6 +49,9 @@ class Bug:
     fix: dict[str, Any] = field(default_factory=dict)
     evidence: list[str] = field(default_factory=list)
     validation: str = ""
+    # The hand-written workload that confirmed the pair (bench/validation/, relative to the
+    # checkout). Documentation and tests only: the campaign never sees it.
+    workload: str = ""
 
     def kernel(self, which: str) -> str:
         return "debian:" + (self.buggy if which == "buggy" else self.fixed)

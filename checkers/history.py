@@ -164,7 +164,11 @@ def split_dot(raw: str) -> tuple[str, bool]:
     return "/".join(p for p in parts if p not in (".", "")) or ROOT, parts[-1] == "."
 
 
-class _Builder:
+class HistoryBuilder:
+    """Applies executed ops one by one (apply) to the namespace and the inodes. The oracle
+    builds its History with it; the exports drive it with predicted results
+    (harness/reports/export/model.py), so both judge by the same semantics."""
+
     def __init__(self, plan: Plan, execs: list[Exec], reflink: bool | None = None) -> None:
         self.plan = plan
         self.execs = execs
@@ -892,7 +896,7 @@ def build_history(plan: Plan, results: Results, marks: list[tuple[int, str]],
     # Completion order; ops never marked (the executor died) go last, in time order.
     keyed = sorted(recs, key=lambda r: (done.get((r.thread, r.seq, r.iter), 1 << 62), r.end_ns))
     execs = [Exec(i, r, ops[r.seq][1], done.get((r.thread, r.seq, r.iter))) for i, r in enumerate(keyed)]
-    b = _Builder(plan, execs, reflink)
+    b = HistoryBuilder(plan, execs, reflink)
     for ex in execs:
         b.apply(ex)
     threads: dict[int, list[int]] = {}
