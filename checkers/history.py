@@ -372,8 +372,8 @@ class HistoryBuilder:
             # fs/namei.c do_open: O_CREAT on an existing directory is EISDIR whatever the
             # access mode; may_open: write access (O_TRUNC asks for it too) is EISDIR.
             self.predict(ex, E.EISDIR)
-        elif ino is None or ino.kind in ("file", "dir"):
-            self.predict(ex, None)  # a directory opened read-only, a file, a new file
+        elif ino is None or ino.kind == "file" or ino.kind == "dir" and flags <= {"O_RDONLY"}:
+            self.predict(ex, None)  # a file, a new file, a directory opened plainly read-only
         if not ex.ok:
             return
         if ino is None:
