@@ -34,7 +34,7 @@ SOAK_CAMPAIGN    ?= soak
 # The oracle's tier for make fuzz/soak: linux (what ext4/xfs/btrfs developers promise) or posix.
 SEMANTICS      ?= linux
 
-.PHONY: all deps apt venv cbuild test test-deps test-quick corpus-check bench bench-ttf clean help ci-kernel fuzz soak afl fstests
+.PHONY: all deps apt venv cbuild test test-deps test-quick corpus-check bench bench-ttf clean help ci-kernel fuzz soak afl fstests fstests-table
 
 all: deps
 
@@ -49,6 +49,8 @@ help:
 	@echo "make corpus-check  every corpus entry on every matrix row this host can run; fails on an unexpected verdict"
 	@echo "make bench       measure crash states/s and overheads; writes $(BUILD)/bench.json"
 	@echo "make bench-ttf   minutes a default vm campaign needs per known kernel bug; writes $(BUILD)/bench-ttf.json"
+	@echo "make fstests-table  the oracle against fstests' power-fail verdicts (docs/semantics.md), all rows on the"
+	@echo "                 host kernel; FSTABLE_ROWS=ids FSTABLE_FS=ext4,.. FSTABLE_OUT=$(FSTABLE_OUT) (about an hour)"
 	@echo "make fstests FSTESTS=DIR  build a user's fstests checkout (for powercut export --verify --fstests DIR)"
 	@echo "make clean       remove build products and the venv"
 	@echo "make ci-kernel KERNEL=debian:PKG [PREV_KERNEL=debian:PKG] [ENTRIES=globs] [ROWS=rows] [OUT=dir]"
@@ -195,6 +197,15 @@ ci-kernel: deps
 	            | tee $(OUT)/bisect.txt; \
 	        [ "$$(cat $(OUT)/bisect.rc)" -le 1 ] || exit 2; \
 	    fi; [ $$rc = 0 ] && [ "$$(cat $(OUT)/fuzz.rc)" = 0 ]
+
+# The oracle against fstests' power-fail verdicts (bench/fstable.py): each row's workload on the
+# host kernel (0 findings expected), its buggy outcome planted and rechecked. Long: not in `make test`.
+FSTABLE_ROWS ?=
+FSTABLE_FS   ?=
+FSTABLE_OUT  ?= out/fstests-table
+fstests-table: deps
+	$(VENV)/bin/python -m bench.fstable --out $(FSTABLE_OUT) $(if $(FSTABLE_ROWS),--rows '$(FSTABLE_ROWS)') \
+	    $(if $(FSTABLE_FS),--fs '$(FSTABLE_FS)')
 
 clean:
 	rm -rf $(BUILD) $(VENV)

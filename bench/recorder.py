@@ -41,8 +41,17 @@ def recorder_overhead(state: RunState, reps: int, fsyncs: int, backend: str = "f
     return {**runs[len(runs) // 2], "runs": runs}
 
 
-def bench_recorder(quick: bool, backend: str = "fuse") -> dict[str, Any]:
-    """`powercut bench --only recorder [--backend dm]`."""
+def bench_recorder(quick: bool, backend: str = "fuse", kernel_spec: str | None = None) -> dict[str, Any]:
+    """`powercut bench --only recorder [--backend dm [--kernel K]]`: with a kernel, dm is measured
+    in a guest of it where this kernel has no dm-log-writes (as `make bench` does)."""
+    if backend == "dm" and kernel_spec:
+        state = RunState.create("bench")
+        try:
+            fsync = bench_dm_recorder(kernel_spec, state.scratch, quick)
+        finally:
+            state.teardown_or_warn()
+        assert fsync is not None   # a kernel was given
+        return {"recorder_fsync_p50_ratio": fsync["ratio"], "details": {"fsync": fsync}}
     engine(backend).require()
     state = RunState.create("bench")
     try:

@@ -20,7 +20,8 @@ meaningful on a busy box even when absolute times do not:
 - recorder_fsync_p50_ratio_dm: the same with the kernel's dm-log-writes as
   the recorder (the dm backend): on this kernel if it has it, else (with
   --kernel) in a guest of that kernel under TCG (bench/recorder.py);
-  `--only recorder --backend dm`: just this, on this kernel.
+  `--only recorder --backend dm`: just this, on this kernel (with --kernel,
+  where this kernel has no dm-log-writes, in a guest of that kernel).
 - recorder_run_seconds_by_scale / recorder_run_speedup_vs_issue_16: the
   recorder scenario end to end as `powercut run` runs it, every crash point,
   at scales 0.01 / 0.02 / 0.04, and issue 16's recorded "before" time over it
@@ -273,7 +274,7 @@ def bench(quick: bool, kernel: str | None = None, only: str = "all", backend: st
     if only == "oracle":
         return bench_oracle(quick)
     if only == "recorder":
-        return bench_recorder(quick, backend)
+        return bench_recorder(quick, backend, kernel)
     if only == "vm":
         return _vm_only(kernel, quick)
     reps = 1 if quick else 3

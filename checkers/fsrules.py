@@ -102,12 +102,15 @@ RULES: dict[str, Rule] = {r.name: r for r in [
     Rule("fsync-names",
          "after fsync(fd) returns, every name the file (or directory) gained or lost by its own ops "
          "before the call (create, link, rename to or from, unlink of a link) shows its state as of "
-         "the call: new names present, old names gone; its new parent directories exist",
+         "the call: new names present, old names gone; its new parent directories exist; so do the "
+         "names of every inode whose committed name (held at the last sync) it took, and in turn",
          ALL, "xfstests generic/322 (fsync after rename: the new name holds the data), 376 (rename in "
               "the same dir, fsync the renamed file: new name present), 343 (new hard link fsynced: both "
               "links present), 336 (a link unlinked, the file fsynced: the link stays gone), 534 (truncate, "
               "rename, fsync: new name at the new size, old name gone), 498 (fsync of a new directory: it "
-              "exists), 502/526/527 (renames, links and reused names, fsync: every name maps to its inode); "
+              "exists), 341/342 (a dir or file renamed, a new one under its old name fsynced: the renamed one "
+              "exists), 502/526/527 (renames, links and reused names, fsync: every name maps to its inode; "
+              "btrfs logs the inode whose name was taken, tree-log.c's conflicting inodes); "
               "all run on ext4, xfs and btrfs (btrfs fixes named by _fixed_by_kernel_commit)",
          tier="linux", unless=NO_JOURNAL),
     Rule("fsync-dir-entries",
@@ -137,7 +140,8 @@ RULES: dict[str, Rule] = {r.name: r for r in [
          "namespace operations (create, mkdir, link, symlink, unlink, rmdir, rename) become durable "
          "in the order they completed: the recovered names are those after some prefix of them, and "
          "an fsync that makes a file's or directory's last name change durable makes every "
-         "namespace op completed before that change durable too",
+         "namespace op completed before that change durable too; xattr changes (setxattr, "
+         "removexattr) are ordered with them: the same floor makes them durable",
          ORDERED, "Dave Chinner on LKML 2018-09-14 ('Re: metadata operation reordering regards to crash': "
                   "rename(A,B); rename(C,D): a crash never leaves D renamed but B not, on XFS, ext4, btrfs "
                   "or f2fs); the linux-fsdevel draft Documentation/filesystems/crash-recovery-guarantees.txt "
@@ -145,7 +149,10 @@ RULES: dict[str, Rule] = {r.name: r for r in [
                   "(fsync of a: the earlier move of foo into c is durable on ext4 and xfs; btrfs is excused "
                   "and fsyncs foo itself), 336 and 343 (moves done before an fsync of another file are "
                   "durable). ext4 -O fast_commit: fs/ext4/fast_commit.c keeps directory-entry updates in "
-                  "issue order and falls back to a full commit where it cannot replay",
+                  "issue order and falls back to a full commit where it cannot replay (an xattr change makes "
+                  "the inode ineligible: a full commit). xattrs: generic/066's second power cut (an xattr "
+                  "removed, a link added, another file fsynced: the xattr stays removed); ext4 and xfs journal "
+                  "xattr changes in transactions like namespace ops (ext4_xattr_set_handle, xfs_attr_set)",
          tier="linux", unless=NO_JOURNAL),
 ]}
 

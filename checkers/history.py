@@ -158,7 +158,11 @@ def _parent(path: str) -> str:
     return os.path.dirname(path)
 
 
-class _Builder:
+class HistoryBuilder:
+    """Applies executed ops one by one (apply) to the namespace and the inodes. The oracle
+    builds its History with it; the exports drive it with predicted results
+    (harness/reports/export/model.py), so both judge by the same semantics."""
+
     def __init__(self, plan: Plan, execs: list[Exec]) -> None:
         self.plan = plan
         self.execs = execs
@@ -719,7 +723,7 @@ def build_history(plan: Plan, results: Results, marks: list[tuple[int, str]]) ->
     # Completion order; ops never marked (the executor died) go last, in time order.
     keyed = sorted(recs, key=lambda r: (done.get((r.thread, r.seq, r.iter), 1 << 62), r.end_ns))
     execs = [Exec(i, r, ops[r.seq][1], done.get((r.thread, r.seq, r.iter))) for i, r in enumerate(keyed)]
-    b = _Builder(plan, execs)
+    b = HistoryBuilder(plan, execs)
     for ex in execs:
         b.apply(ex)
     threads: dict[int, list[int]] = {}

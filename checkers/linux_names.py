@@ -87,10 +87,34 @@ class NameIndex:
         if last is not None and last.involves(ino):
             unlinked = self.h.inodes[ino].kind == "file" and ino not in self.h.ns[q].values()
             return "fsync-unlinked" if unlinked else "fsync-names"
+        if last is not None and self.h.ns[q].get(path) == last.after and \
+                any(last.involves(y) for y in self.displaced(ino, q)):
+            return "fsync-names"
         for name in (n for n, i in self.h.ns[q].items() if i == ino):
             if path in _ancestors(name) and self.new_dir(path, q):
                 return "fsync-names"
         return None
+
+    def displaced(self, ino: int, q: int) -> set[int]:
+        """Inodes whose committed name INO took before version Q, and theirs in turn: btrfs logs
+        such a conflicting inode with the name's new owner (generic/341, 342, 502, 526, 527), so
+        their own name changes are carried by the fsync too (ext4 and xfs: by ordering anyway).
+        Committed: the name held at the last sync before the op took it; a name given and
+        taken within one transaction is no conflict (nothing of it on disk to replay over)."""
+        syncs = [p for p in self.h.persists if p.ino is None]
+        out: set[int] = set()
+        todo = [ino]
+        while todo:
+            x = todo.pop()
+            for c in self.by_ino.get(x, ()):
+                if c.after != x or c.pos >= q:
+                    continue
+                done = [p.prefix for p in syncs if p.ex.pos < c.pos]
+                held = self.h.ns[max(done)].get(c.path) if done else None
+                if held is not None and held not in (x, ino) and held not in out and c.before != held:
+                    out.add(held)  # taken from HELD, which had moved away (not a rename-over victim)
+                    todo.append(held)
+        return out
 
     def ordered_floor(self, p: Persist) -> int:
         """Strictly ordered metadata: fsync P made its inode's last own name change

@@ -40,7 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "time-to-find: minutes a default vm campaign needs to find each known kernel bug of "
                         "bench/bugpairs.json (not part of all; docs/time-to-find.md)")
     p.add_argument("--backend", choices=["fuse", "dm"], default="fuse",
-                   help="with --only recorder: whose recorder to measure (dm: this kernel's dm-log-writes)")
+                   help="with --only recorder: whose recorder to measure (dm: this kernel's dm-log-writes; "
+                        "with --kernel, where this kernel has none, that kernel's in a guest)")
     g = p.add_argument_group("--only time-to-find")
     g.add_argument("--minutes", type=float, default=15, help="campaign budget per bug (default 15)")
     g.add_argument("--jobs", type=int, default=2, help="campaign workers (vm guests) per bug (default 2)")

@@ -6,11 +6,19 @@ from __future__ import annotations
 import argparse
 import os
 
+from harness.pipeline.run import terminate_as_exception
 from harness.reports import export
 from harness.reports.export import shell
 
 
 def _cmd(args: argparse.Namespace) -> int:
+    # SIGTERM as an exception: --verify and --check-vm boot a guest in its own session
+    # (Ctrl-C at the terminal does not reach it), so only powercut's teardown stops it.
+    with terminate_as_exception():
+        return _export(args)
+
+
+def _export(args: argparse.Namespace) -> int:
     if args.verify:  # a usage error before anything is written
         from harness.reports.export.verify import check_fstests_dir, parse_kernels
         parse_kernels(args.verify)

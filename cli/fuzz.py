@@ -101,9 +101,6 @@ def _joined(args: argparse.Namespace) -> dict[str, str] | None:
         return None
     if not args.campaign:
         raise UsageError("--coordinator needs --campaign NAME (the same on every machine)")
-    if args.engine == "mixed":  # its exhaustive half walks the space by worker, not by claim
-        raise UsageError("--coordinator shares the work of --engine exhaustive, hypothesis or afl, not mixed: "
-                         "give --engine")
     if args.shard != "0/1" or args.hypothesis_db:
         raise UsageError("--coordinator shares the work and the example database itself: "
                          "leave out --shard and --hypothesis-db")

@@ -37,7 +37,7 @@ from fuzz.layout import CampaignDir, Totals
 from fuzz.status import StatusLine, clock
 from fuzz.shared_store import SharedFindingStore
 from fuzz.store import FindingStore
-from fuzz.worker import Stopped, Worker, WorkloadBudget
+from fuzz.worker import FindingBudget, Stopped, Worker, WorkloadBudget
 from workloads import exhaustive
 
 ENGINES = {"hypothesis": "fuzz.engine_hypothesis", "exhaustive": "fuzz.engine_exhaustive", "afl": "fuzz.engine_afl",
@@ -60,7 +60,7 @@ class CampaignSpec:
 
 def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline: float,
                  stop: multiprocessing.synchronize.Event, parent: int, budget: WorkloadBudget | None,
-                 joined: tuple[str, str, str] | None) -> None:
+                 findings: FindingBudget | None, joined: tuple[str, str, str] | None) -> None:
     os.setsid()  # Ctrl-C goes to the campaign process only; it stops workers with one SIGTERM
 
     def on_term(signum: int, frame: object) -> None:
@@ -74,7 +74,7 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
     # A joined campaign: the worker's own connection, as the machine the campaign process heartbeats for.
     coord = Coordinator(*joined) if joined else None
     w = Worker(CampaignDir(path), cfg, f"w{n}", n, spec.jobs, spec.seed, deadline, stop, spec.options,
-               budget=budget, coord=coord)
+               budget=budget, findings_budget=findings, coord=coord)
     try:
         if cfg.backend.engine.keeps_guest:
             _run_in_live_guest(w)
@@ -127,10 +127,12 @@ class Campaign:
         ctx = multiprocessing.get_context("fork")
         stop = ctx.Event()
         budget = WorkloadBudget(ctx, self.spec.max_workloads) if self.spec.max_workloads else None
+        findings = FindingBudget(ctx, self.spec.max_findings) if self.spec.max_findings else None
         deadline = self.start + self.spec.duration_s
         joined = (self.coord.url, self.coord.name, self.coord.machine) if self.coord else None
         procs = [ctx.Process(target=_worker_main, name=f"powercut-fuzz-w{n}",
-                             args=(self.cdir.path, self.cfg, self.spec, n, deadline, stop, os.getpid(), budget, joined))
+                             args=(self.cdir.path, self.cfg, self.spec, n, deadline, stop, os.getpid(), budget,
+                                   findings, joined))
                  for n in range(self.spec.jobs)]
         interrupted = False
         with StatusLine() as status, self._heartbeat() as heartbeat:
@@ -186,6 +188,9 @@ class Campaign:
         if self.stop_reason == "duration" and budget is not None and budget.spent():
             # a worker found the budget spent and stopped them all before the totals showed it
             self.stop_reason = "max-workloads"
+        elif self.stop_reason == "duration" and self.spec.max_findings and \
+                len(self.store.dirs()) - self.saved_before >= self.spec.max_findings:
+            self.stop_reason = "max-findings"  # the worker that saved the last one stopped them all
         elif not stop.is_set():
             self.stop_reason = "exhausted" if self.spec.engine == "exhaustive" else "workers-exited"
 
@@ -261,6 +266,8 @@ class Campaign:
         inner = f" (+{t.recovery_states} inside recoveries)" if self.cfg.recovery_crash else ""
         done = f"{t.workloads}{space} workloads"
         if self.coord is not None and space:  # this machine's numbers, and how far the whole space is
+            ordered = f" ordered seq-{self.spec.options['seq']}" if self.spec.engine == "mixed" else ""
+            space = f" of {self.space()}{ordered}"
             done = f"{t.workloads} workloads here (campaign {self.coord.name}: {self._joined_done()}{space} done)"
         elif self.coord is not None:
             done = f"{t.workloads} workloads here (campaign {self.coord.name})"

@@ -58,21 +58,34 @@ def run_index(w: Worker, i: int) -> bool:
 
 
 def run_joined(w: Worker) -> None:
-    assert w.coord is not None
-    order = list(exhaustive.capped(w.options["seq"], w.options["seq_cap"], w.options.get("core_ops")))
+    order = space_order(w)
     while not w.should_stop():
-        claim = w.coord.claim(len(order))
-        if claim.how == ALL_DONE:
+        how = claim_and_run(w, order)
+        if how == ALL_DONE:
             return
-        if claim.how == WAIT:
+        if how == WAIT:
             w.stop.wait(WAIT_S)
-            continue
-        i = order[claim.position]
-        trial = w.run(exhaustive.workload(w.options["seq"], i, w.options.get("core_ops")), engine="exhaustive",
-                      index=i, position=claim.position)
-        if trial is None:
-            w.coord.release(claim.position, w.last_entry["error"], MAX_TRIES)
-            continue
-        entry = w.last_entry
-        w.triage(trial)  # before completing: a machine that dies while shrinking leaves the position to another
-        w.coord.complete(claim.position, entry)
+
+
+def space_order(w: Worker) -> list[int]:
+    """The joined campaign's positions: position k is the k-th index of the (capped) space."""
+    return list(exhaustive.capped(w.options["seq"], w.options["seq_cap"], w.options.get("core_ops")))
+
+
+def claim_and_run(w: Worker, order: list[int]) -> int:
+    """Claim one position from the coordinator and, if one was handed out, run, triage and
+    complete it; how the claim went (NEW, TAKEN_OVER, WAIT, ALL_DONE)."""
+    assert w.coord is not None
+    claim = w.coord.claim(len(order))
+    if claim.how in (WAIT, ALL_DONE):
+        return claim.how
+    i = order[claim.position]
+    trial = w.run(exhaustive.workload(w.options["seq"], i, w.options.get("core_ops")), engine="exhaustive",
+                  index=i, position=claim.position)
+    if trial is None:
+        w.coord.release(claim.position, w.last_entry["error"], MAX_TRIES)
+        return claim.how
+    entry = w.last_entry
+    w.triage(trial)  # before completing: a machine that dies while shrinking leaves the position to another
+    w.coord.complete(claim.position, entry)
+    return claim.how

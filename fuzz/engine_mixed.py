@@ -11,17 +11,28 @@ data ops the ordered space puts later; a worker whose share of the space is
 done generates too. With one worker it alternates: STRETCH exhaustive
 indices, then a Hypothesis round of STRETCH workloads. `--seq` (default 2 here)
 and `--seq-cap` choose the space, as for the exhaustive engine.
+
+In a joined campaign (--coordinator) the exhaustive half claims positions
+from the coordinator instead of splitting indices by worker, and Hypothesis
+keeps its example database in the coordinator's Redis (engine_hypothesis):
+the same workers explore and generate as above. A worker finding every
+position handed out runs a Hypothesis round instead of waiting, then claims
+again, so the positions of a machine that died are taken over by a live
+one's next claim; once every position is done it only generates.
 """
 
 from __future__ import annotations
 
 from fuzz import engine_exhaustive, engine_hypothesis
+from fuzz.coordinator import ALL_DONE, WAIT
 from fuzz.worker import Worker
 
 STRETCH = 5
 
 
 def run(w: Worker) -> None:
+    if w.coord is not None:
+        return run_joined(w)
     explorers = (w.jobs + 1) // 2
     if w.jobs >= 2 and w.number % 2:
         engine_hypothesis.run(w)
@@ -37,3 +48,22 @@ def run(w: Worker) -> None:
             engine_exhaustive.run_indices(w, todo[:STRETCH])
             todo = todo[STRETCH:]
         rounds.next()
+
+
+def run_joined(w: Worker) -> None:
+    if w.jobs >= 2 and w.number % 2:
+        engine_hypothesis.run(w)
+        return
+    stretch = STRETCH if w.jobs == 1 else None  # one worker alternates; an explorer claims until none is free
+    rounds = engine_hypothesis.Rounds(w, STRETCH) if w.jobs == 1 else engine_hypothesis.Rounds(w)
+    order, all_done = engine_exhaustive.space_order(w), False
+    while not w.should_stop():
+        ran = 0
+        while not all_done and not w.should_stop() and (stretch is None or ran < stretch):
+            how = engine_exhaustive.claim_and_run(w, order)
+            all_done = how == ALL_DONE
+            if how in (WAIT, ALL_DONE):
+                break
+            ran += 1
+        if not w.should_stop():
+            rounds.next()

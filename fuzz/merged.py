@@ -19,7 +19,7 @@ from foundation import ownership
 from foundation.errors import UsageError
 from foundation.jsondoc import write_json
 from foundation.mdtable import table
-from fuzz.campaign import saved_entry, space_of, summary, totals_fields
+from fuzz.campaign import WALKS_SPACE, saved_entry, space_of, summary, totals_fields
 from fuzz.coordinator import Coordinator
 from fuzz.layout import totals_of
 from fuzz.status import clock
@@ -54,7 +54,7 @@ def merged_report(coord: Coordinator) -> dict[str, Any]:
         "joined": {"coordinator": coord.url, "campaign": coord.name, "leases_outstanding": snap["leases"],
                    "duplicate_runs": snap["duplicates"], "positions_given_up": snap["failed"]},
     }
-    if engine == "exhaustive":
+    if engine in WALKS_SPACE:
         report["exhaustive"] = {"seq": options["seq"], "space": space_of(options), "done": snap["done"]}
     return report
 
@@ -82,6 +82,8 @@ def status_text(coord: Coordinator) -> str:
     t = totals_of([*coord.done_entries(), *coord.journal()])
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(t.kinds.items())) or "none"
     space = f" of {space_of(config['options'])}" if config["engine"] == "exhaustive" else ""
+    if config["engine"] == "mixed":
+        space = f" ({snap['done']} of {space_of(config['options'])} ordered seq-{config['options']['seq']})"
     lines.append(f"  total: {t.workloads}{space} workloads, {round(total_rate, 2)}/min now on "
                  f"{len(snap['alive'])} machines; crash states {t.states}; findings: {kinds}; "
                  f"saved {snap['findings']}")

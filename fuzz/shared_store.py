@@ -23,6 +23,7 @@ from typing import Any
 from checkers.findings import Finding
 from harness.pipeline.config import RunConfig
 from fuzz.coordinator import FILE_LIMIT, Coordinator
+from fuzz.layout import remove_owned
 from fuzz.store import FINDING, FindingStore
 from fuzz.trial import Signature, Trial
 
@@ -49,7 +50,11 @@ class SharedFindingStore(FindingStore):
     def save(self, trial: Trial, sig: Signature, finding: Finding, cfg: RunConfig, *,
              original: dict[str, Any], also: list[Signature], shrink: dict[str, Any]) -> str:
         d = super().save(trial, sig, finding, cfg, original=original, also=also, shrink=shrink)
-        upload(self.coord, d)
+        if not upload(self.coord, d):
+            # Every signature it shows was saved by another machine meanwhile (this shrink ended on
+            # one that machine was shrinking): theirs is the campaign's; a copy here would be a second.
+            remove_owned(d)
+            return ""
         return d
 
     def upload_missing(self) -> int:

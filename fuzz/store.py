@@ -106,7 +106,8 @@ class FindingStore:
 
     def save(self, trial: Trial, sig: Signature, finding: Finding, cfg: RunConfig, *,
              original: dict[str, Any], also: list[Signature], shrink: dict[str, Any]) -> str:
-        """Move TRIAL's run into a new finding directory and complete it; returns the directory."""
+        """Move TRIAL's run into a new finding directory and complete it; returns the directory
+        ("" from a joined campaign's store when another machine saved it first)."""
         with self._locked():
             d = ownership.make_dir(os.path.join(self.path, f"{self.next_number():03d}-{finding.kind}"))
             os.replace(trial.out_dir, os.path.join(d, RUN_DIR))

@@ -48,6 +48,22 @@ class WorkloadBudget:
         return bool(self.started.value >= self.limit)
 
 
+class FindingBudget:
+    """--max-findings N: the worker that saves the N-th finding of the session stops the
+    campaign at once. The campaign process polls the findings directory too, but between
+    its polls a worker would start another workload, and may save another finding."""
+
+    def __init__(self, ctx: Any, limit: int) -> None:
+        self.limit = limit
+        self.saved = ctx.Value("q", 0)
+
+    def add(self) -> bool:
+        """Count one saved finding; True once the budget is spent."""
+        with self.saved.get_lock():
+            self.saved.value += 1
+            return bool(self.saved.value >= self.limit)
+
+
 class Stopped(BaseException):
     """The worker was told to stop (SIGTERM). A BaseException, so it unwinds through
     Hypothesis, which would take the pipeline's Terminated (an Exception) for a
@@ -68,6 +84,7 @@ class Worker:
     errors: int = 0
     opener: BackendOpener | None = None   # the worker's live vm guest (--backend vm)
     budget: WorkloadBudget | None = None  # --max-workloads, shared by all workers
+    findings_budget: FindingBudget | None = None  # --max-findings, shared by all workers
     coord: Coordinator | None = None      # --coordinator: the campaign is joined with other machines
     last_entry: dict[str, Any] = field(default_factory=dict)  # the journal entry of the last run
 
@@ -160,12 +177,16 @@ class Worker:
         return trial
 
     def save(self, trial: Trial, wanted: Signature, original: dict[str, Any], shrink: dict[str, Any]) -> str:
-        """Save TRIAL's finding of WANTED's kind (the one with WANTED's signature if it still has it)."""
+        """Save TRIAL's finding of WANTED's kind (the one with WANTED's signature if it still has it);
+        its directory, or "" if another machine of a joined campaign saved it first."""
         sigs = [(s, f) for s, f in trial.signatures() if s.kind == wanted.kind]
         sig, finding = next(((s, f) for s, f in sigs if s == wanted), sigs[0])
         shrink = {**shrink, "ops_before": sum(len(t["ops"]) for t in original["threads"])}
-        return self.store.save(trial, sig, finding, self.cfg, original=original,
-                               also=[wanted] if wanted != sig else [], shrink=shrink)
+        d = self.store.save(trial, sig, finding, self.cfg, original=original,
+                            also=[wanted] if wanted != sig else [], shrink=shrink)
+        if d and self.findings_budget is not None and self.findings_budget.add():
+            self.stop.set()  # before this worker's next workload, not at the campaign's next poll
+        return d
 
 
 def shrink_info(shrinker: Shrinker) -> dict[str, Any]:

@@ -12,8 +12,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -65,3 +69,28 @@ def journal(campaign: Path) -> list[dict]:
     """Every workload a campaign journaled (all workers), in file order."""
     return [json.loads(line) for j in sorted((campaign / "journal").glob("*.jsonl"))
             for line in j.read_text().splitlines() if line.strip()]
+
+
+@contextmanager
+def redis_server(directory: Path, *args: str) -> Iterator[str]:
+    """A real redis-server on loopback, on a free port, with ARGS; yields its redis:// URL."""
+    import redis  # the tests that start one skip without redis-server; the package is always pinned
+    with socket.socket() as s:  # a free port
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(["redis-server", *args, "--port", str(port), "--bind", "127.0.0.1",
+                             "--dir", str(directory)], stdout=subprocess.DEVNULL)
+    client = redis.Redis(port=port)
+    deadline = time.monotonic() + 20
+    try:
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                assert time.monotonic() < deadline and proc.poll() is None, "redis-server did not come up"
+                time.sleep(0.1)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.kill()
+        proc.wait()

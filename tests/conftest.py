@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 from common import BUILD, POWERCUT, ROOT, ROOT_REASON, ROOT_STACK_REASON, WORKLOADS, require_root_stack  # noqa: F401
 
 needs_root_stack = require_root_stack
+CALIBRATION_FSYNCS = "100"
 
 
 @dataclass
@@ -40,8 +41,11 @@ class PcEnv:
     tmp: Path
 
     def env(self, **extra: str) -> dict[str, str]:
-        return dict(os.environ, POWERCUT_STATE_DIR=str(self.state), POWERCUT_SCRATCH=str(self.scratch),
-                    PYTHONPATH=str(ROOT), **extra)
+        # CALIBRATION_FSYNCS: `powercut run` of a JSON workload first times the recorder's fsyncs
+        # (1000 a device, about a second); the tests check those figures, not their precision.
+        return {"POWERCUT_CALIBRATION_FSYNCS": CALIBRATION_FSYNCS, **os.environ,
+                "POWERCUT_STATE_DIR": str(self.state), "POWERCUT_SCRATCH": str(self.scratch),
+                "PYTHONPATH": str(ROOT), **extra}
 
     def run(self, *args: str, check_rc: int | None = None, env: dict[str, str] | None = None,
             timeout: float = 900) -> subprocess.CompletedProcess[str]:

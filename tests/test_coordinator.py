@@ -4,15 +4,12 @@ leases, take-overs, completing once, giving up, signature claims, options checks
 from __future__ import annotations
 
 import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
+from common import redis_server
 from foundation.errors import UsageError
 from fuzz.coordinator import ALL_DONE, NEW, TAKEN_OVER, WAIT, Coordinator
 
@@ -21,23 +18,8 @@ pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="re
 
 @pytest.fixture
 def url(tmp_path: Path) -> Iterator[str]:
-    with socket.socket() as s:  # a free port
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)
-    client = redis.Redis(port=port)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            assert time.monotonic() < deadline and proc.poll() is None, "redis-server did not come up"
-            time.sleep(0.1)
-    yield f"redis://127.0.0.1:{port}/0"
-    proc.kill()
-    proc.wait()
+    with redis_server(tmp_path, "--save", "", "--appendonly", "no") as u:
+        yield u
 
 
 CONFIG = {"run": {"fs": "ext4", "mount_opts": ""}, "engine": "exhaustive", "options": {"seq": 1}}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, WORKLOADS, PcEnv, needs_root_stack
+from conftest import CALIBRATION_FSYNCS, ROOT, WORKLOADS, PcEnv, needs_root_stack
 from harness.backends.fuse.profiles import PROFILES, recorder_arg, resolve
 from foundation.errors import UsageError
 
@@ -65,7 +65,7 @@ def test_profile_and_recorder_overhead_in_the_reports(pc: PcEnv) -> None:
     cal = r["latency"]["recorder_overhead"]
     # Counted from outside the measurement: the recorder's log holds at least one flush per fsync
     # (an appending fsync on ext4 commits the journal), so fewer fsyncs than claimed would show.
-    assert cal["fsyncs"] > 0 and cal["log_flushes"] >= cal["fsyncs"], cal
+    assert cal["fsyncs"] == int(CALIBRATION_FSYNCS) and cal["log_flushes"] >= cal["fsyncs"], cal
     # the ratio is recorder over loop, not the other way round: above 1 exactly when the recorder
     # was slower (a product, so a ratio rounded to 1.00 or equal p50s passes either way)
     assert cal["ratio"] > 0 and (cal["ratio"] - 1) * (cal["recorder_p50_us"] - cal["loop_p50_us"]) >= 0, cal
@@ -73,6 +73,10 @@ def test_profile_and_recorder_overhead_in_the_reports(pc: PcEnv) -> None:
     md = (out / "report.md").read_text()
     assert "Recorder overhead, measured in this invocation" in md and "Device profile `emmc`" in md
     assert "through the FUSE recorder vs" in md
+    p = pc.run("run", str(WORKLOADS / "fsync_then_more.json"), "--fs", "ext4", "--out", str(pc.tmp / "bad"),
+               env=pc.env(POWERCUT_CALIBRATION_FSYNCS="many"), check_rc=2)
+    assert p.stderr == "powercut: POWERCUT_CALIBRATION_FSYNCS='many': a whole number of fsyncs, at least 1\n"
+    assert pc.leftovers() == []
     bad = pc.run("run", str(WORKLOADS / "fsync_then_more.json"), "--fs", "ext4", "--device-profile", "floppy",
                  "--out", str(pc.tmp / "bad"))
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

@@ -246,7 +246,7 @@ def is_number(x: object) -> bool:
 def test_bench_quick_writes_every_key_and_counts_agree(pc: PcEnv) -> None:
     """`bench --quick`: every measurement once. Counts, never speeds: the numbers are the
     machine's, the counts are the harness's. (`--kernel` adds a guest boot and workloads under
-    TCG, ~5 min here: left to `make bench`; the dm recorder's bench runs in tests/test_dm_guest.py.)"""
+    TCG, ~5 min here: left to `make bench`; its parts run alone in tests/test_vm_speed.py.)"""
     out = pc.tmp / "bench.json"
     pc.run("bench", "--quick", "--json", str(out), check_rc=0)
     result = json.loads(out.read_text())

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -124,3 +125,36 @@ def test_the_kernels_of_a_bisection_go_into_the_header(pc: PcEnv, finding: Path)
     for k in (os.uname().release, "6.1.0-99-amd64", "7.0-rc1", "debian:A"):
         assert k in seen, (k, seen)
     assert "# Not seen on (powercut bisect): debian:C." in script and "debian:B" not in script
+
+
+@pytest.mark.vm
+@require_qemu
+def test_several_threads_export_serialised_in_the_recorded_order(pc: PcEnv) -> None:
+    """Two threads lined up by barriers (the fast_commit fsck bug split over them), each with an fd
+    named f: the exports run the ops one after the other in the order their completion marks
+    reached the log, keep the two fds apart, say so, and the script reproduces in the guest."""
+    cfg = RunConfig(fs="ext4", mkfs_opts="-O fast_commit", quiet=True)
+    doc = json.loads((WORKLOADS / "ext4_fast_commit_two_threads.json").read_text())
+    trial = run_doc(doc, cfg, ownership.make_dir(str(pc.tmp / "work")))
+    sigs = [(s, f) for s, f in trial.signatures() if s.kind == "fsck"]
+    assert sigs, f"the two-thread fast_commit workload shows no fsck finding on this kernel: {trial.findings}"
+    store = FindingStore(ownership.make_dir(str(pc.tmp / "findings")))
+    d = Path(store.save(trial, *sigs[0], cfg, original=doc, also=[], shrink={"method": "none (given)", "runs": 0}))
+    out, _ = export(pc, d, "fstests")
+    test = (out / "generic-999").read_text()
+    assert "2 threads ran concurrently; here their ops run one after the other" in test
+    body = test.split("_scratch_mount\n", 1)[1].split("# Power cut")[0].splitlines()
+    # creat(bar) and open(baz) race: the shell fd each got is read from the test
+    fd = {name: re.search(rf"^exec (\d+)<>\$SCRATCH_MNT/{name}$", "\n".join(body), re.M)[1] for name in ("bar", "baz")}
+    assert fd["bar"] != fd["baz"]
+
+    def at(text: str) -> int:
+        return next(i for i, ln in enumerate(body) if text in ln)
+    # barriers order close(baz) < sync < ftruncate (main) < mkdir (mk) < fsync (main), on main's f
+    assert at(f"exec {fd['baz']}<&-") < at("sync >>") < at(f"'truncate 3000' /proc/self/fd/{fd['bar']}") \
+        < at("mkdir -m 0755 $SCRATCH_MNT/A") < at(f"-c fsync /proc/self/fd/{fd['bar']}"), body
+    out, text = export(pc, d, "shell", "--check-vm", KERNEL_612, rc=1)
+    [log] = out.glob("vm-check-6.12*.txt")
+    output = log.read_text()
+    assert "fsync main.f = 0" in output and "close mk.f = 0" in output, output
+    assert "RESULT: REPRODUCED: fsck exit" in output, output

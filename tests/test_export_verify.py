@@ -18,11 +18,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from common import POWERCUT
 from conftest import WORKLOADS, PcEnv, needs_root_stack
 from foundation import ownership
 from fuzz.store import FindingStore
@@ -65,9 +69,11 @@ BUGS = [
     # jbd2 WARNING: ea_inode xattr credits beyond the smallest journal (6.12)
     Bug("kernel", "ea_inode_xattr_warning.json", "ext4", "-b 1024 -O ea_inode -J size=1",
         "debian:linux-image-6.12.117+deb12-amd64", None, ""),
+    # rename-atomic on ext4 without a journal: fsync of the old parent writes the name's removal,
+    # not its addition (the configuration promises no metadata consistency: ./check's fsck is off)
+    Bug("atomicity", "ext4_nojournal_rename_fsync_dir.json", "ext4", "-O ^has_journal",
+        "debian:linux-image-6.12.117+deb12-amd64", None, "A/foo B/foo: one of 'absent file', 'file absent'"),
 ]
-# No atomicity bug is known on a packaged kernel: that kind is exported and checked
-# (checks.py: rename-atomic, untorn-write) but not proven here against a real bug.
 
 
 def make_finding(tmp: Path, bug: Bug) -> Path:
@@ -102,3 +108,32 @@ def test_export_fails_in_real_fstests_on_the_buggy_kernel_and_passes_on_the_fixe
     # ./check's own words on the buggy kernel
     log = out / f"verify-{bug.buggy.split('linux-image-')[1]}.txt"
     assert "Failures: generic/999" in log.read_text()
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["sigterm", "ctrl-c"])
+def test_a_signal_during_verify_stops_the_guest_and_cleans_up(pc: PcEnv, sig: signal.Signals, code: int) -> None:
+    """The guest (QEMU in its own session) dies with powercut, the checkout's copy goes with
+    the run's scratch, and the exit status is the README's for the signal."""
+    # A finding made on the host is enough: --verify boots the kernel it is given.
+    cfg = RunConfig.parse({"fs": "ext4", "mkfs_opts": "-O fast_commit", "quiet": True})
+    doc = json.loads((WORKLOADS / "ext4_fast_commit_ftruncate_mkdir.json").read_text())
+    trial = run_doc(doc, cfg, ownership.make_dir(str(pc.tmp / "work")))
+    store = FindingStore(ownership.make_dir(str(pc.tmp / "findings")))
+    finding = store.save(trial, *trial.signatures()[0], cfg, original=doc, also=[],
+                         shrink={"method": "none (given)", "runs": 0})
+    proc = subprocess.Popen([*POWERCUT, "export", finding, "--format", "fstests", "--out", str(pc.tmp / "export"),
+                             "--verify", "debian:linux-image-6.12.117+deb12-amd64", "--fstests", FSTESTS],
+                            env=pc.env(), cwd=pc.tmp, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # Wait until ./check runs in the guest: the guest's console output lands in the run's scratch.
+    deadline = time.monotonic() + 1200
+    while not any("== fstests: ./check" in p.read_text(errors="replace")
+                  for p in pc.scratch.glob("*/guest-out/guest-command.out")):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "./check never started in the guest"
+        time.sleep(1)
+    assert any("qemu" in x for x in pc.leftovers())
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err
+    assert pc.leftovers() == [], err
+    assert os.listdir(pc.state) == [] and os.listdir(pc.scratch) == [], err

@@ -4,15 +4,8 @@ ordered ACE seq-2 space, the other half run Hypothesis; one worker alternates.""
 from __future__ import annotations
 
 import json
-import os
-
-import pytest
 
 from conftest import PcEnv, needs_root_stack
-
-
-def journal(out) -> list[dict]:
-    return [json.loads(ln) for f in sorted((out / "journal").glob("*.jsonl")) for ln in f.read_text().splitlines()]
 
 
 @needs_root_stack
@@ -31,16 +24,5 @@ def test_mixed_splits_the_workers_between_the_ordered_space_and_hypothesis(pc: P
     assert sorted(names["w0"], key=lambda n: int(n.split("-")[1])) == [f"ace2-{i}" for i in range(len(names["w0"]))]
 
 
-@pytest.mark.e2e
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (apt-get, kernel cache, scratch dirs)")
-def test_the_vm_backend_defaults_to_the_mixed_engine(pc: PcEnv) -> None:
-    """No --engine with --backend vm: the ordered seq-2 space first (one worker: a stretch of it,
-    then Hypothesis)."""
-    out = pc.tmp / "camp"
-    p = pc.run("fuzz", "--fs", "ext4", "--backend", "vm", "--kernel", "debian:linux-image-6.12-amd64",
-               "--max-workloads", "2", "--duration", "20m", "--out", str(out), timeout=1500)
-    assert p.returncode == 0, p.stdout + p.stderr
-    report = json.loads((out / "report.json").read_text())
-    assert report["engine"] == "mixed" and report["exhaustive"] == {"seq": 2, "space": report["exhaustive"]["space"],
-                                                                   "done": 2}
-    assert [r["name"] for r in journal(out) if not r.get("shrink")] == ["ace2-0", "ace2-1"]
+# The vm backend's default (mixed, no --engine) runs in tests/test_vm_install.py's campaign: one
+# vm campaign for both (a guest boot per worker is the cost of each).

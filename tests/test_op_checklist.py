@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from checkers.history import _Builder
+from checkers.history import HistoryBuilder
 from conftest import ROOT
 from workloads import exhaustive, vocab
 from workloads.plan import PLAN_FIELDS
@@ -68,7 +68,7 @@ PLACES = {
     "workloads/plan.py PLAN_FIELDS": lambda k: k in PLAN_FIELDS,
     "executor/plan.c kind_names": lambda k: f'"{k}"' in _text("workloads/executor/plan.c"),
     "executor/ops.c case": lambda k: f"case K_{k.upper()}" in _text("workloads/executor/ops.c"),
-    "checkers/history.py op_*": lambda k: k in NOT_MODELLED or hasattr(_Builder, "op_" + k),
+    "checkers/history.py op_*": lambda k: k in NOT_MODELLED or hasattr(HistoryBuilder, "op_" + k),
     "generators (vocab.py, exhaustive.py)": lambda k: k in NOT_GENERATED or k in _generated(),
     "export/ops.py": lambda k: k in NOT_EXPORTED or f'"{k}"' in _text("harness/reports/export/ops.py"),
     "export/pc-repro.c": lambda k: k in NOT_EXPORTED or k in REPRO_WRITTEN_AS or

@@ -176,3 +176,41 @@ def test_names_are_a_prefix_of_the_namespace_ops_on_ext4_and_xfs(tmp_path: Path,
     assert rules(run, last(run), fs) == (["ordered-metadata"] if fs != "btrfs" else [])
     assert rules(run, last(run), fs, tier="posix") == []
     assert rules(run, last(run), "ext4", mkfs_opts="-O ^has_journal") == []
+
+
+@pytest.mark.parametrize("fs", FS)
+def test_an_xattr_removed_before_a_durable_namespace_op_stays_removed(tmp_path: Path, fs: str) -> None:
+    """generic/066 (its second power cut): an xattr removed, a link added, another file
+    fsynced: the removal is durable on ext4 and xfs, which journal xattr changes in the
+    same order as namespace ops; btrfs is not claimed by this rule."""
+    ops = (create("foo", length=0) + [op("close", fd="f"), op("setxattr", path="foo", name="user.a", length=4),
+                                      op("sync"), op("removexattr", path="foo", name="user.a"),
+                                      op("link", **{"from": "foo", "to": "foo_link"})]
+           + create("qwerty", fd="g", length=0) + [op("fsync", fd="g"), op("close", fd="g")])
+    run = Run(tmp_path, ops)
+    assert rules(run, last(run), fs) == []
+    os.setxattr(run.dir / "foo", "user.a", b"back")  # the removal lost (seen at foo and foo_link)
+    assert rules(run, last(run), fs) == (["ordered-metadata"] * 2 if fs != "btrfs" else [])
+    assert rules(run, run.before(7), fs) == []      # legal before the fsync returned
+    assert rules(run, last(run), fs, tier="posix") == []
+
+
+@pytest.mark.parametrize("fs", FS)
+def test_fsync_of_a_file_under_a_reused_name_carries_the_old_owner(tmp_path: Path, fs: str) -> None:
+    """generic/342 (also 341, 502, 526, 527): a/foo renamed to a/bar after a sync, a new
+    a/foo fsynced: a/bar must exist; btrfs logs the inode whose committed name was taken.
+    Without the sync the name was never committed: btrfs is not held to it."""
+    def ops(sync: bool) -> list[dict]:
+        return ([op("mkdir", path="a")] + create("a/foo") + [op("close", fd="f")] + ([op("sync")] if sync else [])
+                + [op("rename", **{"from": "a/foo", "to": "a/bar"})] + create("a/foo", fd="g")
+                + [op("fsync", fd="g"), op("close", fd="g")])
+    for d in ("s", "n"):
+        (tmp_path / d).mkdir()
+    run = Run(tmp_path / "s", ops(True))
+    assert rules(run, last(run), fs) == []
+    os.unlink(run.dir / "a/bar")  # the renamed file lost
+    assert rules(run, last(run), fs) == ["fsync-names"]
+    assert rules(run, last(run), fs, tier="posix") == []
+    run = Run(tmp_path / "n", ops(False))
+    os.unlink(run.dir / "a/bar")
+    assert rules(run, last(run), fs) == ([] if fs == "btrfs" else ["ordered-metadata"])

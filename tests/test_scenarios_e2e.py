@@ -164,8 +164,12 @@ def test_recording_streams_count_extents_and_time_removal(pc: PcEnv) -> None:
     phases = report(out)["scenario"]["phases"]
     for ph in ("plain", "fallocate"):
         assert len(phases[ph]["extents_per_file"]) == 3 and min(phases[ph]["extents_per_file"]) >= 1
-        assert phases[ph]["removal_total_ms"] > 0 and phases[ph]["write_errors"] == 0
-    assert report(out)["latency"]["kinds"]["unlink"]["count"] == 6
+        assert phases[ph]["removal_max_ms"] <= phases[ph]["removal_total_ms"] and phases[ph]["write_errors"] == 0
+    unlink = report(out)["latency"]["kinds"]["unlink"]
+    assert unlink["count"] == 6
+    # the removal times are the unlinks' own: the latency summary (another path over the same
+    # records) has the same slowest one
+    assert max(phases[ph]["removal_max_ms"] for ph in phases) * 1000 == pytest.approx(unlink["max_us"], abs=1)
     assert "| fallocate | " in (out / "report.md").read_text()
 
 

@@ -78,7 +78,7 @@ def test_a_recovery_mount_stuck_in_the_kernel_is_a_hang_finding(pc: PcEnv) -> No
     the first recovery mount, so the guest kernel waits for I/O that never completes and the
     guest goes silent; past the hang limit the worker kills it and reports a `kernel` hang."""
     report, out = campaign(pc, "--fault", "recovery-hang", "--max-workloads", "1", "--shrink-seconds", "0",
-                           "--duration", "20m", rc=1, env=pc.env(POWERCUT_VM_HANG_S="30"))
+                           "--duration", "20m", rc=1, env=pc.env(POWERCUT_VM_HANG_S="15"))
     assert report["harness_errors"] == 0 and report["failed_workers"] == []
     saved = [s for s in report["saved_findings"] if s["kind"] == "kernel"]
     assert saved and saved[0]["signature"].endswith("|recovery mount:hang"), report["saved_findings"]

@@ -58,19 +58,26 @@ def test_two_processes_asking_at_once_install_once(without_hello: object) -> Non
 
 
 def test_campaign_installs_once_before_its_workers_and_runs_them_all(pc: PcEnv, without_hello: object) -> None:
+    """Also the vm backend's default engine (no --engine): mixed, w0 walking the ordered seq-2
+    space from its start, w1 running Hypothesis (tests/test_mixed.py has the engine on fuse)."""
     out = pc.tmp / "campaign"
     p = pc.run("fuzz", "--out", str(out), "--fs", "ext4", "--backend", "vm", "--kernel", KERNEL,
-               "--engine", "exhaustive", "--seq", "1", "--jobs", "2", "--duration", "2m",
+               "--jobs", "2", "--max-workloads", "2", "--duration", "10m", "--seed", "5",
                env=pc.env(**EXTRA), timeout=1500)
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stderr.count(f"installing {PACKAGE}") == 1, p.stderr
     assert os.path.exists(PROOF)
     report = json.loads((out / "report.json").read_text())
     assert report["failed_workers"] == [] and report["worker_errors"] == {}
-    # Both workers booted their guest and ran workloads.
+    # Both workers booted their guest and ran workloads: each claims its first of the two
+    # workloads before its guest boots, so neither can run both.
+    assert report["stop_reason"] == "max-workloads" and report["workloads"] == 2
     for w in ("w0", "w1"):
         assert json.loads((out / "guests" / f"{w}.json").read_text())["boots"] >= 1
-        assert (out / "journal" / f"{w}.jsonl").read_text().strip()
+    names = {w: [json.loads(ln)["name"] for ln in (out / "journal" / f"{w}.jsonl").read_text().splitlines()
+                 if '"shrink": true' not in ln] for w in ("w0", "w1")}
+    assert report["engine"] == "mixed" and report["exhaustive"]["seq"] == 2 and report["exhaustive"]["done"] == 1
+    assert names["w0"] == ["ace2-0"] and len(names["w1"]) == 1 and names["w1"][0].startswith("hyp-w1-"), names
     assert pc.leftovers() == []
 
 

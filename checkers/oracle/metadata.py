@@ -8,8 +8,8 @@ from typing import Any
 
 from checkers.findings import Finding
 from checkers.fsrules import rule
-from checkers.history import Inode
-from checkers.oracle.model import Guarantee, Model
+from checkers.history import Inode, Persist
+from checkers.oracle.model import Model
 from checkers.oracle.view import PointView
 from foundation.intervals import merge_ranges
 from workloads.pattern import generate
@@ -17,23 +17,35 @@ from workloads.pattern import generate
 
 def check_metadata(m: Model, full: str, path: str, inodes: list[Inode], st: os.stat_result,
                    v: PointView) -> Finding | None:
-    """Link count and xattrs, where one inode is possible and fsync/sync made them durable."""
+    """Link count and xattrs, where one inode is possible and fsync/sync made them
+    durable; xattrs also where ordered-metadata made every op before a floor durable."""
     if len(inodes) != 1:
         return None
     ino = inodes[0]
     g = m.guarantee(ino, v)
-    if g is None or g.metadata is None:
-        return None
-    q = g.metadata.prefix
-    if m.semantics.holds("fallocate-fsync"):
-        short = allocation_shortfall(full, ino, q, st)
-        if short is not None:
-            return meta_finding(path, g, "allocation", short[0], short[1], "fallocate-fsync")
-    later = [pos for pos, _, inos in m.h.name_changes if pos >= q and pos in v.allowed and ino.ino in inos]
-    if g.metadata.ino is None and not later:  # sync: the names, so the link count, are durable
-        want = sum(1 for i in m.h.ns[q].values() if i == ino.ino)
-        if want and st.st_nlink != want:
-            return meta_finding(path, g, "link count", want, st.st_nlink)
+    meta = g.metadata if g is not None else None
+    if meta is not None:
+        q = meta.prefix
+        if m.semantics.holds("fallocate-fsync"):
+            short = allocation_shortfall(full, ino, q, st)
+            if short is not None:
+                return meta_finding(path, meta, "allocation", short[0], short[1], "fallocate-fsync")
+        later = [pos for pos, _, inos in m.h.name_changes if pos >= q and pos in v.allowed and ino.ino in inos]
+        if meta.ino is None and not later:  # sync: the names, so the link count, are durable
+            want = sum(1 for i in m.h.ns[q].values() if i == ino.ino)
+            if want and st.st_nlink != want:
+                return meta_finding(path, meta, "link count", want, st.st_nlink)
+    # ext4 and xfs journal xattr changes like namespace ops, in one order: the floor
+    # ordered-metadata lifts the namespace to holds for them too (docs/semantics.md).
+    floor, op = m.ordered_floor(v)
+    if op is not None and floor > (meta.prefix if meta is not None else 0) and ino.xattrs:
+        return check_xattrs(m, full, path, ino, floor, op, v, "ordered-metadata")
+    return check_xattrs(m, full, path, ino, meta.prefix, meta, v) if meta is not None else None
+
+
+def check_xattrs(m: Model, full: str, path: str, ino: Inode, q: int, p: Persist, v: PointView,
+                 rule_name: str | None = None) -> Finding | None:
+    """The user xattrs as of prefix Q (made durable by P), those changed since in either state."""
     changed = {name for pos, x in ino.xattrs if pos >= q and pos in v.allowed for name in x} | {
         name for pos, x in ino.xattrs if pos >= q and pos in v.allowed
         for name in ino.xattrs_at(pos)}  # set or removed after the guarantee: either state
@@ -46,13 +58,13 @@ def check_metadata(m: Model, full: str, path: str, inodes: list[Inode], st: os.s
         if name in changed:
             continue
         if name not in present:
-            return meta_finding(path, g, f"xattr {name}", "present", "missing")
+            return meta_finding(path, p, f"xattr {name}", "present", "missing", rule_name)
         want_v = generate(m.wid, file_id, seq, it, 0, length)
         if os.getxattr(full, name) != want_v:
-            return meta_finding(path, g, f"xattr {name}", f"value of op {seq}", "another value")
+            return meta_finding(path, p, f"xattr {name}", f"value of op {seq}", "another value", rule_name)
     for name in present - set(durable) - changed:
-        if any(name in x for _, x in ino.xattrs):  # removed before the guarantee, back again
-            return meta_finding(path, g, f"xattr {name}", "absent", "present")
+        if any(name in x for pos, x in ino.xattrs if pos < q):  # removed before the guarantee, back again
+            return meta_finding(path, p, f"xattr {name}", "absent", "present", rule_name)
     return None
 
 
@@ -81,10 +93,8 @@ def allocation_shortfall(full: str, ino: Inode, q: int, st: os.stat_result) -> t
     return f"at least {want} bytes allocated", f"{have} bytes allocated"
 
 
-def meta_finding(path: str, g: Guarantee, what: str, expected: Any, found: Any,
+def meta_finding(path: str, p: Persist, what: str, expected: Any, found: Any,
                  rule_name: str | None = None) -> Finding:
-    p = g.metadata
-    assert p is not None
     r = rule_name or p.rule
     return Finding("durability", f"{path}: {what} is {found}, but {p.ex.describe()} made it {expected}",
                    evidence={"path": path, "rule": r, "op": p.ex.describe(), "op_mark": p.ex.mark,

@@ -37,6 +37,7 @@ class ExportInput:
     ops: list[dict[str, Any]]       # the ops completed at the crash point, in order
     seqs: list[int]                 # each op's index in the workload (its marks' seq)
     ops_after: int                  # ops of the workload after them (not run: the crash comes first)
+    threads: int = 1                # the workload's threads (their ops are serialised in `ops`)
     in_flight: str = ""             # the op that was running at the crash point and is run to its end here
     kernels: list[str] = field(default_factory=list)      # seen on
     clean_on: list[str] = field(default_factory=list)     # run there without this finding (powercut bisect)
@@ -61,24 +62,22 @@ def load(directory: str) -> ExportInput:
     doc = _read_json(os.path.join(directory, "workload.json"))
     report = _read_json(os.path.join(directory, RUN_DIR, "report.json"))
     parse_workload(doc)  # a malformed workload is a usage error, one line
-    if len(doc["threads"]) != 1:
-        raise UsageError(f"{directory}: export handles one-thread workloads only ({len(doc['threads'])} threads)")
-    ops = doc["threads"][0]["ops"]
-    if any(op["op"] in ("repeat", "barrier") for op in ops):
-        raise UsageError(f"{directory}: export does not handle repeat, barrier or fiemap ops yet")
-    done = completed_ops(info.get("crash_mark"), len(ops))
+    log = os.path.join(directory, RUN_DIR, report["log"])
+    if any(op["op"] == "repeat" for t in doc["threads"] for op in t["ops"]):
+        raise UsageError(f"{directory}: export does not handle repeat ops yet")
+    ops, order = _serialised(doc, log)
+    done = _completed(order, info.get("crash_mark"), len(doc["threads"]))
     if info["kind"] == "kernel" and info.get("evidence", {}).get("phase") == "workload":
-        done = len(ops)  # the kernel complained while running the ops: all of them run, then the power cut
+        done = len(order)  # the kernel complained while running the ops: all of them run, then the power cut
     # A crash point after some of the next op's writes: that op had begun to
     # reach the disk. A power cut between ops cannot be in the middle of it,
     # so it runs to its end here (the nearest state after it).
     in_flight = ""
-    if done < len(ops) and _writes_after_mark(os.path.join(directory, RUN_DIR, report["log"]),
-                                              info.get("crash_point"), info.get("crash_mark")):
-        in_flight = ops[done]["op"]
+    if done < len(order) and _writes_after_mark(log, info.get("crash_point"), info.get("crash_mark")):
+        in_flight = ops[order[done]]["op"]
         done += 1
     # Ops that leave nothing on disk and that the exports have no form for
-    kept = [i for i in range(done) if ops[i]["op"] not in ("sleep", "fiemap", "statx")]
+    kept = [i for i in order[:done] if ops[i]["op"] not in ("sleep", "fiemap", "statx", "barrier")]
     cfg = info.get("config", {})
     kernels = [k for k in [report.get("kernel"), *info.get("seen_on", [])] if k]
     fsck = ""
@@ -92,10 +91,45 @@ def load(directory: str) -> ExportInput:
         in_order=state_id.startswith("p") and "-" not in state_id,
         fs=cfg.get("fs") or report["fs"], mkfs_opts=cfg.get("mkfs_opts", report.get("mkfs_opts", "")) or "",
         mount_opts=report.get("mount_opts", "") or "", device_bytes=int(report["device_bytes"]),
-        ops=[ops[i] for i in kept], seqs=kept, ops_after=len(ops) - done,
+        ops=[ops[i] for i in kept], seqs=kept, ops_after=len(order) - done,
+        threads=len(doc["threads"]),
         in_flight=in_flight,
         kernels=sorted(set(kernels)), fsck_output=fsck, expected=str(info.get("expected") or ""),
         found=str(info.get("found") or ""), evidence=info.get("evidence", {}))
+
+
+def _serialised(doc: dict[str, Any], log: str) -> tuple[list[dict[str, Any]], list[int]]:
+    """Every op by its seq (threads in order: no repeats here) and the order they ran in.
+
+    One thread: its program order. Several: the order their completion marks
+    reached the log, the one order the recording saw (ops of two threads that
+    overlapped in time ran concurrently; the export runs them one after the
+    other, in that order). Each thread's fd names get the thread's name in
+    front: two threads may both call an fd `f`."""
+    threads = doc["threads"]
+    if len(threads) == 1:
+        ops = list(threads[0]["ops"])
+        return ops, list(range(len(ops)))
+    ops = [{**op, "fd": f"{t.get('name') or n}.{op['fd']}"} if "fd" in op else dict(op)
+           for n, t in enumerate(threads) for op in t["ops"]]
+    order: list[int] = []
+    if os.path.exists(log):
+        with LogReader(log) as reader:
+            for e in reader.entries():
+                m = parse_mark(e.mark) if e.is_mark and e.mark else None
+                if m is not None and m.event == "op" and m.seq is not None and m.seq < len(ops):
+                    order.append(m.seq)
+    return ops, order + [i for i in range(len(ops)) if i not in order]  # never marked: last
+
+
+def _completed(order: list[int], crash_mark: str | None, threads: int) -> int:
+    """How many ops of ORDER had returned at a crash point whose last mark is CRASH_MARK."""
+    if threads == 1:
+        return completed_ops(crash_mark, len(order))
+    mark = parse_mark(crash_mark) if crash_mark else None
+    if mark is None or mark.event != "op" or mark.seq is None:
+        return completed_ops(crash_mark, len(order))
+    return order.index(mark.seq) + 1 if mark.seq in order else 0
 
 
 def completed_ops(crash_mark: str | None, n_ops: int) -> int:

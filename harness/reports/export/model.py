@@ -1,15 +1,19 @@
 """What the exported ops leave in the file system after each of them: the
 expectation an export's checks (checks.py) are written from.
 
-A small model of POSIX semantics for the ops an export runs (names, file
-sizes and bytes, link counts, xattrs, fds held across unlink and rename),
-with the bytes the exports write: op number I writes the byte 'a' + I % 26
-(pc-repro.c and the fstests export's `pwrite -S` agree). states[k] is the
-file system after the first k ops returned; a power cut right after op k
-may show, for a fact a completed fsync covers, only what one of
-states[g..k] shows (g: the op that made it durable).
+The model is the oracle's own (checkers/history.py): the ops become a plan
+(workloads/plan.py, as the executor would run them) and each op a record
+whose result is the one history.py predicts for it (an op it says must fail
+fails here, and changes nothing), so names, sizes, bytes, link counts and
+xattrs follow the same semantics the oracle judged the finding by. What an
+export adds: its data bytes (op number I writes the byte 'a' + I % 26:
+pc-repro.c and the fstests export's `pwrite -S` agree), the fds' positions
+(the executor records where each write landed; here nobody ran it), and a
+view per op: states[k] is the file system after the first k ops returned; a
+power cut right after op k may show, for a fact a completed fsync covers,
+only what one of states[g..k] shows (g: the op that made it durable).
 
-An op the model cannot follow exactly (collapse and insert ranges shift
+An op the export cannot follow exactly (collapse and insert ranges shift
 bytes; an unaligned O_DIRECT write fails or falls back to buffered I/O as
 the file system decides) marks its inode inexact: no size or byte check is
 written for it.
@@ -17,9 +21,17 @@ written for it.
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 from typing import Any
+
+from checkers.history import ROOT, Exec, HistoryBuilder
+from checkers.history import Inode as HInode
+from workloads.format import parse_workload, workload_doc
+from workloads.plan import build_plan
+from workloads.results import FLAG_SKIPPED, OpRecord
+
+SECTOR = 4096
 
 
 def fill(i: int) -> int:
@@ -29,221 +41,151 @@ def fill(i: int) -> int:
 
 @dataclass
 class Inode:
+    """One file as a state shows it."""
     kind: str                                  # file, dir, symlink
-    data: bytearray = field(default_factory=bytearray)
-    xattrs: dict[str, bytes] = field(default_factory=dict)
+    data: bytes = b""
+    xattrs: dict[str, bytes] = dataclasses.field(default_factory=dict)
     target: str = ""
     exact: bool = True
-    writers: set[int] = field(default_factory=lambda: {0})   # byte values ever in the file (0: holes, zeros)
+    writers: set[int] = dataclasses.field(default_factory=lambda: {0})   # byte values ever in the file
 
 
 @dataclass
+class _Fd:
+    slot: int
+    pos: int
+    read: bool
+    write: bool
+    append: bool
+    direct: bool
+
+
 class State:
-    names: dict[str, int]        # path -> inode number
-    inodes: dict[int, Inode]
+    """The file system after the first K ops, read from the oracle's history on demand."""
+
+    def __init__(self, model: "Model", k: int) -> None:
+        self.m, self.k = model, k
+        self.names = {p: i for p, i in model.b.ns_list[k].items() if p != ROOT}
 
     def kind(self, path: str) -> str:
         ino = self.names.get(path)
-        return "absent" if ino is None else self.inodes[ino].kind
+        return "absent" if ino is None else self.m.b.inodes[ino].kind
 
     def inode(self, path: str) -> Inode | None:
         ino = self.names.get(path)
-        return None if ino is None else self.inodes[ino]
+        return None if ino is None else self.m.view(ino, self.k)
 
     def nlink(self, path: str) -> int:
         ino = self.names.get(path)
         return sum(1 for i in self.names.values() if i == ino)
 
 
-@dataclass
-class _Fd:
-    ino: int
-    pos: int
-    read: bool
-    write: bool
-    append: bool
-    direct: bool = False
-
-
 class Model:
-    def __init__(self) -> None:
-        self.names: dict[str, int] = {}
-        self.inodes: dict[int, Inode] = {}
+    """The oracle's history of OPS (one thread's, or several threads' serialised), op by op."""
+
+    def __init__(self, ops: list[dict[str, Any]]) -> None:
+        self.ops = ops
+        self.plan = [op for _, op in build_plan(parse_workload(workload_doc(ops))).ops()]
+        self.b = _Predicting([])
         self.fds: dict[str, _Fd] = {}
-        self.next_ino = 1
-        self.states: list[State] = [self.snapshot()]
+        self.inexact: dict[int, int] = {}     # inode -> the first op it is inexact after
+        self.applied = 0
 
-    def snapshot(self) -> State:
-        live = set(self.names.values()) | {f.ino for f in self.fds.values()}
-        return State(dict(self.names), {i: copy.deepcopy(n) for i, n in self.inodes.items() if i in live})
-
-    def run(self, ops: list[dict[str, Any]]) -> list[State]:
-        for i, op in enumerate(ops):
-            self.apply(i, op)
-            self.states.append(self.snapshot())
-        return self.states
-
-    # -- names ---------------------------------------------------------------------
-    def _parent_ok(self, path: str) -> bool:
-        parent = path.rpartition("/")[0]
-        return not parent or self.names.get(parent) is not None and self.inodes[self.names[parent]].kind == "dir"
-
-    def _new(self, path: str, kind: str, **kw: Any) -> int:
-        ino = self.next_ino
-        self.next_ino += 1
-        self.inodes[ino] = Inode(kind, **kw)
-        self.names[path] = ino
-        return ino
-
-    def _children(self, path: str) -> list[str]:
-        return [p for p in self.names if p.startswith(path + "/")]
-
-    def _rename(self, src: str, dst: str, flags: list[str]) -> None:
-        s, d = self.names.get(src), self.names.get(dst)
-        if s is None or not self._parent_ok(dst) or src == dst:
-            return
-        if "EXCHANGE" in flags:
-            if d is None:
-                return
-            moved = {p: self.names.pop(p) for p in [src, dst, *self._children(src), *self._children(dst)]}
-            for p, ino in moved.items():
-                if p == src or p.startswith(src + "/"):
-                    self.names[dst + p[len(src):]] = ino
-                else:
-                    self.names[src + p[len(dst):]] = ino
-            return
-        if d is not None:
-            sk, dk = self.inodes[s].kind, self.inodes[d].kind
-            if "NOREPLACE" in flags or (sk == "dir") != (dk == "dir") or (dk == "dir" and self._children(dst)):
-                return
-        if dst.startswith(src + "/"):
-            return
-        for p in [src, *self._children(src)]:
-            self.names[dst + p[len(src):]] = self.names.pop(p)
-
-    # -- bytes ---------------------------------------------------------------------
-    @staticmethod
-    def _write(ino: Inode, off: int, data: bytes) -> None:
-        if len(ino.data) < off:
-            ino.data.extend(bytes(off - len(ino.data)))
-        ino.data[off:off + len(data)] = data
-        ino.writers |= set(data[:1])
-
-    @staticmethod
-    def _resize(ino: Inode, size: int) -> None:
-        if size < len(ino.data):
-            del ino.data[size:]
-        else:
-            ino.data.extend(bytes(size - len(ino.data)))
-
-    def _fd_write(self, i: int, fd: _Fd | None, off: int | None, length: int) -> None:
-        if fd is None or not fd.write:
-            return
-        ino = self.inodes[fd.ino]
-        at = len(ino.data) if fd.append else (fd.pos if off is None or off < 0 else off)
-        if fd.direct and (at % 4096 or length % 4096):
-            # Unaligned O_DIRECT: EINVAL, a buffered fallback (ext4), part of it: the file system's call
-            ino.exact = False
-            return
-        self._write(ino, at, bytes([fill(i)]) * length)
-        if off is None or off < 0:
-            fd.pos = at + length
+    def inode_at(self, path: str) -> HInode | None:
+        return self.b.lookup(path)
 
     def apply(self, i: int, op: dict[str, Any]) -> None:
-        k = op["op"]
+        """Op I (OP, the I-th of the ops given): its record as history.py predicts it, applied."""
+        pop = self.plan[i]
         fd = self.fds.get(op.get("fd", ""))
-        if k in ("open", "creat"):
+        ino = self.b.inodes[self.b.fds[(0, fd.slot)][0]] if fd and (0, fd.slot) in self.b.fds else None
+        ret, aux, flags = self._record(op, fd, ino)
+        ex = Exec(i, OpRecord(0, pop.seq, 0, op["op"], None, 2 * i, 2 * i + 1, ret, 0, flags, aux), pop, None)
+        self.b.execs.append(ex)
+        self.b.apply(ex)
+        self._follow(op, ex, fd, ino)
+        self.applied += 1
+
+    def _record(self, op: dict[str, Any], fd: _Fd | None, ino: HInode | None) -> tuple[int, int, int]:
+        """(ret, aux, flags) the executor would record: where a write lands, how much it writes."""
+        k = op["op"]
+        writes = k in ("write", "pwrite", "pwritev2", "mmap_write", "fallocate", "ftruncate")
+        usable = fd is not None and ino is not None and (fd.write or not writes)
+        if "fd" in op and k not in ("open", "creat") and not usable:
+            return -1, 0, FLAG_SKIPPED     # its open failed, or the fd is not open for writing: EBADF
+        if k in ("write", "pwrite", "pwritev2", "mmap_write", "read", "pread"):
+            assert fd is not None and ino is not None   # usable
+            length = sum(op["iov"]) if k == "pwritev2" else op["length"]
+            off = op.get("offset", -1)
+            at = fd.pos if off is None or off < 0 else off
+            if fd.append and k in ("write", "pwritev2"):
+                at = ino.size
+            if k in ("read", "pread"):
+                return max(0, min(length, ino.size - at)), at, 0
+            if k != "mmap_write" and fd.direct and (at % SECTOR or length % SECTOR):
+                # Unaligned O_DIRECT: EINVAL, a buffered fallback (ext4), part of it: the file system's call
+                self.inexact.setdefault(ino.ino, self.applied + 1)
+                return -1, at, FLAG_SKIPPED
+            return length, at, 0
+        if k == "fallocate":
+            if set(op["mode"]) & {"COLLAPSE_RANGE", "INSERT_RANGE"} and ino is not None:
+                self.inexact.setdefault(ino.ino, self.applied + 1)
+            return 0, op["offset"], 0
+        return 0, op.get("offset", 0), 0
+
+    def _follow(self, op: dict[str, Any], ex: Exec, fd: _Fd | None, ino: HInode | None) -> None:
+        """The fd table and positions after EX (history.py keeps inodes, not positions)."""
+        k = op["op"]
+        if k in ("open", "creat") and ex.ok and (0, ex.f("fd")) in self.b.fds:
             flags = ["O_CREAT", "O_WRONLY", "O_TRUNC"] if k == "creat" else op["flags"]
-            ino_n = self.names.get(op["path"])
-            if ino_n is None:
-                if "O_CREAT" not in flags or not self._parent_ok(op["path"]):
-                    return
-                ino_n = self._new(op["path"], "file")
-            elif "O_CREAT" in flags and "O_EXCL" in flags:
-                return
-            ino = self.inodes[ino_n]
-            write = "O_WRONLY" in flags or "O_RDWR" in flags
-            if ino.kind == "symlink" or (ino.kind == "dir" and (write or "O_CREAT" in flags)):
-                return  # symlinks are followed by open(2); the workloads' never resolve: an error either way
-            if "O_TRUNC" in flags and write:
-                self._resize(ino, 0)
-            self.fds[op["fd"]] = _Fd(ino_n, 0, "O_WRONLY" not in flags, write, "O_APPEND" in flags,
+            self.fds[op["fd"]] = _Fd(ex.f("fd"), 0, "O_WRONLY" not in flags,
+                                     "O_WRONLY" in flags or "O_RDWR" in flags, "O_APPEND" in flags,
                                      "O_DIRECT" in flags)
         elif k == "close":
             self.fds.pop(op["fd"], None)
-        elif k == "write":
-            self._fd_write(i, fd, None, op["length"])
-        elif k == "pwrite":
-            self._fd_write(i, fd, op["offset"], op["length"])
-        elif k == "pwritev2":
-            self._fd_write(i, fd, op.get("offset", -1), sum(op["iov"]))
-        elif k == "read" and fd is not None and fd.read:
-            fd.pos += max(0, min(op["length"], len(self.inodes[fd.ino].data) - fd.pos))
-        elif k == "mmap_write" and fd is not None and fd.write:
-            ino = self.inodes[fd.ino]
-            end = min(op["offset"] + op["length"], len(ino.data))  # no page past EOF is written back
-            if end > op["offset"]:
-                self._write(ino, op["offset"], bytes([fill(i)]) * (end - op["offset"]))
-        elif k == "fallocate" and fd is not None and fd.write:
-            self._fallocate(self.inodes[fd.ino], set(op["mode"]), op["offset"], op["length"])
-        elif k == "ftruncate" and fd is not None and fd.write:
-            self._resize(self.inodes[fd.ino], op["length"])
-        elif k == "truncate":
-            ino = self.inode_at(op["path"])
-            if ino is not None and ino.kind == "file":
-                self._resize(ino, op["length"])
-        elif k == "rename":
-            self._rename(op["from"], op["to"], op.get("flags", []))
-        elif k == "link":
-            src = self.names.get(op["from"])
-            if src is not None and self.inodes[src].kind != "dir" and op["to"] not in self.names \
-                    and self._parent_ok(op["to"]):
-                self.names[op["to"]] = src
-        elif k == "symlink":
-            if op["path"] not in self.names and self._parent_ok(op["path"]):
-                self._new(op["path"], "symlink", target=op["target"])
-        elif k == "unlink":
-            ino = self.inode_at(op["path"])
-            if ino is not None and ino.kind != "dir":
-                del self.names[op["path"]]
-        elif k == "rmdir":
-            ino = self.inode_at(op["path"])
-            if ino is not None and ino.kind == "dir" and not self._children(op["path"]):
-                del self.names[op["path"]]
-        elif k == "mkdir":
-            if op["path"] not in self.names and self._parent_ok(op["path"]):
-                self._new(op["path"], "dir")
-        elif k == "setxattr":
-            ino = self.inode_at(op["path"])
-            if ino is not None and ino.kind != "symlink":
-                ino.xattrs[op["name"]] = bytes([fill(i)]) * op["length"]
-        elif k == "removexattr":
-            ino = self.inode_at(op["path"])
-            if ino is not None:
-                ino.xattrs.pop(op["name"], None)
-        # fsync, fdatasync, syncfs, sync, sync_file_range, pread, statx: nothing to model
+        elif fd is not None and ex.ok and (k in ("write", "read") or (k == "pwritev2" and op.get("offset", -1) < 0)):
+            fd.pos = ex.rec.aux + ex.rec.ret
 
-    def inode_at(self, path: str) -> Inode | None:
-        ino = self.names.get(path)
-        return None if ino is None else self.inodes[ino]
+    def view(self, ino_n: int, k: int) -> Inode:
+        ino = self.b.inodes[ino_n]
+        content, size = ino.content_at(k)
+        data = bytearray(size)
+        writers = {0}
+        for s, e, src in content.get(0, size):
+            if src is not None:
+                data[s:e] = bytes([fill(src.seq)]) * (e - s)
+        for ev in ino.events:
+            if ev.pos < k and ev.kind == "data" and ev.src is not None:
+                writers.add(fill(ev.src.seq))
+        xattrs = {n: bytes([fill(seq)]) * length for n, (_, seq, _, length) in ino.xattrs_at(k).items()}
+        exact = ino_n not in self.inexact or self.inexact[ino_n] > k
+        return Inode(ino.kind, bytes(data), xattrs, ino.target, exact, writers)
 
-    def _fallocate(self, ino: Inode, mode: set[str], off: int, length: int) -> None:
-        end = off + length
-        if mode & {"COLLAPSE_RANGE", "INSERT_RANGE"}:
-            ino.exact = False
-        elif "PUNCH_HOLE" in mode:
-            zero_end = min(end, len(ino.data))
-            if zero_end > off:
-                ino.data[off:zero_end] = bytes(zero_end - off)
-        elif "ZERO_RANGE" in mode:
-            zero_end = min(end, len(ino.data))
-            if zero_end > off:
-                ino.data[off:zero_end] = bytes(zero_end - off)
-            if "KEEP_SIZE" not in mode and end > len(ino.data):
-                self._resize(ino, end)
-        elif "UNSHARE_RANGE" not in mode and "KEEP_SIZE" not in mode and end > len(ino.data):
-            self._resize(ino, end)
+    def states(self) -> list[State]:
+        return [State(self, k) for k in range(self.applied + 1)]
+
+    def run(self) -> list[State]:
+        for i, op in enumerate(self.ops):
+            self.apply(i, op)
+        return self.states()
+
+
+class _Predicting(HistoryBuilder):
+    """history.py's builder, with each op's result its own prediction: an op it says must
+    fail gets that errno before it is applied (its handlers predict, then apply if ok)."""
+
+    def __init__(self, execs: list[Exec]) -> None:
+        super().__init__(None, execs)  # type: ignore[arg-type]  # the plan is not consulted
+
+    def predict(self, ex: Exec, expected: int | None | tuple[int, ...]) -> None:
+        first = expected[0] if isinstance(expected, tuple) else expected
+        if first:
+            ex.rec = dataclasses.replace(ex.rec, ret=-1, errno=first)
+
+    def prefix_before(self, ex: Exec) -> int:
+        return ex.pos  # one op after the other: every earlier op had returned
 
 
 def states_of(ops: list[dict[str, Any]]) -> list[State]:
-    return Model().run(ops)
+    return Model(ops).run()
+

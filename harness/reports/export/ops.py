@@ -107,7 +107,8 @@ class XfsIoScript:
     needs: set[str] = field(default_factory=set)   # extra _require_* lines
     shell_fds: dict[str, int] = field(default_factory=dict)   # the finding's fd name -> the shell's fd number
     fd_flags: dict[str, list[str]] = field(default_factory=dict)  # its flags each reopen repeats
-    model: Model = field(default_factory=Model)
+    unmade: set[str] = field(default_factory=set)   # names the ops give that these lines cannot (O_TMPFILE + linkat)
+    model: Model = field(default_factory=lambda: Model([]))
 
     def emit(self, cmd: str) -> None:
         self.lines.append(f"{cmd} >> $seqres.full 2>&1")
@@ -182,6 +183,7 @@ class XfsIoScript:
         elif k == "linkat" and name in self.shell_fds:  # xfs_io's flink: linkat(fd, "", ..., AT_EMPTY_PATH)
             self.emit(f'$XFS_IO_PROG -c "flink $SCRATCH_MNT/{op["to"]}" /proc/self/fd/{self.shell_fds[name]}')
         elif k == "linkat":
+            self.unmade.add(op["to"])
             self.lines.append(f"# linkat(fd {name}, {op['to']}): fd {name} is not open here (see the caveats)")
         elif k == "symlink":
             self.emit(f"ln -s {shlex.quote(op['target'])} {_mnt(op['path'])}")
@@ -258,7 +260,7 @@ def _mnt(path: str) -> str:
 
 
 def xfs_io_script(ops: list[dict[str, Any]]) -> XfsIoScript:
-    s = XfsIoScript()
+    s = XfsIoScript(model=Model(ops))
     for i, op in enumerate(ops):
         s.op(i, op)
     return s

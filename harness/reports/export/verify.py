@@ -36,8 +36,25 @@ SCRATCH_MIN_BYTES = 1 << 30
 COPY = "fstests"
 
 GUEST_JOB = """set -u
-# No udev in the guest: dmsetup (fstests' and the script's) makes the /dev/mapper nodes itself.
+# No udev in the guest: dmsetup (fstests' and the script's) makes the /dev/mapper nodes itself,
+# as block nodes. udev would make them links to ../dm-N, and fstests relies on that (its
+# _short_dev names /sys/fs/xfs/dm-N after the link's target): a wrapper first in PATH does
+# what udev's rule does, right after each dmsetup call.
 export DM_DISABLE_UDEV=1
+mkdir -p /tmp/pc-bin
+cat > /tmp/pc-bin/dmsetup <<'WRAP'
+#!/bin/sh
+{dmsetup} "$@"
+rc=$?
+for node in /dev/mapper/*; do
+    [ -b "$node" ] && [ ! -L "$node" ] || continue
+    dm=$(basename "$(readlink -f /sys/dev/block/$((0x$(stat -c %t "$node"))):$((0x$(stat -c %T "$node"))))")
+    [ -b "/dev/$dm" ] && ln -sfn "../$dm" "$node"
+done
+exit $rc
+WRAP
+chmod +x /tmp/pc-bin/dmsetup
+export PATH=/tmp/pc-bin:$PATH
 cd "$OUT"
 truncate -s {test_bytes} /tmp/test.img && truncate -s {scratch_bytes} /tmp/scratch.img
 TEST_DEV=$(losetup -f --show /tmp/test.img) && SCRATCH_DEV=$(losetup -f --show /tmp/scratch.img) || exit 2
@@ -136,7 +153,7 @@ def verify_on(x: ExportInput, kernel_spec: str, fstests_dir: str, test: str, gol
         with open(os.path.join(work, "repro.sh"), "w") as f:
             f.write(script)
         fs = get_fs(x.fs)
-        job = GUEST_JOB.format(test_bytes=TEST_DEV_BYTES, scratch_bytes=max(x.device_bytes, SCRATCH_MIN_BYTES),
+        job = GUEST_JOB.format(dmsetup=shutil.which("dmsetup") or "/sbin/dmsetup", test_bytes=TEST_DEV_BYTES, scratch_bytes=max(x.device_bytes, SCRATCH_MIN_BYTES),
                                mkfs=" ".join(fs.mkfs_cmd("", "")[:-1]), copy=COPY, fs=fs.name,
                                number=fstests.NUMBER)
         command = f"OUT={work} sh -c {_q(job)}"

@@ -62,6 +62,8 @@ _fail() {{ echo "$*"; exit 1; }}
 _notrun() {{ echo "not run: $*"; exit 1; }}
 _supported_fs() {{ :; }}
 _require_scratch() {{ :; }}
+_require_scratch_nocheck() {{ :; }}
+_require_scratch_size_nocheck() {{ :; }}
 _require_dm_target() {{ :; }}
 _require_xfs_io_command() {{ :; }}
 _require_scratch_ext4_feature() {{ :; }}
