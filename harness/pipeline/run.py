@@ -178,8 +178,17 @@ def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
            state_ids: tuple[str, ...] = (), image: str | None = None) -> RunResult:
     """The checking half of a run: every crash state of REC's log (or only STATE_IDS), the report
     (naming BACKEND_NAME: the backend that recorded)."""
+    # Closed when the run is checked: a campaign worker runs thousands of these, and an fd left
+    # open per run ended a 90-minute soak at fd 1024 (select() in the next recording's start).
+    with LogReader(rec.log_path) as reader:
+        return _check_log(reader, rec, workload, fs, cfg, mount_opts, kinds, backend, backend_name, state,
+                          inspect_extra, state_ids, image)
+
+
+def _check_log(reader: LogReader, rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
+               mount_opts: str, kinds: CrashPointSpec, backend: Backend, backend_name: str, state: RunState,
+               inspect_extra: Inspect | None, state_ids: tuple[str, ...], image: str | None) -> RunResult:
     out_dir = os.path.dirname(rec.log_path)
-    reader = LogReader(rec.log_path)
     first, last = mark_range(reader, cfg.start_mark, cfg.end_mark)
     points = select_crash_points(reader.entries(), kinds, first=first, last=last)
     checks = WorkloadChecks()
