@@ -137,7 +137,7 @@ def _plant(mnt: str, steps: list[list[Any]], workload: dict[str, Any]) -> None:
         elif op == "punch":
             fd = os.open(p(a[0]), os.O_RDWR)
             try:
-                _punch(fd, a[1], a[2])
+                punch_hole(fd, a[1], a[2])
             finally:
                 os.close(fd)
         elif op == "symlink":  # replace the link at a[1] by one to a[0]
@@ -150,7 +150,7 @@ def _plant(mnt: str, steps: list[list[Any]], workload: dict[str, Any]) -> None:
     os.sync()
 
 
-def _punch(fd: int, offset: int, length: int) -> None:
+def punch_hole(fd: int, offset: int, length: int) -> None:
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
     libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]

@@ -14,6 +14,7 @@ import pytest
 
 from checkers.fsrules import RULES, Semantics
 from checkers.oracle import ContentOracle
+from bench.fstable import punch_hole
 from test_oracle import Run
 
 FS = ["ext4", "xfs", "btrfs"]
@@ -141,6 +142,26 @@ def test_fallocate_past_eof_and_fsync_keep_size_and_blocks(tmp_path: Path, fs: s
     assert rules(run, last(run), fs, tier="posix") == []
     os.truncate(run.dir / "g", 4096)  # the grown size lost: fsync-data, both tiers
     assert sorted(rules(run, last(run), fs)) == ["fallocate-fsync", "fsync-data"]
+
+
+@pytest.mark.parametrize("fs", FS)
+def test_reserved_blocks_freed_are_found_behind_more_data_blocks(tmp_path: Path, fs: str) -> None:
+    """generic/677: 1 MiB of data, 64 KiB reserved past EOF, fsync: with the reservation freed
+    the file still holds more blocks than were reserved; the reserved range itself is unmapped."""
+    ops = create("foo", length=1 << 20) + [op("fallocate", fd="f", mode=["KEEP_SIZE"], offset=1 << 20, length=65536),
+                                           op("fsync", fd="f"), op("close", fd="f")]
+    run = Run(tmp_path, ops)
+    if os.stat(run.dir / "foo").st_blocks * 512 < (1 << 20) + 65536:
+        pytest.skip("the scratch file system does not keep fallocated blocks")
+    assert rules(run, last(run), fs) == []
+    os.truncate(run.dir / "foo", (1 << 20) + 65536)  # grow, punch, shrink: only the reservation goes
+    fd = os.open(run.dir / "foo", os.O_RDWR)
+    try:
+        punch_hole(fd, 1 << 20, 65536)
+    finally:
+        os.close(fd)
+    os.truncate(run.dir / "foo", 1 << 20)
+    assert rules(run, last(run), fs) == ["fallocate-fsync"]
 
 
 @pytest.mark.parametrize("fs", FS)

@@ -11,6 +11,7 @@ from checkers.fsrules import rule
 from checkers.history import Inode, Persist
 from checkers.oracle.model import Model
 from checkers.oracle.view import PointView
+from foundation import fiemap
 from foundation.intervals import merge_ranges
 from workloads.pattern import generate
 
@@ -85,12 +86,30 @@ def allocation_shortfall(full: str, ino: Inode, q: int, st: os.stat_result) -> t
            for e in ino.events):
         return None
     bsize = os.statvfs(full).f_bsize
-    whole = [(-(-e.start // bsize) * bsize, e.end // bsize * bsize) for e in allocs]
-    want = sum(t - s for s, t in merge_ranges([(s, t) for s, t in whole if t > s]))
+    whole = merge_ranges([(s, t) for s, t in ((-(-e.start // bsize) * bsize, e.end // bsize * bsize) for e in allocs)
+                          if t > s])
+    want = sum(t - s for s, t in whole)
+    mapped = _mapped(full)
+    if mapped is not None:  # each reserved block still mapped (data blocks elsewhere don't stand in for them)
+        have = sum(min(t, b) - max(s, a) for s, t in whole for a, b in mapped if a < t and s < b)
+        return None if have >= want else (f"{want} reserved bytes allocated", f"{have} of them allocated")
     have = st.st_blocks * 512
     if have >= want:
         return None
     return f"at least {want} bytes allocated", f"{have} bytes allocated"
+
+
+def _mapped(full: str) -> list[tuple[int, int]] | None:
+    """The file's mapped ranges (FIEMAP, written or unwritten), or None where FIEMAP fails."""
+    try:
+        fd = os.open(full, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        got = fiemap.extents(fd)
+    finally:
+        os.close(fd)
+    return None if got is None else merge_ranges([(lo, lo + n) for lo, _, n, _ in got])
 
 
 def meta_finding(path: str, p: Persist, what: str, expected: Any, found: Any,
