@@ -47,6 +47,12 @@ class Semantics:
     mkfs_opts: str = ""
     mount_opts: str = ""
 
+    def reflink(self) -> bool:
+        """Whether the file system clones (FICLONE): btrfs always, xfs unless made with
+        reflink=0 (mkfs.xfs has made reflink file systems by default since xfsprogs 5.1),
+        ext4 never (it has no remap_file_range: EOPNOTSUPP)."""
+        return self.fs == "btrfs" or (self.fs == "xfs" and "reflink=0" not in self.mkfs_opts.replace(" ", ""))
+
     def holds(self, name: str) -> bool:
         r = RULES[name]
         if r.tier == "linux" and self.tier != "linux":

@@ -158,12 +158,18 @@ def _parent(path: str) -> str:
     return os.path.dirname(path)
 
 
+def split_dot(raw: str) -> tuple[str, bool]:
+    """RAW without its "." components (the root is "."), and whether its last one was "."."""
+    parts = raw.split("/")
+    return "/".join(p for p in parts if p not in (".", "")) or ROOT, parts[-1] == "."
+
+
 class HistoryBuilder:
     """Applies executed ops one by one (apply) to the namespace and the inodes. The oracle
     builds its History with it; the exports drive it with predicted results
     (harness/reports/export/model.py), so both judge by the same semantics."""
 
-    def __init__(self, plan: Plan, execs: list[Exec]) -> None:
+    def __init__(self, plan: Plan, execs: list[Exec], reflink: bool | None = None) -> None:
         self.plan = plan
         self.execs = execs
         self._ended_by: list[int] | None = None  # prefix maxima of the execs' end times (prefix_before)
@@ -180,6 +186,8 @@ class HistoryBuilder:
         self.disagreements: list[Disagreement] = []
         self.statx: dict[int, StatxResult] = {}  # inode -> the untorn-write limits statx last read for it
         self.linkable: set[int] = set()   # O_TMPFILE files linkat may still name
+        self.access: dict[tuple[int, int], tuple[bool, bool, bool]] = {}  # fd -> readable, writable, O_APPEND
+        self.reflink = reflink            # clones work here (None: not known, either answer is taken)
         self._next_ino = 1
 
     # -- helpers ---------------------------------------------------------
@@ -215,9 +223,13 @@ class HistoryBuilder:
 
     def path(self, ex: Exec, name: str, follow: bool = True) -> str | None:
         """The op's path field, resolved; None (and the op's paths marked
-        uncertain) when the model cannot follow it."""
+        uncertain) when the model cannot follow it. "." components name the
+        directory they are in ("./foo", "A/./foo" are foo, A/foo); a last "."
+        ("A/.", ".") is the directory A itself, reached by the walk (a symlink
+        there is followed), and the op decides what that means (`dotted`)."""
         raw = ex.f(name)
-        got = self.resolve(raw, follow)
+        norm, dot = split_dot(raw)
+        got = self.resolve(norm, follow or dot)
         if got is None or self.under_uncertain(raw) or self.under_uncertain(got):
             self.uncertain.add(raw)
             if got is not None:
@@ -225,6 +237,19 @@ class HistoryBuilder:
             self.lost |= ex.ok and got is None
             return None
         return got
+
+    @staticmethod
+    def dotted(ex: Exec, name: str) -> bool:
+        """The op's path field NAME ends in "." (fs/namei.c: its last component is LAST_DOT)."""
+        return split_dot(ex.f(name))[1]
+
+    def dir_errno(self, path: str) -> int | None:
+        """errno of walking to PATH as a directory (the parent of a last "."): ENOENT or
+        ENOTDIR where it is missing, ENOTDIR where it is no directory."""
+        ino = self.lookup(path)
+        if ino is None:
+            return self.missing(path)
+        return None if ino.kind == "dir" else E.ENOTDIR
 
     def under_uncertain(self, path: str) -> bool:
         """PATH or one of its ancestors is a path the model lost: e.g. a link made
@@ -334,6 +359,9 @@ class HistoryBuilder:
         if "O_TMPFILE" in flags:
             self.open_tmpfile(ex, ino, path, flags)
             return
+        if self.dotted(ex, "path") and self.dir_errno(path):  # "foo/.", "missing/.": the walk fails
+            self.predict(ex, self.dir_errno(path))
+            return
         if ino is None and "O_CREAT" not in flags:
             self.predict(ex, self.missing(path))
         elif ino is None and not self.parent_ok(path):
@@ -344,8 +372,8 @@ class HistoryBuilder:
             # fs/namei.c do_open: O_CREAT on an existing directory is EISDIR whatever the
             # access mode; may_open: write access (O_TRUNC asks for it too) is EISDIR.
             self.predict(ex, E.EISDIR)
-        elif ino is None or ino.kind == "file":
-            self.predict(ex, None)
+        elif ino is None or ino.kind == "file" or ino.kind == "dir" and flags <= {"O_RDONLY"}:
+            self.predict(ex, None)  # a file, a new file, a directory opened plainly read-only
         if not ex.ok:
             return
         if ino is None:
@@ -353,9 +381,14 @@ class HistoryBuilder:
             self.change_names(ex.pos, {path: ino.ino})
         elif "O_TRUNC" in flags and ino.kind == "file":
             self.resize(ex, ino, 0)
-        self.fds[(ex.rec.thread, ex.f("fd"))] = (ino.ino, bool(flags & O_SYNC_FLAGS), "O_APPEND" in flags)
+        self.bind_fd(ex, ino, flags)
 
     op_creat = op_open
+
+    def bind_fd(self, ex: Exec, ino: Inode, flags: set[str]) -> None:
+        key = (ex.rec.thread, ex.f("fd"))
+        self.fds[key] = (ino.ino, bool(flags & O_SYNC_FLAGS), "O_APPEND" in flags)
+        self.access[key] = ("O_WRONLY" not in flags, bool(flags & {"O_WRONLY", "O_RDWR"}), "O_APPEND" in flags)
 
     def open_tmpfile(self, ex: Exec, d: Inode | None, path: str, flags: set[str]) -> None:
         """open(2) O_TMPFILE: opened for writing and without O_CREAT, else EINVAL before any
@@ -374,7 +407,7 @@ class HistoryBuilder:
             ino = self.new_inode("file", ex.pos)
             if "O_EXCL" not in flags:
                 self.linkable.add(ino.ino)
-            self.fds[(ex.rec.thread, ex.f("fd"))] = (ino.ino, bool(flags & O_SYNC_FLAGS), "O_APPEND" in flags)
+            self.bind_fd(ex, ino, flags)
 
     def op_linkat(self, ex: Exec) -> None:
         """linkat(fd, "", AT_FDCWD, to, AT_EMPTY_PATH), in fs/namei.c's order: the new name's
@@ -384,10 +417,80 @@ class HistoryBuilder:
         dst = self.path(ex, "to", follow=False)
         if ino is None or dst is None:
             return
-        self.predict(ex, self.new_link_errno(ino, dst))
+        self.predict(ex, self.new_link_errno(ino, dst, self.dotted(ex, "to")))
         if ex.ok:
             self.linkable.discard(ino.ino)  # vfs_link clears I_LINKABLE
             self.change_names(ex.pos, {dst: ino.ino})
+
+    def op_copy_file_range(self, ex: Exec) -> None:
+        """copy_file_range(2): the source range, cut at the source's end, lands in the
+        destination (ret bytes: a short copy is legal, the model follows what was copied).
+        Errors in fs/read_write.c's order (generic_copy_file_checks, then
+        generic_file_rw_checks): a directory EISDIR, an fd not open for reading
+        (source) or writing (destination, or O_APPEND) EBADF, then overlapping ranges
+        of one file EINVAL."""
+        src, dst = self.two_fds(ex)
+        if src is None or dst is None:
+            return
+        s_in, s_out = ex.f("from_offset"), ex.f("offset")
+        count = max(0, min(ex.f("length"), src.size - s_in))
+        overlap = src is dst and s_out + count > s_in and s_out < s_in + count
+        self.predict(ex, self.rw_errno(ex, src, dst) or (E.EINVAL if overlap else None))
+        if ex.ok and ex.rec.ret > 0 and dst.kind == "file":
+            self.copy_range(ex, src, s_in, dst, s_out, ex.rec.ret)
+
+    def op_clone(self, ex: Exec) -> None:
+        """A reflink clone (ioctl_ficlone(2); fs/remap_range.c): after the checks
+        copy_file_range makes too (EISDIR, EBADF), a file system without shared extents
+        refuses it (EOPNOTSUPP: ext4, xfs -m reflink=0); then the range
+        (generic_remap_checks, generic_remap_check_len): unaligned offsets EINVAL, a
+        source offset at or past its end EINVAL, a length that would have to be shortened
+        (past the source's end, or not block-aligned short of it) EINVAL, overlapping
+        ranges of one file EINVAL, a partial last block into the middle of the
+        destination EINVAL. Length 0 clones to the source's end (an offset right at it:
+        nothing, success)."""
+        src, dst = self.two_fds(ex)
+        if src is None or dst is None:
+            return
+        pos_in, pos_out, length = ex.f("from_offset"), ex.f("offset"), ex.f("length")
+        err, count = clone_range(src.size, dst.size, pos_in, pos_out, length, src is dst)
+        rw = self.rw_errno(ex, src, dst)
+        if rw or self.reflink is False:
+            self.predict(ex, rw or E.EOPNOTSUPP)
+        else:
+            self.predict(ex, err if self.reflink else (err or 0, E.EOPNOTSUPP))
+        if ex.ok and count > 0:
+            self.copy_range(ex, src, pos_in, dst, pos_out, count)
+
+    def two_fds(self, ex: Exec) -> tuple[Inode | None, Inode | None]:
+        got = self.fds.get((ex.rec.thread, ex.f("from_fd")))
+        src = self.inodes[got[0]] if got else None
+        dst, _, _ = self.fd_inode(ex)
+        return src, dst
+
+    def rw_errno(self, ex: Exec, src: Inode, dst: Inode) -> int | None:
+        """fs/read_write.c generic_file_rw_checks: directories, then the fds' access modes."""
+        if src.kind == "dir" or dst.kind == "dir":
+            return E.EISDIR
+        readable = self.access.get((ex.rec.thread, ex.f("from_fd")), (True, True, False))[0]
+        _, writable, append = self.access.get((ex.rec.thread, ex.f("fd")), (True, True, False))
+        return None if readable and writable and not append else E.EBADF
+
+    def copy_range(self, ex: Exec, src: Inode, start: int, dst: Inode, at: int, count: int) -> None:
+        """DST's bytes AT.. AT+COUNT become SRC's START.. as they are now (holes stay holes):
+        the same pattern sources, shifted, so the checks read them as any write's."""
+        shift = at - start
+        pieces = src.content.get(start, start + count)
+        cur = start
+        for s, t, piece in pieces:
+            if s > cur:
+                self.data(ex, dst, cur + shift, s + shift, None)
+            self.data(ex, dst, s + shift, t + shift, piece.shifted(shift) if piece else None)
+            cur = t
+        if cur < start + count:
+            self.data(ex, dst, cur + shift, start + count + shift, None)
+        if dst.size < at + count:
+            self.resize(ex, dst, at + count)
 
     def op_close(self, ex: Exec) -> None:
         self.fds.pop((ex.rec.thread, ex.f("fd")), None)
@@ -510,7 +613,10 @@ class HistoryBuilder:
         if path is None:
             return
         ino = self.lookup(path)
-        self.predict(ex, self.missing(path) if ino is None else (E.EISDIR if ino.kind == "dir" else None))
+        if ino is None or self.dotted(ex, "path") and ino.kind != "dir":
+            self.predict(ex, self.missing(path) if ino is None else E.ENOTDIR)
+        else:
+            self.predict(ex, E.EISDIR if ino.kind == "dir" else None)
         if ino is not None and ex.ok and ino.kind == "file":
             self.resize(ex, ino, ex.f("length"))
 
@@ -540,6 +646,9 @@ class HistoryBuilder:
         path = self.path(ex, "path", follow=False)
         if path is None:
             return
+        if self.dotted(ex, "path"):  # filename_create: a last "." exists (EEXIST) once the walk succeeds
+            self.predict(ex, self.dir_errno(path) or E.EEXIST)
+            return
         self.predict(ex, E.EEXIST if path in self.ns else (None if self.parent_ok(path) else self.missing(path)))
         if ex.ok:
             self.change_names(ex.pos, {path: self.new_inode("dir", ex.pos).ino})
@@ -547,6 +656,9 @@ class HistoryBuilder:
     def op_rmdir(self, ex: Exec) -> None:
         path = self.path(ex, "path", follow=False)
         if path is None:
+            return
+        if self.dotted(ex, "path"):  # do_rmdir: a last "." is EINVAL (rmdir(2)) once the walk succeeds
+            self.predict(ex, self.dir_errno(path) or E.EINVAL)
             return
         ino = self.lookup(path)
         if ino is None:
@@ -564,6 +676,9 @@ class HistoryBuilder:
         path = self.path(ex, "path", follow=False)
         if path is None:
             return
+        if self.dotted(ex, "path"):  # do_unlinkat: a last component that is not a name is EISDIR
+            self.predict(ex, self.dir_errno(path) or E.EISDIR)
+            return
         ino = self.lookup(path)
         self.predict(ex, self.missing(path) if ino is None else (E.EISDIR if ino.kind == "dir" else None))
         if ex.ok:
@@ -576,17 +691,23 @@ class HistoryBuilder:
         if src in self.uncertain:
             self.uncertain.add(dst)  # the same inode, as little known under its new name
         ino = self.lookup(src)
+        if self.dotted(ex, "from") and ino is not None and ino.kind != "dir":
+            ino = None  # "foo/.": the walk fails (ENOTDIR, from missing())
         # Error precedence (fs/namei.c do_linkat): the source is looked up first, then
         # the new name's parent (filename_create: ENOENT/ENOTDIR, then EEXIST), and
         # only vfs_link refuses a directory (EPERM): link(dir, missing/x) is ENOENT.
-        self.predict(ex, self.missing(src) if ino is None else self.new_link_errno(ino, dst))
+        src_err = (self.dir_errno(src) if self.dotted(ex, "from") else self.missing(src)) if ino is None else None
+        self.predict(ex, src_err or self.new_link_errno(ino, dst, self.dotted(ex, "to")))  # type: ignore[arg-type]
         if ex.ok and ino is not None:
             self.change_names(ex.pos, {dst: ino.ino})
 
-    def new_link_errno(self, ino: Inode, dst: str) -> int | None:
+    def new_link_errno(self, ino: Inode, dst: str, dot: bool = False) -> int | None:
         """What giving INO the new name DST returns once the source is found (fs/namei.c
-        filename_create, then vfs_link): DST's parent (ENOENT/ENOTDIR), DST taken (EEXIST),
-        a directory (EPERM), a file with no name left that is no linkable tmpfile (ENOENT)."""
+        filename_create, then vfs_link): DST's parent (ENOENT/ENOTDIR), DST taken (EEXIST;
+        a last "." always is), a directory (EPERM), a file with no name left that is no
+        linkable tmpfile (ENOENT)."""
+        if dot:
+            return self.dir_errno(dst) or E.EEXIST
         parent = self.parent_errno(dst)
         if parent:
             return parent
@@ -602,6 +723,9 @@ class HistoryBuilder:
         path = self.path(ex, "path", follow=False)
         if path is None:
             return
+        if self.dotted(ex, "path"):  # filename_create, as for mkdir
+            self.predict(ex, self.dir_errno(path) or E.EEXIST)
+            return
         self.predict(ex, E.EEXIST if path in self.ns else (None if self.parent_ok(path) else self.missing(path)))
         if ex.ok:
             self.change_names(ex.pos, {path: self.new_inode("symlink", ex.pos, ex.f("target")).ino})
@@ -616,6 +740,10 @@ class HistoryBuilder:
         s, d = self.lookup(src), self.lookup(dst)
         # Not judged: WHITEOUT; the root; directories with a name under them the model lost.
         lost_under = any(u.startswith((src + "/", dst + "/")) for u in self.uncertain)
+        dots = self.dotted(ex, "from"), self.dotted(ex, "to")
+        if any(dots) and flags <= {"NOREPLACE", "EXCHANGE"} and not lost_under:
+            self.predict(ex, self.dot_rename_errno(src, dst, dots, flags))
+            return
         if ROOT not in (src, dst) and flags <= {"NOREPLACE", "EXCHANGE"} and not lost_under:
             self.predict(ex, self.rename_errno(src, dst, s, d, flags))
         if not ex.ok or s is None:
@@ -642,6 +770,18 @@ class HistoryBuilder:
                 if "EXCHANGE" not in flags:
                     updates[child] = None
         self.change_names(ex.pos, updates)
+
+    def dot_rename_errno(self, src: str, dst: str, dots: tuple[bool, bool], flags: set[str]) -> int:
+        """renameat2 with a last "." on either side (fs/namei.c do_renameat2): both walks
+        first (the old, then the new; for a "." side the directory it names is the parent),
+        then the old side's "." is EBUSY, the new side's EEXIST under NOREPLACE, else EBUSY."""
+        if flags == {"NOREPLACE", "EXCHANGE"}:
+            return E.EINVAL
+        for path, dot in zip((src, dst), dots):
+            err = self.dir_errno(path) if dot else self.parent_errno(path)
+            if err:
+                return err
+        return E.EEXIST if not dots[0] and "NOREPLACE" in flags else E.EBUSY
 
     def rename_errno(self, src: str, dst: str, s: Inode | None, d: Inode | None,
                      flags: set[str]) -> int | None | tuple[int, ...]:
@@ -698,6 +838,37 @@ class HistoryBuilder:
         ino.xattrs.append((ex.pos, cur))
 
 
+BLOCK = 4096  # the block size of every file system powercut makes (mkfs.ext4 -b 4096; xfs and btrfs defaults on x86)
+
+
+def clone_range(size_in: int, size_out: int, pos_in: int, pos_out: int, length: int,
+                same: bool) -> tuple[int | None, int]:
+    """(errno or None, bytes cloned) of a clone of LENGTH (0: to the end) from POS_IN of a
+    file of SIZE_IN to POS_OUT of one of SIZE_OUT, as fs/remap_range.c decides without
+    REMAP_FILE_CAN_SHORTEN (FICLONE, FICLONERANGE)."""
+    if length == 0:
+        if pos_in == size_in:
+            return None, 0
+        if pos_in > size_in:
+            return E.EINVAL, 0
+        length = size_in - pos_in
+    if pos_in % BLOCK or pos_out % BLOCK or pos_in >= size_in:
+        return E.EINVAL, 0
+    count = min(length, size_in - pos_in)
+    if pos_in + count == size_in:
+        span = -(-size_in // BLOCK) * BLOCK - pos_in   # the partial last block goes whole
+    else:
+        count -= count % BLOCK
+        span = count
+    if same and pos_out + span > pos_in and pos_out < pos_in + span:
+        return E.EINVAL, 0
+    if count != length:
+        return E.EINVAL, 0
+    if count % BLOCK and pos_out + count < size_out:
+        return E.EINVAL, 0
+    return None, count
+
+
 def untorn_refusal(st: StatxResult, length: int, offset: int, append: bool) -> str | None:
     """Why the kernel must refuse an RWF_ATOMIC write of LENGTH at OFFSET to a file
     with the statx limits ST, or None. Kernel commit c34fc6f26ab8: a file that cannot
@@ -715,15 +886,17 @@ def untorn_refusal(st: StatxResult, length: int, offset: int, append: bool) -> s
     return None
 
 
-def build_history(plan: Plan, results: Results, marks: list[tuple[int, str]]) -> History:
-    """MARKS: (log index, text) of every mark in the log."""
+def build_history(plan: Plan, results: Results, marks: list[tuple[int, str]],
+                  reflink: bool | None = None) -> History:
+    """MARKS: (log index, text) of every mark in the log. REFLINK: whether the file
+    system clones (None: not known; the model then takes either answer of a clone)."""
     ops = plan.by_seq()
     done = completion_marks(marks)
     recs = [r for r in results.records if r.kind not in ("repeat",)]
     # Completion order; ops never marked (the executor died) go last, in time order.
     keyed = sorted(recs, key=lambda r: (done.get((r.thread, r.seq, r.iter), 1 << 62), r.end_ns))
     execs = [Exec(i, r, ops[r.seq][1], done.get((r.thread, r.seq, r.iter))) for i, r in enumerate(keyed)]
-    b = HistoryBuilder(plan, execs)
+    b = HistoryBuilder(plan, execs, reflink)
     for ex in execs:
         b.apply(ex)
     threads: dict[int, list[int]] = {}

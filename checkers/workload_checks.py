@@ -39,7 +39,7 @@ def prepare(workload: Workload, plan: Plan, records_path: str, reader: LogReader
     checks.report["latency"] = latency.summarize(results, workload)
     checks.findings += [Finding("latency", f["detail"], evidence={k: v for k, v in f.items() if k not in ("kind", "detail")})
                         for f in latency.findings(checks.report["latency"], workload)]
-    history = build_history(plan, results, log_marks(reader))
+    history = build_history(plan, results, log_marks(reader), semantics.reflink())
     for d in history.disagreements:
         checks.findings.append(Finding("semantics", f"{d.ex.describe()}: {d.expected}",
                                        evidence={"op": d.ex.describe(), "op_mark": d.ex.mark, "expected": d.expected}))

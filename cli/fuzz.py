@@ -20,8 +20,8 @@ from harness.pipeline.run import default_out_dir
 from fuzz.campaign import ENGINES, Campaign, CampaignSpec
 from fuzz.coordinator import Coordinator, check_url, identity
 from fuzz.layout import CampaignDir
-from fuzz.minimize import MAX_RUNS, Shrinker
-from fuzz.trial import op_count, run_doc
+from fuzz.minimize import MATCHES, MAX_RUNS, Shrinker
+from fuzz.trial import Signature, Trial, op_count, run_doc
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS, EVERY_POINT
 from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER
 from workloads import exhaustive
@@ -87,7 +87,8 @@ def _spec(args: argparse.Namespace, cfg: RunConfig) -> CampaignSpec:
         "seq": args.seq, "seq_cap": args.seq_cap if args.seq_cap is not None else (SEQ3_CAP if args.seq == 3 else 0),
         "shard": parse_shard(args.shard), "hypothesis_db": args.hypothesis_db, "afl_sync_dir": args.afl_sync_dir,
         "afl_prefix": args.afl_prefix, "afl_secondary": args.afl_secondary, "min_ops": args.min_ops,
-        "max_ops": args.max_ops, "shrink_seconds": args.shrink_seconds, "core_ops": core,
+        "max_ops": args.max_ops, "shrink_seconds": args.shrink_seconds,
+        "shrink_match": args.shrink_match, "core_ops": core,
         "ops_range": ops_range, "joined": _joined(args),
     }
     return CampaignSpec(args.engine, 0.0, 1, args.seed if args.seed is not None else int(time.time()) & 0xFFFFFF,
@@ -152,23 +153,40 @@ def minimize_cmd(args: argparse.Namespace) -> int:
     out = ownership.make_dir(args.out or default_out_dir(f"minimize-{workload.name}", cfg.fs))
     internal_error.note_output_dir(out)
     trial = run_doc(doc, cfg, out)
-    kinds = {f.kind for f in trial.findings}
-    kind = args.kind or next((k for k in KINDS if k in kinds), None)
-    if kind is None or kind not in kinds:
-        raise UsageError(f"{args.workload} shows no {args.kind or ''} finding on {cfg.fs} "
-                         f"(found: {', '.join(sorted(kinds)) or 'nothing'}): nothing to minimize")
-    shrinker = Shrinker(lambda d: run_doc(d, cfg, out), kind, os.path.join(out, "best"), max_runs=args.max_runs)
+    target = _target(trial, args)
+    shrinker = Shrinker(lambda d: run_doc(d, cfg, out), target, os.path.join(out, "best"), max_runs=args.max_runs,
+                        match=args.shrink_match)
     os.replace(trial.out_dir, shrinker.best_dir)
     trial.out_dir = shrinker.best_dir
     best = shrinker.shrink(trial)
     path = write_json(os.path.join(out, "workload.min.json"), best.doc, indent=1)
-    finding = next(f for f in best.findings if f.kind == kind)
+    finding = next(f for f in best.findings if shrinker.is_target(f, best))
+    still = target.key() if args.shrink_match == "signature" else f"a {target.kind} finding"
     print(f"powercut minimize: {op_count(doc)} -> {op_count(best.doc)} ops in {shrinker.runs} runs, "
-          f"still a {kind} finding")
+          f"still {still}")
     print(f"  {finding.detail.splitlines()[0][:200]}")
     print(f"  shrunk workload: {path}\n  its run: {best.out_dir} (powercut recheck {best.out_dir} "
           f"--state {finding.state_id})")
     return 0
+
+
+def _target(trial: Trial, args: argparse.Namespace) -> Signature:
+    """The finding of TRIAL to shrink: --signature, else the first of --kind, else the first of all."""
+    sigs = [s for s, _ in trial.signatures()]
+    if args.signature:
+        try:
+            wanted = Signature.parse(args.signature)
+        except ValueError:
+            raise UsageError(f"--signature {args.signature!r}: expected KIND|OP|RULE") from None
+        if wanted not in sigs:
+            raise UsageError(f"{args.workload} does not show {args.signature} on {args.fs} "
+                             f"(found: {', '.join(s.key() for s in sigs) or 'nothing'}): nothing to minimize")
+        return wanted
+    kinds = [s for s in sigs if s.kind == args.kind] if args.kind else sigs
+    if not kinds:
+        raise UsageError(f"{args.workload} shows no {args.kind or ''} finding on {args.fs} "
+                         f"(found: {', '.join(sorted({s.kind for s in sigs})) or 'nothing'}): nothing to minimize")
+    return kinds[0]
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
@@ -199,6 +217,13 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     add_backend_options(p)
 
 
+def _add_match_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shrink-match", choices=MATCHES, default="signature",
+                   help="what a smaller workload must still show to be kept: signature (default): the same finding "
+                        "(kind, op, rule or what the file system said); kind: any finding of the same kind (the "
+                        "old behaviour: the shrink may slide into another bug of that kind)")
+
+
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("fuzz", help="run a fuzzing campaign: generated workloads, deduplicated and shrunk findings",
                        description="Generate workloads, run each through `powercut run`'s pipeline, save every new "
@@ -219,6 +244,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--max-workloads", type=int, default=0, metavar="N", help="stop after N workloads this session")
     p.add_argument("--max-findings", type=int, default=0, metavar="N", help="stop after N saved findings this session")
     p.add_argument("--shrink-seconds", type=float, default=600, help="time limit of one delta-debugging shrink")
+    _add_match_option(p)
     g = p.add_argument_group("a campaign joined by several machines (docs/scale-out.md)")
     g.add_argument("--coordinator", metavar="redis://HOST:PORT/N",
                    help="join a campaign coordinated through this Redis server (the same command on every machine)")
@@ -248,12 +274,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=fuzz_cmd)
 
     m = sub.add_parser("minimize", help="shrink a failing workload by itself (delta debugging over its ops)",
-                       description="Run WORKLOAD, then remove ops and simplify fields as long as a finding of the "
-                                   "same kind still shows. Writes OUT/workload.min.json and the shrunk run.")
+                       description="Run WORKLOAD, then remove ops and simplify fields as long as the same finding "
+                                   "(its signature: kind, op, rule) still shows. Writes OUT/workload.min.json and the shrunk run.")
     m.add_argument("workload", help="a powercut-workload/1 .json file that shows a finding")
     m.add_argument("--fs", required=True, help="ext4, xfs or btrfs")
     _add_run_options(m)
     m.add_argument("--kind", choices=KINDS, help="the finding kind to keep (default: the first the workload shows)")
     m.add_argument("--out", default="", help="output directory (default: out/minimize-NAME-FS-TIME)")
+    m.add_argument("--signature", metavar="KIND|OP|RULE",
+                   help="the finding to keep, as finding.json's signatures or the journal name them (default: the "
+                        "first finding of --kind)")
+    _add_match_option(m)
     m.add_argument("--max-runs", type=int, default=MAX_RUNS, help=f"at most N runs (default {MAX_RUNS})")
     m.set_defaults(func=minimize_cmd)

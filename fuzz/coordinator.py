@@ -52,7 +52,7 @@ FILE_LIMIT = int(float(os.environ.get("POWERCUT_FILE_LIMIT_MIB", "64")) * (1 << 
 # What every machine must agree on: the run configuration and the engine's options
 # (per-machine and per-session options are left out: duration, jobs, seed, limits, AFL names).
 PER_MACHINE_OPTIONS = ("shard", "hypothesis_db", "afl_sync_dir", "afl_prefix", "afl_secondary", "shrink_seconds",
-                       "joined")
+                       "shrink_match", "joined")
 
 # claim(prefix, machine, space) -> {how, position}: how 0 new, 1 taken over from a dead
 # machine, 2 wait (all handed out, some still leased by live machines), 3 all done.

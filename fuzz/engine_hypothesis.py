@@ -37,6 +37,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.extra.redis import RedisExampleDatabase
 
+from checkers.fsrules import Semantics
 from fuzz.trial import op_count
 from fuzz.worker import Worker
 from workloads.strategies import workloads
@@ -101,7 +102,8 @@ class Rounds:
         self.w, self.examples = w, examples
         self.db = worker_database(w)
         lo, hi = w.options.get("ops_range") or (0, 1 << 30)
-        self.generated = workloads(w.options["min_ops"], w.options["max_ops"]).filter(
+        reflink = Semantics(fs=w.cfg.fs, mkfs_opts=w.cfg.mkfs_opts).reflink()  # clones only where they work
+        self.generated = workloads(w.options["min_ops"], w.options["max_ops"], reflink).filter(
             lambda d: lo <= op_count(d) <= hi)
         self.done = w.campaign.totals().workloads  # a resumed campaign continues with fresh seeds
         self.n = 0

@@ -2,8 +2,14 @@
 
 Used for workloads Hypothesis did not generate (AFL++ findings, exhaustive
 findings, `powercut minimize` on any workload); Hypothesis shrinks its own.
-Steps, each keeping a candidate only if it still shows a finding of the
-target kind:
+Steps, each keeping a candidate only if it still shows the target finding:
+the same signature (fuzz/trial.py: kind, the op kind it is about or in
+flight at its crash point, the rule or what the file system said), not
+only the same kind. Matching the kind alone let a shrink slide from one bug
+to another that shows under the same kind (seen: an ext4 fast_commit
+finding in read-only recovery shrunk into a different, unfixed fast_commit
+bug). `match="kind"` (`--shrink-match kind`) is the old behaviour, for
+a user who wants the smallest workload with any finding of that kind.
 
 1. cut every op after the one in flight at the finding's crash point (ops
    that had not started cannot matter to that crash state);
@@ -30,20 +36,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from foundation.errors import UsageError
+from checkers.findings import Finding
 from fuzz.layout import remove_owned
-from fuzz.trial import Trial, op_count
+from fuzz.trial import Signature, Trial, op_count, signature
 from workloads.format import parse_workload
 from workloads.marks import parse_mark
 
 MAX_RUNS = 400
 Unit = tuple[int, int]   # (thread index, op index)
 RunDoc = Callable[[dict[str, Any]], Trial]
+MATCHES = ("signature", "kind")  # what a candidate must still show: the target's signature, or its kind only
 
 
 @dataclass
 class Shrinker:
     run: RunDoc                     # runs a candidate (in the caller's work dir)
-    kind: str                       # the finding kind that must still show
+    target: Signature               # the finding that must still show
     best_dir: str                   # where the best failing run is kept
     max_runs: int = MAX_RUNS
     deadline: float = float("inf")  # time.monotonic() value
@@ -52,6 +60,17 @@ class Shrinker:
     cache: dict[str, bool] = field(default_factory=dict)
     cut_short: str = ""             # why the shrink did not get to its end ("" if it did)
     best: Trial | None = None       # the smallest failing run so far (in best_dir)
+    match: str = "signature"        # one of MATCHES
+
+    def __post_init__(self) -> None:
+        if self.match not in MATCHES:
+            raise UsageError(f"unknown shrink match {self.match!r} (known: {', '.join(MATCHES)})")
+
+    def is_target(self, f: Finding, trial: Trial) -> bool:
+        """Whether F (a finding of TRIAL) is the finding being shrunk."""
+        if self.match == "kind":
+            return f.kind == self.target.kind
+        return f.kind == self.target.kind and signature(f, trial.plan) == self.target
 
     @property
     def complete(self) -> bool:
@@ -78,7 +97,7 @@ class Shrinker:
             return None
         self.runs += 1
         trial = self.run(doc)
-        self.cache[key] = any(f.kind == self.kind for f in trial.findings)
+        self.cache[key] = any(self.is_target(f, trial) for f in trial.findings)
         if not self.cache[key]:
             return None
         remove_owned(self.best_dir)
@@ -88,7 +107,7 @@ class Shrinker:
         return trial
 
     def shrink(self, trial: Trial) -> Trial:
-        """The smallest failing variant of TRIAL (itself failing with self.kind) found within the budget."""
+        """The smallest variant of TRIAL (itself showing the target) that still shows it, found within the budget."""
         self.cache[json.dumps(trial.doc["threads"], sort_keys=True)] = True
         best = self._cut_after_crash(trial)
         best = self._remove_chunks(best)
@@ -96,7 +115,7 @@ class Shrinker:
 
     # -- steps ---------------------------------------------------------------
     def _cut_after_crash(self, trial: Trial) -> Trial:
-        points = [f.crash_mark for f in trial.findings if f.kind == self.kind and f.crash_mark]
+        points = [f.crash_mark for f in trial.findings if f.crash_mark and self.is_target(f, trial)]
         marks = [m for m in map(parse_mark, points) if m is not None and m.seq is not None]
         if not marks or len(trial.doc["threads"]) != 1:
             return trial
@@ -166,7 +185,7 @@ def repair(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 continue
             open_fds.add(fd)
         elif fd is not None:
-            if fd not in open_fds:
+            if fd not in open_fds or op.get("from_fd", fd) not in open_fds:  # copy, clone: both fds
                 continue
             if op["op"] == "close":
                 open_fds.discard(fd)

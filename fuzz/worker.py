@@ -144,8 +144,9 @@ class Worker:
         for sig, _ in self.new_signatures(trial):
             if not self.store.claim(sig):
                 continue
-            shrinker = Shrinker(self._shrink_run, sig.kind, os.path.join(self.work, "best"),
-                                deadline=time.monotonic() + float(self.options.get("shrink_seconds", 600)))
+            shrinker = Shrinker(self._shrink_run, sig, os.path.join(self.work, "best"),
+                                deadline=time.monotonic() + float(self.options.get("shrink_seconds", 600)),
+                                match=str(self.options.get("shrink_match", "signature")))
             original = trial.doc
             best = self.keep(trial, shrinker.best_dir)
             try:

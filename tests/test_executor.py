@@ -108,6 +108,12 @@ MAIN_OPS = [  # (op, expected ret or FD, expected errno)
         op("pwrite", "pwrite-rep", fd="f", offset=20480, stride=1024, length=512)]}, 0, 0),
     (op("ftruncate", "ftrunc", fd="f", length=32768), 0, 0),
     (op("fsync", "fsync", fd="f"), 0, 0),
+    (op("open", "open-c", path="d/c", flags=["O_CREAT", "O_RDWR"], fd="c"), FD, 0),
+    (op("copy_file_range", "copy-fc", from_fd="f", from_offset=4096, fd="c", offset=100, length=5000), 5000, 0),
+    (op("open", "open-dir", path="d", flags=["O_RDONLY"], fd="dir"), FD, 0),
+    (op("clone", "clone-from-dir", from_fd="dir", fd="c"), -1, errno.EISDIR),  # on every file system
+    (op("close", "close-dir", fd="dir"), 0, 0),
+    (op("close", "close-c", fd="c"), 0, 0),
     (op("fiemap", "fiemap-f", fd="f", sync=True), 1, 0),  # one fallocated extent, written or not
     (op("pwritev2", "pwritev2-f", fd="f", iov=[512, 512], offset=24576, flags=["RWF_DSYNC"]), 1024, 0),
     (op("statx", "statx-f", path="d/f"), 0, 0),

@@ -26,7 +26,7 @@ from harness.reports.export.ops import xfs_io_script
 
 WORKLOADS_USED = ["rename_fsync.json", "fsync_then_more.json", "stale_writeback.json", "unjournaled_dirs.json",
                   "btrfs_fsync_unlinked.json", "btrfs_truncate_fsync_link.json", "ext4_fast_commit_noisy.json",
-                  "failed_direct_write.json"]
+                  "failed_direct_write.json", "copy_range_export.json"]
 
 
 def _input(ops: list[dict]) -> ExportInput:

@@ -198,15 +198,37 @@ def test_minimize_shrinks_a_given_workload(pc: PcEnv) -> None:
                "--out", str(out),
                check_rc=0, timeout=600)
     shrunk = json.loads((out / "workload.min.json").read_text())["threads"][0]["ops"]
-    assert len(shrunk) < len(ops) and "still a fsck finding" in p.stdout
+    assert len(shrunk) < len(ops) and "still fsck|-|" in p.stdout
     # --max-runs: the shrink stops after that many candidate runs, its best so far kept
     p = pc.run("minimize", str(wl), *UNJOURNALED, "--crash-points", "write",
                "--kind", "fsck", "--max-runs", "1", "--out", str(pc.tmp / "min1"), check_rc=0, timeout=600)
-    assert " ops in 1 runs, still a fsck finding" in p.stdout, p.stdout
+    assert " ops in 1 runs, still fsck|-|" in p.stdout, p.stdout
     limited = json.loads((pc.tmp / "min1" / "workload.min.json").read_text())["threads"][0]["ops"]
     assert len(shrunk) <= len(limited) <= len(ops)
     p = pc.run("minimize", str(wl), "--fs", "ext4", "--out", str(pc.tmp / "min2"))
     assert p.returncode == 2 and "nothing to minimize" in p.stderr
+
+
+def test_minimize_keeps_the_findings_signature_not_only_its_kind(pc: PcEnv) -> None:
+    """Two bugs of one kind in one workload (drop-flush: fsync's and fdatasync's data both
+    lost, durability findings with different signatures). Shrinking the fdatasync one keeps
+    it; matching the kind alone (--shrink-match kind, the old behaviour) slides into the
+    fsync one, whose crash point comes first."""
+    wl, args = str(WORKLOADS / "two_durability_bugs.json"), ("--fs", "ext4", "--fault", "drop-flush",
+                                                             "--reorder", "drop-one")
+    target = "durability|fdatasync|fdatasync-data"
+    p = pc.run("minimize", wl, *args, "--signature", target, "--out", str(pc.tmp / "sig"), check_rc=0, timeout=600)
+    assert f"still {target}" in p.stdout, p.stdout
+    ops = [o["op"] for o in json.loads((pc.tmp / "sig" / "workload.min.json").read_text())["threads"][0]["ops"]]
+    assert "fdatasync" in ops and "fsync" not in ops and len(ops) < 8, ops
+    report = json.loads((pc.tmp / "sig" / "best" / "report.json").read_text())
+    assert any(f["evidence"].get("rule") == "fdatasync-data" for f in report["findings"])
+    p = pc.run("minimize", wl, *args, "--signature", target, "--shrink-match", "kind", "--out", str(pc.tmp / "kind"),
+               check_rc=0, timeout=600)
+    ops = [o["op"] for o in json.loads((pc.tmp / "kind" / "workload.min.json").read_text())["threads"][0]["ops"]]
+    assert "still a durability finding" in p.stdout and "fdatasync" not in ops, ops
+    p = pc.run("minimize", wl, *args, "--signature", "durability|fsync|no-such-rule", "--out", str(pc.tmp / "none"))
+    assert p.returncode == 2 and "does not show durability|fsync|no-such-rule" in p.stderr, p.stderr
 
 
 def test_max_workloads_is_exact_with_several_workers(pc: PcEnv) -> None:

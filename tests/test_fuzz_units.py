@@ -140,7 +140,7 @@ def _needs(ops_needed: set[str], tmp_path) -> tuple[Shrinker, Trial]:
         kinds = {op["op"] for t in doc["threads"] for op in t["ops"]}
         found = [Finding("fsck", "x")] if ops_needed <= kinds else []
         return Trial(doc, out, type("R", (), {"findings": found})(), None, 0.0)  # type: ignore[arg-type]
-    return Shrinker(run, "fsck", str(tmp_path / "best")), run
+    return Shrinker(run, Signature("fsck", "-", "-"), str(tmp_path / "best")), run
 
 
 def test_shrinking_ends_at_a_one_minimal_workload_and_says_so(tmp_path) -> None:

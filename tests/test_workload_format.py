@@ -62,6 +62,11 @@ FULL: dict[str, Any] = {
             {"op": "sync"},
             {"op": "open", "path": "rec", "flags": ["O_TMPFILE", "O_RDWR"], "fd": "tmp"},
             {"op": "linkat", "fd": "tmp", "to": "rec/5.dat"},
+            {"op": "open", "path": "rec/5.dat", "flags": ["O_RDWR"], "fd": "five"},
+            {"op": "copy_file_range", "from_fd": "tmp", "from_offset": 0, "fd": "five", "offset": 4096,
+             "length": 4096},
+            {"op": "clone", "from_fd": "tmp", "fd": "five"},
+            {"op": "close", "fd": "five"},
             {"op": "close", "fd": "tmp"},
         ]},
         {"name": "flusher", "sched": {"policy": "idle", "nice": 10}, "ops": [
@@ -185,7 +190,7 @@ BAD = [
     (_insert(0, _nest(5)), "threads[0].ops[0].ops[0].ops[0].ops[0].ops[0]: repeats nested deeper than 4"),
     (_insert(0, {"op": "repeat", "count": 100000, "ops": [{"op": "repeat", "count": 100000, "ops": [{"op": "sync"}]}]}),
      "threads[0].ops[0].ops[0].count: nested repeats would run an op more than 2^32 times"),
-    (_set([*W0, 4, "count"], 5000000), "threads[0].ops: would record 10000031 ops, more than 4000000"),
+    (_set([*W0, 4, "count"], 5000000), "threads[0].ops: would record 10000035 ops, more than 4000000"),
     (_set(["device"], {"queue": {"../x": 1}}), "device.queue.../x: \"../x\" is not valid: A sysfs attribute name"),
     (_set(["device"], {"queue": {"nr_requests": "4; rm"}}), "device.queue.nr_requests: \"4; rm\" is not valid"),
     (_set(["device"], {"size_mib": 0}), "device.size_mib: must be >= 1"),
@@ -235,9 +240,9 @@ def test_plan_round_trip_and_numbering() -> None:
     assert by_id["rec-write"].fields == {"fd": 0, "file": 1, "length": 16384}
     assert by_id["rec-open"].fields["flags"] == ("O_CREAT", "O_RDWR")
     assert file_ids(w) == {"rec/0.dat": 1, "rec/1.dat": 2, "rec/d.dat": 3, "rec/2.dat": 4,
-                          "rec": 5}  # an O_TMPFILE open: its data is keyed by the directory it was made in
+                          "rec": 5, "rec/5.dat": 6}  # an O_TMPFILE open: its data is keyed by the directory it was made in
     assert [(b.name, b.parties) for b in plan.barriers] == [("go", 2)]
-    assert [t.fds for t in plan.threads] == [4, 1]
+    assert [t.fds for t in plan.threads] == [5, 1]
     assert plan.threads[0].cpu == 0 and plan.threads[1].cpu is None
     assert "op seq=4 kind=repeat count=8000 period_us=5000" in text
     assert "cpu=-1" in text

@@ -304,11 +304,30 @@ def _persist_class(p: Persist, ref: Core) -> str:
     return "obj" if p[1] in ref.objects else "dir" if p[1] in ref.dirs else "other"
 
 
+def _receiving(core: Core, st: State) -> frozenset[int]:
+    """The directories whose entries CORE changes (in ST, before it): the one that gets the
+    new name (link, linkat, creat, mkdir, symlink), both of a rename, the one losing a
+    name (unlink, rmdir). Empty for data ops."""
+    op = core.ops[-1]
+    keys = ("from", "to") if op["op"] == "rename" else ("to",) if "to" in op else ("path",)
+    if not core.namespace:
+        return frozenset()
+    return frozenset(o for o in (st.names.get(_parent(op[k])) for k in keys if k in op) if o is not None)
+
+
 def _closeness(chain: list[Core], states: list[State], persists: tuple[Persist, ...]) -> int:
-    """Within a shape class, first: the last two persistence points on the same object, and
-    the last on the object itself or on the directory holding its name (not a further ancestor)."""
+    """Within a shape class, first: after a namespace op, an fsync of a directory whose
+    entries it changed (the one that got the new name, both of a rename) before one of
+    any other directory (what applications fsync to make a new name durable, and what
+    the file system's log must then carry: generic/788's link into a directory, 779's
+    rename out of one); then the last two persistence points on the same object, and
+    the last on the object itself or on the directory holding its name (not a further
+    ancestor)."""
     p_last, p_before = persists[-1], persists[-2]
-    return (p_before != p_last) + (p_last is None or p_last[1] not in _near(chain[-1], states[-2]))
+    last = chain[-1]
+    other_dir = p_last is not None and p_last[0] == "fsync" and p_last[1] in last.dirs \
+        and p_last[1] not in last.objects and p_last[1] not in _receiving(last, states[-2])
+    return 3 * other_dir + (p_before != p_last) + (p_last is None or p_last[1] not in _near(last, states[-2]))
 
 
 def _core_class(core: Core, st: State) -> str:

@@ -199,6 +199,9 @@ class _Checker:
         elif kind in FD_USERS and op["fd"] not in open_fds:
             when = "after it was closed" if op["fd"] in closed else "before it is opened"
             raise _fail([*at, "fd"], f"fd {op['fd']!r} is used {when}")
+        if "from_fd" in op and op["from_fd"] not in open_fds:  # copy_file_range, clone: the source's fd
+            when = "after it was closed" if op["from_fd"] in closed else "before it is opened"
+            raise _fail([*at, "from_fd"], f"fd {op['from_fd']!r} is used {when}")
         if kind == "close":
             open_fds.discard(op["fd"])
             closed.add(op["fd"])

@@ -55,9 +55,9 @@ def records(data: bytes) -> list[bytes]:
     return [data[i * RECORD:(i + 1) * RECORD] for i in range(n)]
 
 
-def decode(data: bytes) -> list[dict[str, Any]]:
-    """The op list DATA encodes (possibly empty)."""
-    b = OpListBuilder()
+def decode(data: bytes, reflink: bool = True) -> list[dict[str, Any]]:
+    """The op list DATA encodes (possibly empty); REFLINK: the file system clones."""
+    b = OpListBuilder(reflink)
     for rec in records(data):
         tier = KIND_TIERS[rec[0] % len(KIND_TIERS)]
         kind = tier[rec[1] % len(tier)]

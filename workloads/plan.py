@@ -25,7 +25,9 @@ fd is a slot of the thread's fd table, file the pattern file id of the data
 the op writes, barrier an index, period_us 0 for none; execution i of an op
 works at offset + i*stride (a pwritev2 offset of -1: the fd's position). A
 pwritev2's iov is its iovec lengths joined by ',', its length their sum;
-a statx's flags are its mask. Modes are octal, all other numbers decimal.
+a statx's flags are its mask. copy_file_range and clone read from the
+from_fd slot at from_offset (a clone with from_offset, offset and length
+all 0 is FICLONE, the whole file). Modes are octal, all other numbers decimal.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ PLAN_FIELDS: dict[str, tuple[str, ...]] = {
     "rename": ("from", "to", "flags"),
     "link": ("from", "to"),
     "linkat": ("fd", "to"),
+    "copy_file_range": ("from_fd", "fd", "from_offset", "offset", "length"),
+    "clone": ("from_fd", "fd", "from_offset", "offset", "length"),
     "symlink": ("target", "path"),
     "unlink": ("path",),
     "mkdir": ("path", "mode"),
@@ -174,8 +178,8 @@ class _Builder:
     def value(self, op: Op, f: str, slots: dict[str, int], current: dict[str, int]) -> Value:
         a = op.args
         match f:
-            case "fd":
-                return slots[a["fd"]]
+            case "fd" | "from_fd":
+                return slots[a[f]]
             case "file":
                 return self.files[a["path"]] if op.kind in FILE_OPENERS else current[a["fd"]]
             case "flags":

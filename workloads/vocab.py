@@ -34,7 +34,7 @@ Tiers = Sequence[Sequence[Any]]
 # are. The persistence ops (PERSIST_KINDS) come after ops on their own.
 KIND_TIERS: Tiers = [["pwrite", "write", "ftruncate"],
                      ["close", "unlink", "open", "truncate", "rename", "fallocate", "mmap_write", "link",
-                      "pwritev2"],
+                      "pwritev2", "copy_file_range", "clone"],
                      ["mkdir", "rmdir", "symlink", "setxattr", "removexattr", "syncfs", "sync_file_range",
                       "read", "pread", "statx", "tmpfile"],
                      # Namespace ops once more, in a tier of their own: a namespace op followed by
@@ -48,7 +48,13 @@ PERSIST_KINDS = ["fsync", "fdatasync", "sync", "fsync_dir"]
 # its directory three times in four.
 PERSIST_AFTER_NAMESPACE = [None, "fsync", "fdatasync", "sync", "fsync_dir", "fsync_dir", "fsync", "fsync_dir"]
 FD_KINDS = {"pwrite", "fsync", "close", "write", "fdatasync", "ftruncate", "fallocate", "syncfs",
-            "sync_file_range", "mmap_write", "read", "pread", "pwritev2", "linkat"}
+            "sync_file_range", "mmap_write", "read", "pread", "pwritev2", "linkat", "copy_file_range", "clone"}
+# copy_file_range(2) and reflink clones (ioctl_ficlone(2)) between two open files: the
+# whole file (FICLONE) first, then block-aligned ranges (length 0: to the source's end);
+# clones only where the file system shares extents (OpListBuilder.reflink), elsewhere
+# the same choice is a copy_file_range.
+CLONE_RANGES: Tiers = [[None], [(0, 0, 4096), (4096, 0, 4096), (0, 4096, 8192), (0, 16384, 0), (8192, 8192, 0)]]
+COPY_OFFSETS: Tiers = [[0, 4096, 8192], range(0, 70001)]
 FALLOC_MODES = [["KEEP_SIZE"], [], ["PUNCH_HOLE", "KEEP_SIZE"], ["ZERO_RANGE"], ["ZERO_RANGE", "KEEP_SIZE"],
                 ["COLLAPSE_RANGE"], ["INSERT_RANGE"], ["UNSHARE_RANGE"]]  # unshare: copy-on-write on reflink xfs
 OPEN_FLAGS = [["O_CREAT", "O_RDWR"], ["O_RDWR"], ["O_CREAT", "O_RDWR", "O_TRUNC"], ["O_CREAT", "O_RDWR", "O_APPEND"],
@@ -96,7 +102,8 @@ class OpListBuilder:
     """Builds a valid op list from choices: an fd op with no fd open becomes
     an open, at most MAX_FDS fds are open, every fd is closed at the end."""
 
-    def __init__(self) -> None:
+    def __init__(self, reflink: bool = True) -> None:
+        self.reflink = reflink            # the file system clones: else a clone is drawn as a copy_file_range
         self.ops: list[dict[str, Any]] = []
         self.fds: list[str] = []
         self.last_fd: str | None = None   # the fd the last fd op used: persist / reuse it first
@@ -147,6 +154,11 @@ class OpListBuilder:
                 self.ops.append({"op": "open", "path": pick(one(PERSIST_DIRS)), "flags": ["O_TMPFILE", "O_RDWR"],
                                  "fd": name})
                 self.fds.append(name)
+            return
+        if kind == "clone" and not self.reflink:
+            kind = "copy_file_range"
+        if kind in ("copy_file_range", "clone"):
+            self.copy(kind, pick)
             return
         if kind in FD_KINDS and not self.fds:
             kind = "open"
@@ -199,6 +211,27 @@ class OpListBuilder:
             self.last_ns = kind
         elif kind not in PERSIST_KINDS:
             self.touched, self.last_ns = [], ""
+        self.ops.append(op)
+
+    def copy(self, kind: str, pick: Picker) -> None:
+        """A copy or clone from one open file into another (a second one is opened when
+        only one is): the destination becomes the fd the next persistence op picks."""
+        if len(self.fds) < 2 and len(self.fds) < MAX_FDS:
+            self.open(pick(self._path_tiers(FILES)), ["O_CREAT", "O_RDWR"])
+        if not self.fds:
+            return
+        dst = pick(self._fd_tiers())
+        others = [f for f in self.fds if f != dst]
+        src = pick(one(others)) if others else dst
+        op: dict[str, Any] = {"op": kind, "from_fd": src, "fd": dst}
+        if kind == "copy_file_range":
+            op.update(from_offset=pick(COPY_OFFSETS), offset=pick(COPY_OFFSETS), length=pick(LENGTHS))
+        else:
+            rng = pick(CLONE_RANGES)
+            if rng is not None:
+                op.update(from_offset=rng[0], offset=rng[1], length=rng[2])
+        self.last_fd = dst
+        self.touched, self.last_ns = [], ""
         self.ops.append(op)
 
     def open(self, path: str, flags: list[str]) -> str:

@@ -180,7 +180,8 @@ void pc_exec_op(const struct pc_plan *plan, struct pc_thread *t, const struct pc
     r->seq = op->seq;
     r->iter = iter;
     r->thread = (uint16_t)t->index;
-    if (slot && fd < 0 && op->kind != K_OPEN && op->kind != K_CREAT) {
+    int from = op->from_fd >= 0 ? t->fds[op->from_fd].fd : -1;
+    if ((slot && fd < 0 && op->kind != K_OPEN && op->kind != K_CREAT) || (op->from_fd >= 0 && from < 0)) {
         /* its open failed (the loader proved it was opened): no kernel call */
         r->start_ns = r->end_ns = pc_now_ns();
         r->ret = -1;
@@ -241,6 +242,20 @@ void pc_exec_op(const struct pc_plan *plan, struct pc_thread *t, const struct pc
         break;
     case K_LINK: TIMED(r, link(op->path, op->path2)); break;
     case K_LINKAT: TIMED(r, linkat(fd, "", AT_FDCWD, op->path2, AT_EMPTY_PATH)); break;
+    case K_COPY_FILE_RANGE: {
+        loff_t in = (loff_t)op->from_offset, out = (loff_t)off;
+        TIMED(r, copy_file_range(from, &in, fd, &out, len, 0));
+        break;
+    }
+    case K_CLONE:
+        if (!op->from_offset && !op->offset && !op->length) {
+            TIMED(r, ioctl(fd, FICLONE, from));
+        } else {
+            struct file_clone_range fcr = { .src_fd = from, .src_offset = op->from_offset,
+                                            .src_length = op->length, .dest_offset = off };
+            TIMED(r, ioctl(fd, FICLONERANGE, &fcr));
+        }
+        break;
     case K_SYMLINK: TIMED(r, symlink(op->path2, op->path)); break;
     case K_UNLINK: TIMED(r, unlink(op->path)); break;
     case K_MKDIR: TIMED(r, mkdir(op->path, op->mode)); break;

@@ -19,7 +19,7 @@ enum pc_kind {
     K_FALLOCATE, K_FTRUNCATE, K_TRUNCATE, K_FSYNC, K_FDATASYNC, K_SYNC,
     K_SYNCFS, K_SYNC_FILE_RANGE, K_RENAME, K_LINK, K_SYMLINK, K_UNLINK,
     K_MKDIR, K_RMDIR, K_SETXATTR, K_REMOVEXATTR, K_MMAP_WRITE, K_FIEMAP, K_PWRITEV2,
-    K_STATX, K_LINKAT, K_SLEEP,
+    K_STATX, K_LINKAT, K_COPY_FILE_RANGE, K_CLONE, K_SLEEP,
     K_REPEAT, K_BARRIER, K__COUNT
 };
 
@@ -27,6 +27,8 @@ struct pc_op {
     enum pc_kind kind;
     uint32_t seq;
     int fd;            /* slot in the thread's fd table, -1: none */
+    int from_fd;       /* copy_file_range, clone: the source's slot, -1: none */
+    uint64_t from_offset; /* copy_file_range, clone: where the source range starts */
     uint32_t file_id;  /* pattern file id of the data this op writes */
     int flags;         /* open flags, fallocate mode, sync_file_range, rename, fiemap or RWF_ flags, statx mask */
     int at_position;   /* pwritev2 with offset -1: at the fd's position */

@@ -28,6 +28,7 @@
  *   mmap_write: fd file offset stride length msync(0|1)    fiemap: fd sync(0|1)
  *   pwritev2: fd file offset(-1: the fd's position) stride length iov(lengths joined by ',') flags
  *   statx: path flags(the mask)        linkat: fd to (AT_EMPTY_PATH: names the fd's file)
+ *   copy_file_range, clone: from_fd fd from_offset offset length (a clone of 0 0 0: FICLONE)
  *   sleep: us    repeat: count period_us(0: no period)    barrier: barrier
  * Modes are octal; everything else decimal.
  */
@@ -51,7 +52,7 @@ static const char *const kind_names[K__COUNT] = {
     "fallocate", "ftruncate", "truncate", "fsync", "fdatasync", "sync",
     "syncfs", "sync_file_range", "rename", "link", "symlink", "unlink",
     "mkdir", "rmdir", "setxattr", "removexattr", "mmap_write", "fiemap", "pwritev2",
-    "statx", "linkat", "sleep", "repeat", "barrier",
+    "statx", "linkat", "copy_file_range", "clone", "sleep", "repeat", "barrier",
 };
 
 /* The fields each kind's line must carry, and no others (besides seq, kind, id). */
@@ -67,6 +68,7 @@ static const char *const kind_fields[K__COUNT] = {
     [K_SETXATTR] = "path file name length", [K_REMOVEXATTR] = "path name",
     [K_MMAP_WRITE] = "fd file offset stride length msync", [K_FIEMAP] = "fd sync",
     [K_PWRITEV2] = "fd file offset stride length iov flags", [K_STATX] = "path flags", [K_LINKAT] = "fd to",
+    [K_COPY_FILE_RANGE] = "from_fd fd from_offset offset length", [K_CLONE] = "from_fd fd from_offset offset length",
     [K_SLEEP] = "us",
     [K_REPEAT] = "count period_us", [K_BARRIER] = "barrier",
 };
@@ -291,6 +293,7 @@ static void parse_op(struct parser *p, struct pc_op *op, int depth)
     memset(op, 0, sizeof *op);
     op->kind = (enum pc_kind)k;
     op->fd = -1;
+    op->from_fd = -1;
     op->barrier = -1;
     op->seq = (uint32_t)num(p, "seq", 0, UINT32_MAX);
     const char *spec = kind_fields[k];
@@ -299,6 +302,10 @@ static void parse_op(struct parser *p, struct pc_op *op, int depth)
 #define HAS(key) in_list(spec, key, strlen(key))
     if (HAS("fd"))
         op->fd = (int)num(p, "fd", 0, (int64_t)p->nfds - 1);
+    if (HAS("from_fd"))
+        op->from_fd = (int)num(p, "from_fd", 0, (int64_t)p->nfds - 1);
+    if (HAS("from_offset"))
+        op->from_offset = (uint64_t)num(p, "from_offset", 0, INT64_MAX);
     if (HAS("file"))
         op->file_id = (uint32_t)num(p, "file", 0, UINT32_MAX);
     if (HAS("path") || HAS("from"))

@@ -109,10 +109,19 @@ class Model:
     def _record(self, op: dict[str, Any], fd: _Fd | None, ino: HInode | None) -> tuple[int, int, int]:
         """(ret, aux, flags) the executor would record: where a write lands, how much it writes."""
         k = op["op"]
-        writes = k in ("write", "pwrite", "pwritev2", "mmap_write", "fallocate", "ftruncate")
+        writes = k in ("write", "pwrite", "pwritev2", "mmap_write", "fallocate", "ftruncate", "copy_file_range",
+                       "clone")
         usable = fd is not None and ino is not None and (fd.write or not writes)
-        if "fd" in op and k not in ("open", "creat") and not usable:
+        src = self.fds.get(op.get("from_fd", ""))
+        if "fd" in op and k not in ("open", "creat") and not usable or "from_fd" in op and src is None:
             return -1, 0, FLAG_SKIPPED     # its open failed, or the fd is not open for writing: EBADF
+        if k == "copy_file_range":
+            # what the kernel copies: up to the source's end (history.py judges the errors)
+            size = self.b.inodes[self.b.fds[(0, src.slot)][0]].size if (0, src.slot) in self.b.fds else 0
+            return max(0, min(op["length"], size - op["from_offset"])), op["offset"], 0
+        if k == "clone" and ino is not None:
+            # refused where the file system has no shared extents (EOPNOTSUPP, ext4): its call
+            self.inexact.setdefault(ino.ino, self.applied + 1)
         if k in ("write", "pwrite", "pwritev2", "mmap_write", "read", "pread"):
             assert fd is not None and ino is not None   # usable
             length = sum(op["iov"]) if k == "pwritev2" else op["length"]

@@ -81,6 +81,9 @@ def repro_args(ops: list[dict[str, Any]]) -> list[str]:
             out += [k, op["fd"], op["to"]]
         elif k == "symlink":
             out += [k, op["target"], op["path"]]
+        elif k in ("copy_file_range", "clone"):
+            out += [k, op["from_fd"], str(op.get("from_offset", 0)), op["fd"], str(op.get("offset", 0)),
+                    str(op.get("length", 0))]
         elif k in ("unlink", "rmdir"):
             out += [k, op["path"]]
         elif k == "mkdir":
@@ -185,6 +188,8 @@ class XfsIoScript:
         elif k == "linkat":
             self.unmade.add(op["to"])
             self.lines.append(f"# linkat(fd {name}, {op['to']}): fd {name} is not open here (see the caveats)")
+        elif k in ("copy_file_range", "clone"):
+            self._copy(op)
         elif k == "symlink":
             self.emit(f"ln -s {shlex.quote(op['target'])} {_mnt(op['path'])}")
         elif k == "unlink":
@@ -234,6 +239,23 @@ class XfsIoScript:
         self.lines.append(f"exec {number}{redirect}")
         self.shell_fds[name] = number
         self.fd_flags[name] = [f for f in flags if f in ("O_DIRECT", "O_SYNC", "O_DSYNC", "O_APPEND")]
+
+    def _copy(self, op: dict[str, Any]) -> None:
+        """xfs_io's copy_range and reflink, run on the destination fd with the source's
+        fd as the file to read (/proc/self/fd/N: the same file the finding's fd held)."""
+        src = self.shell_fds.get(op["from_fd"])
+        if src is None:
+            self.lines.append(f"# {op['op']} from fd {op['from_fd']}, which is not open here: its open failed "
+                              "in the finding's run too")
+            return
+        s_off, d_off, n = op.get("from_offset", 0), op.get("offset", 0), op.get("length", 0)
+        if op["op"] == "copy_file_range":
+            self.needs.add("_require_xfs_io_command copy_range")
+            self.xfs_io(op["fd"], f"copy_range -s {s_off} -d {d_off} -l {n} /proc/self/fd/{src}")
+        else:
+            self.needs.add("_require_scratch_reflink")
+            rng = f" {s_off} {d_off} {n}" if s_off or d_off or n else ""  # none: FICLONE, the whole file
+            self.xfs_io(op["fd"], f"reflink /proc/self/fd/{src}{rng}")
 
     def _pwritev2(self, name: str, op: dict[str, Any], pat: str, pos: int) -> None:
         iov, flags = op["iov"], set(op.get("flags", []))

@@ -11,7 +11,9 @@
  *      | syncfs NAME | sync | sync_file_range NAME OFF LEN FLAGS
  *      | rename FROM TO FLAGS | link FROM TO | linkat NAME TO | symlink TARGET PATH | unlink PATH
  *      | rmdir PATH | mkdir PATH MODE | setxattr PATH NAME LEN | removexattr PATH NAME
- *      | mmap_write NAME OFF LEN MSYNC | pwritev2 NAME OFF FLAGS LEN,LEN,... | mark TEXT
+ *      | mmap_write NAME OFF LEN MSYNC | pwritev2 NAME OFF FLAGS LEN,LEN,...
+ *      | copy_file_range FROM FROM_OFF NAME OFF LEN
+ *      | clone FROM FROM_OFF NAME OFF LEN (0 0 0: FICLONE, else FICLONERANGE) | mark TEXT
  * Numbers are decimal (FLAGS and MODE: the numeric values). Data is one byte
  * value per op ('a' + op number % 26). `mark TEXT` runs
  * `dmsetup message $PC_LOGWRITES 0 mark TEXT`. Each op prints one line with its
@@ -29,6 +31,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -139,7 +143,8 @@ static int one_op(char **a, int left, int op)
         {"fallocate", 5}, {"ftruncate", 3}, {"truncate", 3}, {"fsync", 2}, {"fdatasync", 2},
         {"syncfs", 2}, {"sync", 1}, {"sync_file_range", 5}, {"rename", 4}, {"link", 3}, {"linkat", 3},
         {"symlink", 3}, {"unlink", 2}, {"rmdir", 2}, {"mkdir", 3}, {"setxattr", 4},
-        {"removexattr", 3}, {"mmap_write", 5}, {"pwritev2", 5}, {"mark", 2},
+        {"removexattr", 3}, {"mmap_write", 5}, {"pwritev2", 5}, {"copy_file_range", 6},
+        {"clone", 6}, {"mark", 2},
     };
     int n = 0;
     for (size_t i = 0; i < sizeof arity / sizeof arity[0]; i++)
@@ -209,6 +214,16 @@ static int one_op(char **a, int left, int op)
         r = mmap_write(fd_of(a[1]), (off_t)num(a[2]), (size_t)num(a[3]), (int)num(a[4]), op);
     } else if (!strcmp(k, "pwritev2")) {
         r = write_vec(fd_of(a[1]), (off_t)num(a[2]), (int)num(a[3]), a[4], op);
+    } else if (!strcmp(k, "copy_file_range")) {
+        loff_t in = (loff_t)num(a[2]), out = (loff_t)num(a[4]);
+        r = copy_file_range(fd_of(a[1]), &in, fd_of(a[3]), &out, (size_t)num(a[5]), 0);
+    } else if (!strcmp(k, "clone")) {
+        struct file_clone_range fcr = { .src_fd = fd_of(a[1]), .src_offset = (uint64_t)num(a[2]),
+                                        .dest_offset = (uint64_t)num(a[4]), .src_length = (uint64_t)num(a[5]) };
+        if (fcr.src_offset || fcr.dest_offset || fcr.src_length)
+            r = ioctl(fd_of(a[3]), FICLONERANGE, &fcr);
+        else
+            r = ioctl(fd_of(a[3]), FICLONE, fcr.src_fd);
     } else if (!strcmp(k, "mark")) {
         r = run_mark(a[1]);
     }
