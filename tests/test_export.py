@@ -144,15 +144,19 @@ def test_several_threads_export_serialised_in_the_recorded_order(pc: PcEnv) -> N
     test = (out / "generic-999").read_text()
     assert "2 threads ran concurrently; here their ops run one after the other" in test
     body = test.split("_scratch_mount\n", 1)[1].split("# Power cut")[0].splitlines()
-    # creat(bar) and open(baz) race: the shell fd each got is read from the test
+    # creat(bar) and open(baz) race: the shell fd each got is read from the test (the same
+    # number when baz was opened and closed before bar's creat)
     fd = {name: re.search(rf"^exec (\d+)<>\$SCRATCH_MNT/{name}$", "\n".join(body), re.M)[1] for name in ("bar", "baz")}
-    assert fd["bar"] != fd["baz"]
 
-    def at(text: str) -> int:
-        return next(i for i, ln in enumerate(body) if text in ln)
+    def at(text: str, after: int = 0) -> int:
+        return next(i for i, ln in enumerate(body) if i >= after and text in ln)
+    opened = {name: at(f"exec {fd[name]}<>$SCRATCH_MNT/{name}") for name in fd}
+    closed_baz = at(f"exec {fd['baz']}<&-", opened["baz"])
     # barriers order close(baz) < sync < ftruncate (main) < mkdir (mk) < fsync (main), on main's f
-    assert at(f"exec {fd['baz']}<&-") < at("sync >>") < at(f"'truncate 3000' /proc/self/fd/{fd['bar']}") \
+    assert closed_baz < at("sync >>") < at(f"'truncate 3000' /proc/self/fd/{fd['bar']}") \
         < at("mkdir -m 0755 $SCRATCH_MNT/A") < at(f"-c fsync /proc/self/fd/{fd['bar']}"), body
+    # mk's close of its f is not main's: bar's fd stays open from its creat to the fsync
+    assert not any(ln == f"exec {fd['bar']}<&-" for ln in body[opened["bar"]:]), body
     out, text = export(pc, d, "shell", "--check-vm", KERNEL_612, rc=1)
     [log] = out.glob("vm-check-6.12*.txt")
     output = log.read_text()
