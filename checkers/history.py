@@ -179,6 +179,7 @@ class HistoryBuilder:
         self.ns: dict[str, int] = {ROOT: ROOT_INO}
         self.ns_list: list[dict[str, int]] = [self.ns]
         self.fds: dict[tuple[int, int], tuple[int, bool, bool]] = {}   # (thread, slot) -> (ino, o_sync, o_append)
+        self.direct_fds: set[tuple[int, int]] = set()                 # (thread, slot) opened O_DIRECT
         self.persists: list[Persist] = []
         self.name_changes: list[tuple[int, frozenset[str], frozenset[int]]] = []
         self.uncertain: set[str] = set()
@@ -388,6 +389,10 @@ class HistoryBuilder:
     def bind_fd(self, ex: Exec, ino: Inode, flags: set[str]) -> None:
         key = (ex.rec.thread, ex.f("fd"))
         self.fds[key] = (ino.ino, bool(flags & O_SYNC_FLAGS), "O_APPEND" in flags)
+        if "O_DIRECT" in flags:
+            self.direct_fds.add(key)
+        else:
+            self.direct_fds.discard(key)
         self.access[key] = ("O_WRONLY" not in flags, bool(flags & {"O_WRONLY", "O_RDWR"}), "O_APPEND" in flags)
 
     def open_tmpfile(self, ex: Exec, d: Inode | None, path: str, flags: set[str]) -> None:
@@ -435,7 +440,13 @@ class HistoryBuilder:
         s_in, s_out = ex.f("from_offset"), ex.f("offset")
         count = max(0, min(ex.f("length"), src.size - s_in))
         overlap = src is dst and s_out + count > s_in and s_out < s_in + count
-        self.predict(ex, self.rw_errno(ex, src, dst) or (E.EINVAL if overlap else None))
+        err = self.rw_errno(ex, src, dst) or (E.EINVAL if overlap else None)
+        direct = {(ex.rec.thread, ex.f("from_fd")), (ex.rec.thread, ex.f("fd"))} & self.direct_fds
+        # Without a remap, vfs_copy_file_range falls back to do_splice_direct, which reads
+        # and writes through the fds' own read_iter/write_iter: an O_DIRECT side keeps
+        # O_DIRECT's alignment rule (open(2): EINVAL for an unaligned offset or length),
+        # whose unit is the device's or the file system's; either answer is the kernel's.
+        self.predict(ex, err if err or not direct else (0, E.EINVAL))
         if ex.ok and ex.rec.ret > 0 and dst.kind == "file":
             self.copy_range(ex, src, s_in, dst, s_out, ex.rec.ret)
 
@@ -494,6 +505,7 @@ class HistoryBuilder:
 
     def op_close(self, ex: Exec) -> None:
         self.fds.pop((ex.rec.thread, ex.f("fd")), None)
+        self.direct_fds.discard((ex.rec.thread, ex.f("fd")))
 
     def op_write(self, ex: Exec) -> None:
         ino, osync, append = self.fd_inode(ex)
