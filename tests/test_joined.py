@@ -14,100 +14,23 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from conftest import POWERCUT, PcEnv, needs_root_stack
 from fuzz.trial import digest
+from netlab import MOUNT_MARK, NETNS_DIR, PORT, Lab, lab, lab_namespaces, mounted
 
 pytestmark = [pytest.mark.e2e, needs_root_stack,
               pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed (make deps)")]
 
-PORT = 6379
 LEASE_S = "10"  # a killed machine's positions go to the others after this long (beats every third of it)
 SPACE = ["--fs", "ext4", "--engine", "exhaustive", "--seq", "1", "--core-ops", "creat,unlink,rename",
          "--fault", "drop-flush", "--shrink-seconds", "8", "--duration", "10m", "--jobs", "1"]
 SPACE_SIZE = 9
-
-
-@dataclass
-class Lab:
-    """Network namespaces: NAME-r runs redis-server; machine j is NAME-j, linked to it by veth j."""
-    name: str
-    machines: int
-
-    def ns(self, j: int | str) -> str:
-        return f"{self.name}-{j}"
-
-    def redis_addr(self, j: int) -> str:
-        return f"10.250.{j}.1"
-
-    def url(self, j: int) -> str:
-        return f"redis://{self.redis_addr(j)}:{PORT}/0"
-
-    def enter(self, j: int | str) -> list[str]:
-        """A command prefix that runs in namespace j's network, and nothing else of it (mounts stay shared)."""
-        return ["nsenter", "-F", f"--net=/run/netns/{self.ns(j)}"]
-
-    def link(self, j: int, up: bool) -> None:
-        ip(self.enter(j), "link", "set", f"{self.name}m{j}", "up" if up else "down")
-
-
-NETNS_DIR = "/run/netns"
-
-
-def mounted(path: str) -> bool:
-    return any(line.split()[4] == path for line in Path("/proc/self/mountinfo").read_text().splitlines())
-
-
-def ip(prefix: list[str], *args: str) -> None:
-    subprocess.run([*prefix, "ip", *args], check=True, capture_output=True, timeout=30)
-
-
-@contextmanager
-def lab(tmp: Path, machines: int) -> Iterator[Lab]:
-    n = Lab(f"pcj{os.getpid() % 100000}", machines)
-    made: list[str] = []
-    redis_proc = None
-    # `ip netns add` bind-mounts /run/netns onto itself the first time; undo that if we caused it.
-    netns_was_mounted = mounted(NETNS_DIR)
-    try:
-        for j in ["r", *range(machines)]:
-            ip([], "netns", "add", n.ns(j))
-            made.append(n.ns(j))
-            ip(n.enter(j), "link", "set", "lo", "up")
-        for j in range(machines):
-            # both ends are created in the redis namespace; one moves to the machine's
-            r_end, m_end = f"{n.name}r{j}", f"{n.name}m{j}"
-            ip(n.enter("r"), "link", "add", r_end, "type", "veth", "peer", "name", m_end)
-            ip(n.enter("r"), "link", "set", m_end, "netns", n.ns(j))
-            ip(n.enter("r"), "addr", "add", f"{n.redis_addr(j)}/24", "dev", r_end)
-            ip(n.enter("r"), "link", "set", r_end, "up")
-            ip(n.enter(j), "addr", "add", f"10.250.{j}.2/24", "dev", m_end)
-            ip(n.enter(j), "link", "set", m_end, "up")
-        redis_proc = subprocess.Popen(
-            [*n.enter("r"), "redis-server", "--port", str(PORT), "--bind", *(n.redis_addr(j) for j in range(machines)),
-             "--save", "", "--appendonly", "no", "--dir", str(tmp), "--protected-mode", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while subprocess.run([*n.enter(0), "redis-cli", "-h", n.redis_addr(0), "-p", str(PORT), "ping"],
-                             capture_output=True, text=True).stdout.strip() != "PONG":
-            assert time.monotonic() < deadline and redis_proc.poll() is None, "redis-server did not come up"
-            time.sleep(0.2)
-        yield n
-    finally:
-        if redis_proc is not None:
-            redis_proc.kill()
-            redis_proc.wait()
-        for ns in reversed(made):  # deleting a namespace deletes the veth ends in it
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        if not netns_was_mounted and mounted(NETNS_DIR) and not os.listdir(NETNS_DIR):
-            subprocess.run(["umount", NETNS_DIR], capture_output=True)
 
 
 def machine_env(pc: PcEnv, who: str) -> dict[str, str]:
@@ -310,6 +233,45 @@ def test_afl_instances_have_unique_names_and_share_queues_through_redis(pc: PcEn
         got = {f.name: f.read_bytes() for f in (mine / theirs / "queue").iterdir()}
         assert sent and set(got) <= set(sent) and all(got[k] == sent[k] for k in got), (sorted(got), sorted(sent))
         assert len(got) >= len([k for k in sent if "orig:" in k])  # at least the seeds' entries arrived
+
+
+KILLED_LAB = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from netlab import lab
+with lab(Path(sys.argv[2]), 1) as n:
+    print(n.name, flush=True)
+    time.sleep(600)
+"""
+
+
+def running(pid: str) -> bool:
+    """PID exists and is not a zombie (an orphan killed is reaped by init, some time later)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_killed_lab_is_swept_by_the_next_one(pc: PcEnv) -> None:
+    """A lab whose process is killed (-9: no finally runs) leaves its namespaces, its
+    redis-server and the /run/netns mount; the next lab takes them all away."""
+    before = mounted(NETNS_DIR)
+    child = subprocess.Popen([sys.executable, "-c", KILLED_LAB, str(Path(__file__).parent), str(pc.tmp)],
+                             stdout=subprocess.PIPE, text=True)
+    name = child.stdout.readline().strip() if child.stdout else ""
+    assert name, "the killed lab did not come up"
+    left = subprocess.run(["ip", "netns", "pids", f"{name}-r"], capture_output=True, text=True).stdout.split()
+    assert left, "no redis-server in the lab's namespace"
+    child.kill()
+    child.wait()
+    assert any(ns.startswith(name + "-") for ns, _ in lab_namespaces())  # the kill left them behind
+    with lab(pc.tmp, 1) as n:
+        assert not any(ns.startswith(name + "-") for ns, _ in lab_namespaces())
+        assert os.path.exists(os.path.join(NETNS_DIR, n.ns(0)))
+    assert not [p for p in left if running(p)], "the dead lab's redis-server still runs"
+    assert mounted(NETNS_DIR) == before and not MOUNT_MARK.exists()
 
 
 def test_the_lab_leaves_no_namespace_and_no_netns_mount(pc: PcEnv) -> None:
