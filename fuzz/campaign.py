@@ -113,7 +113,6 @@ class Campaign:
         self.store = FindingStore(cdir.sub("findings"))
         self.start = time.time()
         self.before = cdir.totals()       # what earlier sessions of a resumed campaign did
-        self.saved_before = len(self.store.dirs())
         self.stop_reason = "duration"
 
     def run(self) -> int:
@@ -141,7 +140,7 @@ class Campaign:
                 with terminate_as_exception():
                     for p in procs:
                         p.start()
-                    self._watch(procs, stop, status, deadline, budget)
+                    self._watch(procs, stop, status, deadline, budget, findings)
             except (KeyboardInterrupt, Terminated):
                 interrupted, self.stop_reason = True, "interrupted"
                 status.show("powercut fuzz: stopping, tearing down the workers' devices ...", force=True)
@@ -169,7 +168,7 @@ class Campaign:
         return 1 if report["saved_findings"] else 0
 
     def _watch(self, procs: list[multiprocessing.process.BaseProcess], stop: Any, status: StatusLine,
-               deadline: float, budget: WorkloadBudget | None) -> None:
+               deadline: float, budget: WorkloadBudget | None, findings: FindingBudget | None) -> None:
         while any(p.is_alive() for p in procs):
             t = self.cdir.totals()
             status.show(self.status_text(t))
@@ -179,17 +178,13 @@ class Campaign:
             if self.spec.max_workloads and t.workloads - self.before.workloads >= self.spec.max_workloads:
                 self.stop_reason = "max-workloads"
                 stop.set()
-            if self.spec.max_findings and len(self.store.dirs()) - self.saved_before >= self.spec.max_findings:
-                self.stop_reason = "max-findings"
-                stop.set()
             if time.time() >= deadline:
                 stop.set()
             time.sleep(POLL_S)
         if self.stop_reason == "duration" and budget is not None and budget.spent():
             # a worker found the budget spent and stopped them all before the totals showed it
             self.stop_reason = "max-workloads"
-        elif self.stop_reason == "duration" and self.spec.max_findings and \
-                len(self.store.dirs()) - self.saved_before >= self.spec.max_findings:
+        elif self.stop_reason == "duration" and findings is not None and findings.spent():
             self.stop_reason = "max-findings"  # the worker that saved the last one stopped them all
         elif not stop.is_set():
             self.stop_reason = "exhausted" if self.spec.engine == "exhaustive" else "workers-exited"

@@ -50,8 +50,8 @@ class WorkloadBudget:
 
 class FindingBudget:
     """--max-findings N: the worker that saves the N-th finding of the session stops the
-    campaign at once. The campaign process polls the findings directory too, but between
-    its polls a worker would start another workload, and may save another finding."""
+    campaign at once (a poll of the findings directory by the campaign process would let a
+    worker start another workload between polls, and maybe save another finding)."""
 
     def __init__(self, ctx: Any, limit: int) -> None:
         self.limit = limit
@@ -62,6 +62,9 @@ class FindingBudget:
         with self.saved.get_lock():
             self.saved.value += 1
             return bool(self.saved.value >= self.limit)
+
+    def spent(self) -> bool:
+        return bool(self.saved.value >= self.limit)
 
 
 class Stopped(BaseException):
