@@ -253,17 +253,12 @@ class Campaign:
         r = self.rates(t)
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(t.kinds.items())) or "none"
         remaining = max(0.0, self.start + self.spec.duration_s - time.time())
-        space = ""
-        if self.spec.engine == "exhaustive":
-            space = f" of {self.space()}"
-        elif self.spec.engine == "mixed":
-            space = f" ({len(t.indices)} of {self.space()} ordered seq-{self.spec.options['seq']})"
+        space = space_progress(self.spec.engine, self.spec.options, len(t.indices))
         inner = f" (+{t.recovery_states} inside recoveries)" if self.cfg.recovery_crash else ""
         done = f"{t.workloads}{space} workloads"
         if self.coord is not None and space:  # this machine's numbers, and how far the whole space is
-            ordered = f" ordered seq-{self.spec.options['seq']}" if self.spec.engine == "mixed" else ""
-            space = f" of {self.space()}{ordered}"
-            done = f"{t.workloads} workloads here (campaign {self.coord.name}: {self._joined_done()}{space} done)"
+            done = (f"{t.workloads} workloads here (campaign {self.coord.name}: {self._joined_done()}"
+                    f"{space_size(self.spec.engine, self.spec.options)} done)")
         elif self.coord is not None:
             done = f"{t.workloads} workloads here (campaign {self.coord.name})"
         return (f"{self.spec.engine} {self.cfg.fs}: {done} ({r['workloads_per_minute']}/min)"
@@ -298,6 +293,22 @@ class Campaign:
         if self.spec.engine == "afl":
             report["afl"] = afl_stats(self.spec.options.get("afl_sync_dir") or self.cdir.sub("afl"))
         return report
+
+
+def space_size(engine: str, options: dict[str, Any]) -> str:
+    """' of SIZE' for an engine that walks the exhaustive space (' of SIZE ordered seq-N' for
+    mixed, whose other workloads are generated), '' for one that does not."""
+    if engine not in WALKS_SPACE:
+        return ""
+    ordered = f" ordered seq-{options['seq']}" if engine == "mixed" else ""
+    return f" of {space_of(options)}{ordered}"
+
+
+def space_progress(engine: str, options: dict[str, Any], done: int) -> str:
+    """What follows a workload count in a status line: for exhaustive every workload is one
+    of the space's; for mixed, DONE of them are."""
+    size = space_size(engine, options)
+    return f" ({done}{size})" if engine == "mixed" else size
 
 
 def space_of(options: dict[str, Any]) -> int:

@@ -19,7 +19,7 @@ from foundation import ownership
 from foundation.errors import UsageError
 from foundation.jsondoc import write_json
 from foundation.mdtable import table
-from fuzz.campaign import WALKS_SPACE, saved_entry, space_of, summary, totals_fields
+from fuzz.campaign import WALKS_SPACE, saved_entry, space_of, space_progress, summary, totals_fields
 from fuzz.coordinator import Coordinator
 from fuzz.layout import totals_of
 from fuzz.status import clock
@@ -81,9 +81,7 @@ def status_text(coord: Coordinator) -> str:
                      f"saved {st.get('saved_findings', 0)}, {seen}")
     t = totals_of([*coord.done_entries(), *coord.journal()])
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(t.kinds.items())) or "none"
-    space = f" of {space_of(config['options'])}" if config["engine"] == "exhaustive" else ""
-    if config["engine"] == "mixed":
-        space = f" ({snap['done']} of {space_of(config['options'])} ordered seq-{config['options']['seq']})"
+    space = space_progress(config["engine"], config["options"], snap["done"])
     lines.append(f"  total: {t.workloads}{space} workloads, {round(total_rate, 2)}/min now on "
                  f"{len(snap['alive'])} machines; crash states {t.states}; findings: {kinds}; "
                  f"saved {snap['findings']}")
