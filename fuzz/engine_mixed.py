@@ -31,12 +31,12 @@ STRETCH = 5
 
 
 def run(w: Worker) -> None:
-    if w.coord is not None:
-        return run_joined(w)
-    explorers = (w.jobs + 1) // 2
     if w.jobs >= 2 and w.number % 2:
         engine_hypothesis.run(w)
         return
+    if w.coord is not None:
+        return run_joined(w)
+    explorers = (w.jobs + 1) // 2
     todo = engine_exhaustive.indices(w, w.number // 2, explorers)
     if w.jobs >= 2:
         engine_exhaustive.run_indices(w, todo)
@@ -51,11 +51,9 @@ def run(w: Worker) -> None:
 
 
 def run_joined(w: Worker) -> None:
-    if w.jobs >= 2 and w.number % 2:
-        engine_hypothesis.run(w)
-        return
+    """An explorer of a joined campaign (the Hypothesis half is as in one alone)."""
     stretch = STRETCH if w.jobs == 1 else None  # one worker alternates; an explorer claims until none is free
-    rounds = engine_hypothesis.Rounds(w, STRETCH) if w.jobs == 1 else engine_hypothesis.Rounds(w)
+    rounds = engine_hypothesis.Rounds(w, STRETCH) if stretch else engine_hypothesis.Rounds(w)
     order, all_done = engine_exhaustive.space_order(w), False
     while not w.should_stop():
         ran = 0
