@@ -65,9 +65,9 @@ def report(out: Path) -> dict:
     return json.loads((out / "report.json").read_text())
 
 
-def journal(campaign: Path) -> list[dict]:
-    """Every workload a campaign journaled (all workers), in file order."""
-    return [json.loads(line) for j in sorted((campaign / "journal").glob("*.jsonl"))
+def journal(campaign: Path, worker: str = "*") -> list[dict]:
+    """Every workload a campaign journaled (all workers, or WORKER's), in file order."""
+    return [json.loads(line) for j in sorted((campaign / "journal").glob(f"{worker}.jsonl"))
             for line in j.read_text().splitlines() if line.strip()]
 
 

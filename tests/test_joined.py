@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+import common
 from conftest import POWERCUT, PcEnv, needs_root_stack
 from fuzz.trial import digest
 from netlab import MOUNT_MARK, NETNS_DIR, PORT, Lab, lab, lab_namespaces, mounted
@@ -56,12 +57,10 @@ def redis_cli(n: Lab, *args: str) -> str:
                           capture_output=True, text=True, errors="replace", check=True).stdout
 
 
-def journal(out: Path) -> list[dict]:
-    """The generated workloads (not shrink runs, not errors) of one machine's campaign directory."""
-    entries = []
-    for f in sorted((out / "journal").glob("*.jsonl")):
-        entries += [json.loads(ln) for ln in f.read_text().splitlines() if ln.strip()]
-    return [e for e in entries if "error" not in e and not e.get("shrink")]
+def journal(out: Path, worker: str = "*") -> list[dict]:
+    """The generated workloads (not shrink runs, not errors) of one machine's campaign directory
+    (all its workers, or WORKER's, in the order it ran them)."""
+    return [e for e in common.journal(out, worker) if "error" not in e and not e.get("shrink")]
 
 
 def wait_for(what: str, cond, proc: subprocess.Popen[str] | None = None, timeout: float = 600) -> None:
@@ -283,13 +282,6 @@ def test_the_lab_leaves_no_namespace_and_no_netns_mount(pc: PcEnv) -> None:
     assert not os.path.exists(os.path.join(NETNS_DIR, n.ns(0)))
 
 
-def journal_of(out: Path, worker: str) -> list[dict]:
-    """One worker's generated workloads, in the order it ran them."""
-    f = out / "journal" / f"{worker}.jsonl"
-    entries = [json.loads(ln) for ln in f.read_text().splitlines() if ln.strip()] if f.exists() else []
-    return [e for e in entries if "error" not in e and not e.get("shrink")]
-
-
 def test_mixed_machines_claim_the_space_and_share_hypothesis_examples(pc: PcEnv) -> None:
     """--engine mixed, two machines of two workers: the even workers claim the ordered space's
     positions through the coordinator (together once each), the odd ones run Hypothesis on the
@@ -304,7 +296,7 @@ def test_mixed_machines_claim_the_space_and_share_hypothesis_examples(pc: PcEnv)
         m1 = start(pc, n, 1, "mx", *mixed, "--seed", "2")
         wait_for("the whole space done and a Hypothesis workload of machine 1",
                  lambda: int(redis_cli(n, "hlen", "powercut:mx:done")) == SPACE_SIZE
-                 and journal_of(pc.tmp / "m1", "w1"), m1)
+                 and journal(pc.tmp / "m1", "w1"), m1)
         for p in (m0, m1):  # mixed generates on after the space: the user stops it
             p.send_signal(signal.SIGINT)
         for p in (m0, m1):
@@ -317,15 +309,15 @@ def test_mixed_machines_claim_the_space_and_share_hypothesis_examples(pc: PcEnv)
     assert merged["joined"]["leases_outstanding"] == 0 and merged["joined"]["duplicate_runs"] == 0, merged["joined"]
 
     # The space: each position run by one machine's even worker, once.
-    walked = [[e["index"] for e in journal_of(pc.tmp / f"m{j}", "w0") if e["engine"] == "exhaustive"]
+    walked = [[e["index"] for e in journal(pc.tmp / f"m{j}", "w0") if e["engine"] == "exhaustive"]
               for j in range(2)]
     assert sorted(walked[0] + walked[1]) == list(range(SPACE_SIZE)), walked
-    assert all(e["engine"] == "hypothesis" for j in range(2) for e in journal_of(pc.tmp / f"m{j}", "w1"))
+    assert all(e["engine"] == "hypothesis" for j in range(2) for e in journal(pc.tmp / f"m{j}", "w1"))
 
     # Machine 1's Hypothesis half began with a failing example machine 0's Hypothesis half saved.
     found = {digest(f["original_workload"]) for f in
              (json.loads(p.read_text()) for p in (pc.tmp / "m0" / "findings").glob("*/finding.json"))
              if f["original_workload"]["name"].startswith("hyp-")}
-    first = journal_of(pc.tmp / "m1", "w1")[0]
+    first = journal(pc.tmp / "m1", "w1")[0]
     assert first["digest"] in found, (first, sorted(found))
     check_saved_once(pc.tmp / "merged", [pc.tmp / "m0", pc.tmp / "m1"])
