@@ -94,3 +94,11 @@ def redis_server(directory: Path, *args: str) -> Iterator[str]:
     finally:
         proc.kill()
         proc.wait()
+
+
+def running(pid: int | str) -> bool:
+    """PID exists and is not a zombie (a killed process is gone once its parent, or init, reaps it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -245,14 +245,6 @@ with lab(Path(sys.argv[2]), 1) as n:
 """
 
 
-def running(pid: str) -> bool:
-    """PID exists and is not a zombie (an orphan killed is reaped by init, some time later)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def test_a_killed_lab_is_swept_by_the_next_one(pc: PcEnv) -> None:
     """A lab whose process is killed (-9: no finally runs) leaves its namespaces, its
     redis-server and the /run/netns mount; the next lab takes them all away."""
@@ -269,7 +261,7 @@ def test_a_killed_lab_is_swept_by_the_next_one(pc: PcEnv) -> None:
     with lab(pc.tmp, 1) as n:
         assert not any(ns.startswith(name + "-") for ns, _ in lab_namespaces())
         assert os.path.exists(os.path.join(NETNS_DIR, n.ns(0)))
-    assert not [p for p in left if running(p)], "the dead lab's redis-server still runs"
+    assert not [p for p in left if common.running(p)], "the dead lab's redis-server still runs"
     assert mounted(NETNS_DIR) == before and not MOUNT_MARK.exists()
 
 
