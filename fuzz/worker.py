@@ -29,42 +29,39 @@ from fuzz.trial import Signature, Trial, run_doc
 MAX_CONSECUTIVE_ERRORS = 3
 
 
-class WorkloadBudget:
-    """--max-workloads N across all workers: each new workload claims one of N slots before it
-    starts (shrink runs do not), so a campaign runs N workloads, not N plus one per busy worker."""
+class Budget:
+    """A limit shared by all workers (a counter in shared memory)."""
 
     def __init__(self, ctx: Any, limit: int) -> None:
         self.limit = limit
-        self.started = ctx.Value("q", 0)
-
-    def claim(self) -> bool:
-        with self.started.get_lock():
-            if self.started.value >= self.limit:
-                return False
-            self.started.value += 1
-            return True
+        self.count = ctx.Value("q", 0)
 
     def spent(self) -> bool:
-        return bool(self.started.value >= self.limit)
+        return bool(self.count.value >= self.limit)
 
 
-class FindingBudget:
+class WorkloadBudget(Budget):
+    """--max-workloads N across all workers: each new workload claims one of N slots before it
+    starts (shrink runs do not), so a campaign runs N workloads, not N plus one per busy worker."""
+
+    def claim(self) -> bool:
+        with self.count.get_lock():
+            if self.count.value >= self.limit:
+                return False
+            self.count.value += 1
+            return True
+
+
+class FindingBudget(Budget):
     """--max-findings N: the worker that saves the N-th finding of the session stops the
     campaign at once (a poll of the findings directory by the campaign process would let a
     worker start another workload between polls, and maybe save another finding)."""
 
-    def __init__(self, ctx: Any, limit: int) -> None:
-        self.limit = limit
-        self.saved = ctx.Value("q", 0)
-
     def add(self) -> bool:
         """Count one saved finding; True once the budget is spent."""
-        with self.saved.get_lock():
-            self.saved.value += 1
-            return bool(self.saved.value >= self.limit)
-
-    def spent(self) -> bool:
-        return bool(self.saved.value >= self.limit)
+        with self.count.get_lock():
+            self.count.value += 1
+            return bool(self.count.value >= self.limit)
 
 
 class Stopped(BaseException):
