@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from common import journal
 from conftest import PcEnv, needs_root_stack
 
 
@@ -16,8 +17,7 @@ def test_mixed_splits_the_workers_between_the_ordered_space_and_hypothesis(pc: P
     assert p.returncode == 0, p.stdout + p.stderr
     report = json.loads((out / "report.json").read_text())
     assert report["engine"] == "mixed" and report["exhaustive"]["seq"] == 2
-    names = {f.stem: [json.loads(ln)["name"] for ln in f.read_text().splitlines() if '"shrink": true' not in ln]
-             for f in (out / "journal").glob("*.jsonl")}
+    names = {w: [e["name"] for e in journal(out, w) if not e.get("shrink")] for w in ("w0", "w1")}
     assert names["w0"] and all(n.startswith("ace2-") for n in names["w0"]), names
     assert names["w1"] and all(n.startswith("hyp-w1-") for n in names["w1"]), names
     # w0 walks the ordered space from its start: the likeliest shapes first
