@@ -278,12 +278,7 @@ class HistoryBuilder:
     def parent_errno(self, path: str) -> int | None:
         """errno of looking up PATH's parent directory, None if it is one."""
         parent = _parent(path)
-        if parent == "":
-            return None
-        ino = self.lookup(parent)
-        if ino is None:
-            return self.missing(parent)
-        return None if ino.kind == "dir" else E.ENOTDIR
+        return None if parent == "" else self.dir_errno(parent)
 
     def children(self, path: str) -> list[str]:
         pre = path + "/"
