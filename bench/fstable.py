@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from foundation.errors import UsageError
+from foundation.sparse import punch_hole
 from workloads.format import parse_workload
 from workloads.pattern import generate
 from workloads.plan import build_plan
@@ -148,14 +149,6 @@ def _plant(mnt: str, steps: list[list[Any]], workload: dict[str, Any]) -> None:
         elif op == "setxattr":
             os.setxattr(p(a[0]), a[1], a[2].encode())
     os.sync()
-
-
-def punch_hole(fd: int, offset: int, length: int) -> None:
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
-    if libc.fallocate(fd, 0x01 | 0x02, offset, length) != 0:  # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE
-        raise OSError(ctypes.get_errno(), "fallocate(PUNCH_HOLE)")
 
 
 def _pc(*args: str, env: dict[str, str] | None = None, timeout: int = 900) -> subprocess.CompletedProcess[str]:
