@@ -21,6 +21,7 @@ sequences: it lives here, outside corpus/ and away from every generator
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import json
 import os
@@ -94,7 +95,7 @@ def load_table(root: str = TABLE_DIR, only: str = "") -> list[Row]:
     rows = [load_row(p) for p in sorted(glob.glob(os.path.join(root, "*.json")))]
     if only:
         pats = [p.strip() for p in only.split(",") if p.strip()]
-        rows = [r for r in rows if any(re.fullmatch(p.replace("*", ".*"), r.id) for p in pats)]
+        rows = [r for r in rows if any(fnmatch.fnmatchcase(r.id, p) for p in pats)]
         if not rows:
             raise UsageError(f"fstests table: no row matches {only!r}")
     return rows
