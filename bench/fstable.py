@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from foundation.errors import UsageError
+from foundation.jsondoc import write_json
 from foundation.sparse import punch_hole
 from workloads.format import parse_workload
 from workloads.pattern import generate
@@ -275,14 +276,12 @@ def run_table(rows: list[Row], out: str, fs_only: str = "", resume: bool = False
                     r = json.load(f)
             else:
                 r = run_row(row, fs, work)
-                with open(saved, "w") as f:
-                    json.dump(r, f)
+                write_json(saved, r)  # whole or absent: --resume trusts what it finds
                 print(line(r), flush=True)
             r["expect"] = "missed" if fs in row.missed else "flagged"
             results.append(r)
     doc = {"rows": results, "summary": summary(results)}
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump(doc, f, indent=1)
+    write_json(os.path.join(out, "results.json"), doc, indent=1)
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write(render_md(rows, results))
     return doc
