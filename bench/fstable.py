@@ -29,13 +29,17 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from foundation.errors import UsageError
+from foundation import kmount
+from foundation.errors import PowercutError, UsageError
 from foundation.jsondoc import write_json
+from foundation.kmount import MountError
+from foundation.loopdev import recorded_loop
+from foundation.runstate import RunState
 from foundation.sparse import punch_hole
+from harness.backends.calibrate import mount_point
 from workloads.format import parse_workload
 from workloads.pattern import generate
 from workloads.plan import build_plan
@@ -153,6 +157,18 @@ def _plant(mnt: str, steps: list[list[Any]], workload: dict[str, Any]) -> None:
     os.sync()
 
 
+def _plant_image(img: str, fs: str, row: Row) -> None:
+    """IMG on a loop device, mounted, planted, unmounted: each written into a run state's journal
+    first, so a killed run leaves nothing `powercut cleanup` does not know of."""
+    state = RunState.create("fstests table plant")
+    try:
+        with recorded_loop(state, img) as loop, mount_point(state, "mnt") as mnt:
+            kmount.mount(loop.path, mnt, fs)
+            _plant(mnt, row.plant, row.workload)
+    finally:
+        state.teardown_or_warn()
+
+
 def _pc(*args: str, env: dict[str, str] | None = None, timeout: int = 900) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True, timeout=timeout,
                           env=env)
@@ -194,18 +210,11 @@ def run_row(row: Row, fs: str, work: str, env: dict[str, str] | None = None) -> 
     if p.returncode != 0:
         res["error"] = f"crash-image: exit {p.returncode}: {p.stderr.strip()[-200:]}"
         return res
-    mnt = tempfile.mkdtemp(prefix="pc-fstable-")
     try:
-        subprocess.run(["mount", "-o", "loop", img, mnt], check=True, capture_output=True)
-        try:
-            _plant(mnt, row.plant, row.workload)
-        finally:
-            subprocess.run(["umount", mnt], check=True, capture_output=True)
-    except (OSError, subprocess.CalledProcessError) as e:
+        _plant_image(img, fs, row)
+    except (OSError, PowercutError, MountError) as e:
         res["error"] = f"plant: {e}"
         return res
-    finally:
-        os.rmdir(mnt)
     p = _pc("recheck", run_dir, "--state", last, "--image", img, env=env)
     os.unlink(img)
     with open(os.path.join(work, "recheck.txt"), "w") as f:
