@@ -116,7 +116,7 @@ def old_bytes(workload: dict[str, Any], op_id: str, offset: int, length: int) ->
 
 
 def _plant(mnt: str, steps: list[list[Any]], workload: dict[str, Any]) -> None:
-    """The buggy outcome, made through the mounted file system."""
+    """The buggy outcome, made through the mounted file system (the unmount writes it back)."""
     def p(rel: str) -> str:
         return os.path.join(mnt, rel)
     for op, *a in steps:
@@ -154,7 +154,6 @@ def _plant(mnt: str, steps: list[list[Any]], workload: dict[str, Any]) -> None:
             os.removexattr(p(a[0]), a[1])
         elif op == "setxattr":
             os.setxattr(p(a[0]), a[1], a[2].encode())
-    os.sync()
 
 
 def _plant_image(img: str, fs: str, row: Row) -> None:
