@@ -33,6 +33,9 @@ EXEC = BUILD / "pc-exec"
 RECORDER = BUILD / "pc-recorder"
 # The kernel the vm tests boot (`make bench` and the README use the same package).
 KERNEL_612 = "debian:linux-image-6.12-amd64"
+# Every package a campaign's workloads can come from: the layers below bench (tests/test_layers.py).
+# The benchmarks' data (fstests' sequences, known bugs' workloads) must stay out of their reach.
+GENERATOR_PACKAGES = ("foundation", "workloads", "replay", "checkers", "harness", "fuzz")
 
 
 def is_root() -> bool:
