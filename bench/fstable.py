@@ -21,6 +21,7 @@ sequences: it lives here, outside corpus/ and away from every generator
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import json
 import os
@@ -28,11 +29,17 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from foundation.errors import UsageError
+from foundation import kmount
+from foundation.errors import PowercutError, UsageError
+from foundation.jsondoc import write_json
+from foundation.kmount import MountError
+from foundation.loopdev import recorded_loop
+from foundation.runstate import RunState
+from foundation.sparse import punch_hole
+from harness.backends.calibrate import mount_point
 from workloads.format import parse_workload
 from workloads.pattern import generate
 from workloads.plan import build_plan
@@ -93,7 +100,7 @@ def load_table(root: str = TABLE_DIR, only: str = "") -> list[Row]:
     rows = [load_row(p) for p in sorted(glob.glob(os.path.join(root, "*.json")))]
     if only:
         pats = [p.strip() for p in only.split(",") if p.strip()]
-        rows = [r for r in rows if any(re.fullmatch(p.replace("*", ".*"), r.id) for p in pats)]
+        rows = [r for r in rows if any(fnmatch.fnmatchcase(r.id, p) for p in pats)]
         if not rows:
             raise UsageError(f"fstests table: no row matches {only!r}")
     return rows
@@ -109,7 +116,7 @@ def old_bytes(workload: dict[str, Any], op_id: str, offset: int, length: int) ->
 
 
 def _plant(mnt: str, steps: list[list[Any]], workload: dict[str, Any]) -> None:
-    """The buggy outcome, made through the mounted file system."""
+    """The buggy outcome, made through the mounted file system (the unmount writes it back)."""
     def p(rel: str) -> str:
         return os.path.join(mnt, rel)
     for op, *a in steps:
@@ -147,15 +154,18 @@ def _plant(mnt: str, steps: list[list[Any]], workload: dict[str, Any]) -> None:
             os.removexattr(p(a[0]), a[1])
         elif op == "setxattr":
             os.setxattr(p(a[0]), a[1], a[2].encode())
-    os.sync()
 
 
-def punch_hole(fd: int, offset: int, length: int) -> None:
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
-    if libc.fallocate(fd, 0x01 | 0x02, offset, length) != 0:  # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE
-        raise OSError(ctypes.get_errno(), "fallocate(PUNCH_HOLE)")
+def _plant_image(img: str, fs: str, row: Row) -> None:
+    """IMG on a loop device, mounted, planted, unmounted: each written into a run state's journal
+    first, so a killed run leaves nothing `powercut cleanup` does not know of."""
+    state = RunState.create("fstests table plant")
+    try:
+        with recorded_loop(state, img) as loop, mount_point(state, "mnt") as mnt:
+            kmount.mount(loop.path, mnt, fs)
+            _plant(mnt, row.plant, row.workload)
+    finally:
+        state.teardown_or_warn()
 
 
 def _pc(*args: str, env: dict[str, str] | None = None, timeout: int = 900) -> subprocess.CompletedProcess[str]:
@@ -199,18 +209,11 @@ def run_row(row: Row, fs: str, work: str, env: dict[str, str] | None = None) -> 
     if p.returncode != 0:
         res["error"] = f"crash-image: exit {p.returncode}: {p.stderr.strip()[-200:]}"
         return res
-    mnt = tempfile.mkdtemp(prefix="pc-fstable-")
     try:
-        subprocess.run(["mount", "-o", "loop", img, mnt], check=True, capture_output=True)
-        try:
-            _plant(mnt, row.plant, row.workload)
-        finally:
-            subprocess.run(["umount", mnt], check=True, capture_output=True)
-    except (OSError, subprocess.CalledProcessError) as e:
+        _plant_image(img, fs, row)
+    except (OSError, PowercutError, MountError) as e:
         res["error"] = f"plant: {e}"
         return res
-    finally:
-        os.rmdir(mnt)
     p = _pc("recheck", run_dir, "--state", last, "--image", img, env=env)
     os.unlink(img)
     with open(os.path.join(work, "recheck.txt"), "w") as f:
@@ -281,14 +284,12 @@ def run_table(rows: list[Row], out: str, fs_only: str = "", resume: bool = False
                     r = json.load(f)
             else:
                 r = run_row(row, fs, work)
-                with open(saved, "w") as f:
-                    json.dump(r, f)
+                write_json(saved, r)  # whole or absent: --resume trusts what it finds
                 print(line(r), flush=True)
             r["expect"] = "missed" if fs in row.missed else "flagged"
             results.append(r)
     doc = {"rows": results, "summary": summary(results)}
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump(doc, f, indent=1)
+    write_json(os.path.join(out, "results.json"), doc, indent=1)
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write(render_md(rows, results))
     return doc

@@ -44,20 +44,16 @@ def recorder_overhead(state: RunState, reps: int, fsyncs: int, backend: str = "f
 def bench_recorder(quick: bool, backend: str = "fuse", kernel_spec: str | None = None) -> dict[str, Any]:
     """`powercut bench --only recorder [--backend dm [--kernel K]]`: with a kernel, dm is measured
     in a guest of it where this kernel has no dm-log-writes (as `make bench` does)."""
-    if backend == "dm" and kernel_spec:
-        state = RunState.create("bench")
-        try:
-            fsync = bench_dm_recorder(kernel_spec, state.scratch, quick)
-        finally:
-            state.teardown_or_warn()
-        assert fsync is not None   # a kernel was given
-        return {"recorder_fsync_p50_ratio": fsync["ratio"], "details": {"fsync": fsync}}
-    engine(backend).require()
+    dm_anywhere = backend == "dm" and bool(kernel_spec)  # here if this kernel has dm, else in a guest
+    if not dm_anywhere:
+        engine(backend).require()
     state = RunState.create("bench")
     try:
-        fsync = recorder_overhead(state, 1 if quick else 3, 200 if quick else 1000, backend)
+        fsync = (bench_dm_recorder(kernel_spec, state.scratch, quick) if dm_anywhere
+                 else recorder_overhead(state, 1 if quick else 3, 200 if quick else 1000, backend))
     finally:
         state.teardown_or_warn()
+    assert fsync is not None   # bench_dm_recorder has a kernel
     return {"recorder_fsync_p50_ratio": fsync["ratio"], "details": {"fsync": fsync}}
 
 

@@ -28,6 +28,7 @@ from foundation import ownership, paths
 from foundation.errors import UsageError
 from foundation.jsondoc import write_json
 from fuzz.bisect import Bisection, KernelChoice, from_finding
+from fuzz.store import FindingStore
 from harness.pipeline.config import RunConfig
 
 TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bugpairs.json")
@@ -99,10 +100,9 @@ def _fuzz_argv(bug: Bug, cdir: str, resume: bool, seconds: float, jobs: int) -> 
 
 
 def _findings(cdir: str) -> list[str]:
+    """The campaign's saved findings (their directory names), complete ones only."""
     d = os.path.join(cdir, "findings")
-    if not os.path.isdir(d):
-        return []
-    return sorted(f for f in os.listdir(d) if f[:3].isdigit() and os.path.isfile(os.path.join(d, f, "finding.json")))
+    return [s["dir"] for s in FindingStore(d).saved()] if os.path.isdir(d) else []
 
 
 def _session(argv: list[str], cdir: str, log: str, clock0: float, seen: dict[str, float]) -> int:

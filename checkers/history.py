@@ -179,7 +179,6 @@ class HistoryBuilder:
         self.ns: dict[str, int] = {ROOT: ROOT_INO}
         self.ns_list: list[dict[str, int]] = [self.ns]
         self.fds: dict[tuple[int, int], tuple[int, bool, bool]] = {}   # (thread, slot) -> (ino, o_sync, o_append)
-        self.direct_fds: set[tuple[int, int]] = set()                 # (thread, slot) opened O_DIRECT
         self.persists: list[Persist] = []
         self.name_changes: list[tuple[int, frozenset[str], frozenset[int]]] = []
         self.uncertain: set[str] = set()
@@ -187,7 +186,7 @@ class HistoryBuilder:
         self.disagreements: list[Disagreement] = []
         self.statx: dict[int, StatxResult] = {}  # inode -> the untorn-write limits statx last read for it
         self.linkable: set[int] = set()   # O_TMPFILE files linkat may still name
-        self.access: dict[tuple[int, int], tuple[bool, bool, bool]] = {}  # fd -> readable, writable, O_APPEND
+        self.access: dict[tuple[int, int], tuple[bool, bool, bool]] = {}  # fd -> readable, writable, O_DIRECT
         self.reflink = reflink            # clones work here (None: not known, either answer is taken)
         self._next_ino = 1
 
@@ -278,12 +277,7 @@ class HistoryBuilder:
     def parent_errno(self, path: str) -> int | None:
         """errno of looking up PATH's parent directory, None if it is one."""
         parent = _parent(path)
-        if parent == "":
-            return None
-        ino = self.lookup(parent)
-        if ino is None:
-            return self.missing(parent)
-        return None if ino.kind == "dir" else E.ENOTDIR
+        return None if parent == "" else self.dir_errno(parent)
 
     def children(self, path: str) -> list[str]:
         pre = path + "/"
@@ -389,11 +383,7 @@ class HistoryBuilder:
     def bind_fd(self, ex: Exec, ino: Inode, flags: set[str]) -> None:
         key = (ex.rec.thread, ex.f("fd"))
         self.fds[key] = (ino.ino, bool(flags & O_SYNC_FLAGS), "O_APPEND" in flags)
-        if "O_DIRECT" in flags:
-            self.direct_fds.add(key)
-        else:
-            self.direct_fds.discard(key)
-        self.access[key] = ("O_WRONLY" not in flags, bool(flags & {"O_WRONLY", "O_RDWR"}), "O_APPEND" in flags)
+        self.access[key] = ("O_WRONLY" not in flags, bool(flags & {"O_WRONLY", "O_RDWR"}), "O_DIRECT" in flags)
 
     def open_tmpfile(self, ex: Exec, d: Inode | None, path: str, flags: set[str]) -> None:
         """open(2) O_TMPFILE: opened for writing and without O_CREAT, else EINVAL before any
@@ -441,7 +431,7 @@ class HistoryBuilder:
         count = max(0, min(ex.f("length"), src.size - s_in))
         overlap = src is dst and s_out + count > s_in and s_out < s_in + count
         err = self.rw_errno(ex, src, dst) or (E.EINVAL if overlap else None)
-        direct = {(ex.rec.thread, ex.f("from_fd")), (ex.rec.thread, ex.f("fd"))} & self.direct_fds
+        direct = any(self.access[(ex.rec.thread, ex.f(k))][2] for k in ("from_fd", "fd"))
         # Without a remap, vfs_copy_file_range falls back to do_splice_direct, which reads
         # and writes through the fds' own read_iter/write_iter: an O_DIRECT side keeps
         # O_DIRECT's alignment rule (open(2): EINVAL for an unaligned offset or length),
@@ -483,8 +473,9 @@ class HistoryBuilder:
         """fs/read_write.c generic_file_rw_checks: directories, then the fds' access modes."""
         if src.kind == "dir" or dst.kind == "dir":
             return E.EISDIR
-        readable = self.access.get((ex.rec.thread, ex.f("from_fd")), (True, True, False))[0]
-        _, writable, append = self.access.get((ex.rec.thread, ex.f("fd")), (True, True, False))
+        readable = self.access[(ex.rec.thread, ex.f("from_fd"))][0]
+        dst = (ex.rec.thread, ex.f("fd"))
+        writable, append = self.access[dst][1], self.fds[dst][2]
         return None if readable and writable and not append else E.EBADF
 
     def copy_range(self, ex: Exec, src: Inode, start: int, dst: Inode, at: int, count: int) -> None:
@@ -505,7 +496,7 @@ class HistoryBuilder:
 
     def op_close(self, ex: Exec) -> None:
         self.fds.pop((ex.rec.thread, ex.f("fd")), None)
-        self.direct_fds.discard((ex.rec.thread, ex.f("fd")))
+        self.access.pop((ex.rec.thread, ex.f("fd")), None)
 
     def op_write(self, ex: Exec) -> None:
         ino, osync, append = self.fd_inode(ex)

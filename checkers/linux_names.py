@@ -13,6 +13,7 @@ only hide findings, never invent one).
 
 from __future__ import annotations
 
+import bisect
 import os
 import stat
 from dataclasses import dataclass
@@ -48,6 +49,14 @@ class NameIndex:
         self.by_path: dict[str, list[Change]] = {}
         self.by_ino: dict[int, list[Change]] = {}
         self.in_dir: dict[int, list[Change]] = {}
+        # The syncs, in order: where each ran, and the highest prefix one up to it made durable.
+        self._sync_pos: list[int] = []
+        self._sync_floor: list[int] = []
+        for p in h.persists:  # in completion order
+            if p.ino is None:
+                self._sync_pos.append(p.ex.pos)
+                self._sync_floor.append(max([p.prefix, *self._sync_floor[-1:]]))
+        self._displaced: dict[tuple[int, int], set[int]] = {}
         for pos, paths, _ in h.name_changes:
             for path in paths:
                 if any(a in paths for a in _ancestors(path)):
@@ -101,7 +110,9 @@ class NameIndex:
         their own name changes are carried by the fsync too (ext4 and xfs: by ordering anyway).
         Committed: the name held at the last sync before the op took it; a name given and
         taken within one transaction is no conflict (nothing of it on disk to replay over)."""
-        syncs = [p for p in self.h.persists if p.ino is None]
+        got = self._displaced.get((ino, q))
+        if got is not None:
+            return got
         out: set[int] = set()
         todo = [ino]
         while todo:
@@ -109,11 +120,12 @@ class NameIndex:
             for c in self.by_ino.get(x, ()):
                 if c.after != x or c.pos >= q:
                     continue
-                done = [p.prefix for p in syncs if p.ex.pos < c.pos]
-                held = self.h.ns[max(done)].get(c.path) if done else None
+                n = bisect.bisect_left(self._sync_pos, c.pos)  # the syncs before the op
+                held = self.h.ns[self._sync_floor[n - 1]].get(c.path) if n else None
                 if held is not None and held not in (x, ino) and held not in out and c.before != held:
                     out.add(held)  # taken from HELD, which had moved away (not a rename-over victim)
                     todo.append(held)
+        self._displaced[(ino, q)] = out
         return out
 
     def ordered_floor(self, p: Persist) -> int:

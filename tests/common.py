@@ -22,6 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from workloads.plan import Plan, render_plan
+from workloads.results import Results, read_records
+
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "build"
 POWERCUT = [sys.executable, "-m", "cli.main"]
@@ -30,6 +33,9 @@ EXEC = BUILD / "pc-exec"
 RECORDER = BUILD / "pc-recorder"
 # The kernel the vm tests boot (`make bench` and the README use the same package).
 KERNEL_612 = "debian:linux-image-6.12-amd64"
+# Every package a campaign's workloads can come from: the layers below bench (tests/test_layers.py).
+# The benchmarks' data (fstests' sequences, known bugs' workloads) must stay out of their reach.
+GENERATOR_PACKAGES = ("foundation", "workloads", "replay", "checkers", "harness", "fuzz")
 
 
 def is_root() -> bool:
@@ -58,6 +64,14 @@ def run_exec(plan: Path, directory: Path, *args: str, check: bool = True) -> sub
     """pc-exec runs PLAN on DIRECTORY (a plain directory: no recording)."""
     return subprocess.run([str(EXEC), "--plan", str(plan), "--dir", str(directory), *args],
                           capture_output=True, check=check)
+
+
+def exec_plan(plan: Plan, work: Path) -> tuple[Results, list[tuple[int, str]]]:
+    """pc-exec runs PLAN on WORK/fs (made here; no recording): its records and its marks, (index, text)."""
+    (work / "fs").mkdir(parents=True)
+    (work / "plan").write_text(render_plan(plan))
+    run_exec(work / "plan", work / "fs", "--out", str(work / "records"), "--mark-file", str(work / "marks"))
+    return read_records(work / "records", plan), list(enumerate((work / "marks").read_text().splitlines()))
 
 
 def report(out: Path) -> dict:

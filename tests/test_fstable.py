@@ -13,14 +13,10 @@ from pathlib import Path
 import pytest
 
 from bench import fstable
-from common import ROOT, require_root_stack
+from common import GENERATOR_PACKAGES, ROOT, require_root_stack
 from conftest import PcEnv
 from foundation.errors import UsageError
 from harness.corpus.entries import CORPUS_DIR, load_corpus
-
-# Generators and everything they call: none may name the table (benchmark honesty: these
-# are fstests' own sequences; a generator seeded with them would find what it was shown).
-GENERATOR_PACKAGES = ("workloads", "fuzz", "harness", "checkers", "replay", "foundation")
 
 
 def test_every_row_loads_and_rows_not_run_say_why() -> None:
@@ -48,7 +44,9 @@ def test_a_bad_row_is_one_clear_error(tmp_path: Path) -> None:
 
 
 def test_no_generator_reads_the_fstests_table() -> None:
-    """No module below bench/ names the table, and the corpus walk does not reach it."""
+    """No module below bench/ names the table, and the corpus walk does not reach it (benchmark
+    honesty: these are fstests' own sequences; a generator seeded with them would find what it
+    was shown)."""
     for pkg in GENERATOR_PACKAGES:
         for path in (ROOT / pkg).rglob("*.py"):
             text = path.read_text()

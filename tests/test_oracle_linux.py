@@ -14,7 +14,7 @@ import pytest
 
 from checkers.fsrules import RULES, Semantics
 from checkers.oracle import ContentOracle
-from bench.fstable import punch_hole
+from foundation.sparse import punch_hole
 from test_oracle import Run
 
 FS = ["ext4", "xfs", "btrfs"]

@@ -13,16 +13,15 @@ from __future__ import annotations
 import dataclasses
 import errno as E
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from checkers.history import build_history
+from common import exec_plan
 from conftest import BUILD, WORKLOADS, PcEnv, needs_root_stack
 from workloads.format import parse_workload
-from workloads.plan import build_plan, render_plan
-from workloads.results import read_records
+from workloads.plan import build_plan
 
 pytestmark = pytest.mark.skipif(not (BUILD / "pc-exec").exists(), reason="build/pc-exec not built (make test)")
 
@@ -84,14 +83,10 @@ def run_exec(tmp: Path, ops: list[dict], tamper=None):
     """pc-exec on a scratch directory (the host's file system, the real kernel): the model's history."""
     plan = build_plan(parse_workload({"format": "powercut-workload/1", "name": "precedence",
                                       "threads": [{"name": "main", "ops": ops}]}))
-    (tmp / "fs").mkdir(parents=True)
-    (tmp / "plan").write_text(render_plan(plan))
-    subprocess.run([str(BUILD / "pc-exec"), "--plan", str(tmp / "plan"), "--dir", str(tmp / "fs"),
-                    "--out", str(tmp / "records"), "--mark-file", str(tmp / "marks")], check=True, capture_output=True)
-    results = read_records(tmp / "records", plan)
+    results, marks = exec_plan(plan, tmp)
     if tamper:
         results = dataclasses.replace(results, records=tuple(tamper(r) for r in results.records))
-    return build_history(plan, results, list(enumerate((tmp / "marks").read_text().splitlines())))
+    return build_history(plan, results, marks)
 
 
 @pytest.mark.parametrize("path", [CASES, TMPFILE], ids=["precedence", "tmpfile"])

@@ -33,13 +33,12 @@ from typing import Any
 import pytest
 
 from checkers.history import build_history
-from common import EXEC, require_exec, require_root
+from common import exec_plan, require_exec, require_root
 from foundation import kmount, ownership
 from foundation.filesystems import get_fs
 from foundation.loopdev import LoopDevice
 from workloads.format import parse_workload
-from workloads.plan import build_plan, render_plan
-from workloads.results import read_records
+from workloads.plan import build_plan
 
 pytestmark = [pytest.mark.e2e, require_root, require_exec]
 
@@ -95,12 +94,7 @@ def run_batch(mnt: Path, k: int, batch: list[tuple[int, dict[str, Any]]]) -> tup
     plan = build_plan(parse_workload({"format": "powercut-workload/1", "name": "precedence",
                                       "threads": [{"name": "m", "ops": batch_ops(batch)}]}))
     work = mnt / f"b{k}"
-    (work / "fs").mkdir(parents=True)
-    (work / "plan").write_text(render_plan(plan))
-    subprocess.run([str(EXEC), "--plan", str(work / "plan"), "--dir", str(work / "fs"), "--out", str(work / "records"),
-                    "--mark-file", str(work / "marks")], check=True, capture_output=True)
-    results = read_records(work / "records", plan)
-    marks = list(enumerate((work / "marks").read_text().splitlines()))
+    results, marks = exec_plan(plan, work)
     h = build_history(plan, results, marks)
     ids = {op.seq: op.id for _, op in plan.ops() if op.id}
     tampered = dataclasses.replace(results, records=tuple(

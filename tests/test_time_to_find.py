@@ -18,12 +18,12 @@ import os
 import pytest
 
 from bench.ttf import load_table
-from common import vm
+from common import KERNEL_612, vm
 from conftest import PcEnv
 
 pytestmark = vm  # boots QEMU guests: root for apt-get, the kernel cache and scratch dirs
 
-PKG = "linux-image-6.12-amd64"
+PKG = KERNEL_612.removeprefix("debian:")   # the table names Debian packages
 
 
 def test_planted_bug_is_found_rechecked_on_the_fixed_kernel_and_timed(pc: PcEnv) -> None:

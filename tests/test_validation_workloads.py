@@ -12,15 +12,12 @@ reads a bug's `workload` (it only builds the campaign from fs and options).
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 from bench.ttf import load_table
+from common import GENERATOR_PACKAGES, ROOT
 from workloads.format import load_workload
 
-ROOT = Path(__file__).resolve().parents[1]
 VALIDATION = ROOT / "bench" / "validation"
-# Every package a campaign's workloads can come from (tests/test_layers.py: below bench).
-GENERATOR_PACKAGES = ("foundation", "workloads", "replay", "checkers", "harness", "fuzz")
 
 
 def test_every_pair_names_a_validation_workload_that_loads() -> None:

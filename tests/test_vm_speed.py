@@ -19,14 +19,13 @@ import os
 
 import pytest
 
-from common import vm
+from common import KERNEL_612, vm
 from conftest import PcEnv
 from harness.backends.dm import support as dm_support
 
 pytestmark = vm  # boots QEMU guests: root for apt-get, the kernel cache and scratch dirs
 
 BUGGY = "debian:linux-image-6.12.117+deb12-amd64"
-KERNEL = "debian:linux-image-6.12-amd64"   # make bench's BENCH_KERNEL
 
 
 def test_the_known_btrfs_fsync_unlink_bug_is_found_through_the_batched_guest(pc: PcEnv) -> None:
@@ -47,7 +46,7 @@ def test_the_known_btrfs_fsync_unlink_bug_is_found_through_the_batched_guest(pc:
 
 def test_bench_reports_fuse_and_vm_rates_on_campaign_workloads_and_their_ratio(pc: PcEnv) -> None:
     out = pc.tmp / "bench.json"
-    pc.run("bench", "--only", "vm", "--quick", "--kernel", KERNEL, "--json", str(out),
+    pc.run("bench", "--only", "vm", "--quick", "--kernel", KERNEL_612, "--json", str(out),
            check_rc=0, timeout=1800)
     b = json.loads(out.read_text())
     vm = b["details"]["vm"]
@@ -69,7 +68,7 @@ def test_bench_kernel_measures_the_dm_recorder_in_a_guest_of_that_kernel(pc: PcE
     """The dm recorder's fsync overhead where this kernel has no dm-log-writes: measured in a
     guest of --kernel (the host's root over 9p), the JSON brought back to the host."""
     out = pc.tmp / "bench.json"
-    pc.run("bench", "--only", "recorder", "--backend", "dm", "--quick", "--kernel", KERNEL, "--json", str(out),
+    pc.run("bench", "--only", "recorder", "--backend", "dm", "--quick", "--kernel", KERNEL_612, "--json", str(out),
            check_rc=0, timeout=1800)
     b = json.loads(out.read_text())
     fsync = b["details"]["fsync"]

@@ -196,12 +196,11 @@ class _Checker:
             if op["fd"] in open_fds:
                 raise _fail([*at, "fd"], f"fd {op['fd']!r} is already open (close it first)")
             open_fds.add(op["fd"])
-        elif kind in FD_USERS and op["fd"] not in open_fds:
-            when = "after it was closed" if op["fd"] in closed else "before it is opened"
-            raise _fail([*at, "fd"], f"fd {op['fd']!r} is used {when}")
-        if "from_fd" in op and op["from_fd"] not in open_fds:  # copy_file_range, clone: the source's fd
-            when = "after it was closed" if op["from_fd"] in closed else "before it is opened"
-            raise _fail([*at, "from_fd"], f"fd {op['from_fd']!r} is used {when}")
+        else:  # the fds it uses (from_fd: the source of copy_file_range and clone) must be open
+            for f in [f for f in ("fd", "from_fd") if f in op and (f != "fd" or kind in FD_USERS)]:
+                if op[f] not in open_fds:
+                    when = "after it was closed" if op[f] in closed else "before it is opened"
+                    raise _fail([*at, f], f"fd {op[f]!r} is used {when}")
         if kind == "close":
             open_fds.discard(op["fd"])
             closed.add(op["fd"])

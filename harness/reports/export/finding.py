@@ -66,7 +66,7 @@ def load(directory: str) -> ExportInput:
     if any(op["op"] == "repeat" for t in doc["threads"] for op in t["ops"]):
         raise UsageError(f"{directory}: export does not handle repeat ops yet")
     ops, order = _serialised(doc, log)
-    done = _completed(order, info.get("crash_mark"), len(doc["threads"]))
+    done = _completed(order, info.get("crash_mark"))
     if info["kind"] == "kernel" and info.get("evidence", {}).get("phase") == "workload":
         done = len(order)  # the kernel complained while running the ops: all of them run, then the power cut
     # A crash point after some of the next op's writes: that op had begun to
@@ -122,14 +122,13 @@ def _serialised(doc: dict[str, Any], log: str) -> tuple[list[dict[str, Any]], li
     return ops, order + [i for i in range(len(ops)) if i not in order]  # never marked: last
 
 
-def _completed(order: list[int], crash_mark: str | None, threads: int) -> int:
-    """How many ops of ORDER had returned at a crash point whose last mark is CRASH_MARK."""
-    if threads == 1:
-        return completed_ops(crash_mark, len(order))
+def _completed(order: list[int], crash_mark: str | None) -> int:
+    """How many ops of ORDER had returned at a crash point whose last mark is CRASH_MARK
+    (an op's mark: those up to it in ORDER; one thread's ORDER is its program order)."""
     mark = parse_mark(crash_mark) if crash_mark else None
-    if mark is None or mark.event != "op" or mark.seq is None:
-        return completed_ops(crash_mark, len(order))
-    return order.index(mark.seq) + 1 if mark.seq in order else 0
+    if mark is not None and mark.event == "op" and mark.seq in order:
+        return order.index(mark.seq) + 1
+    return completed_ops(crash_mark, len(order))
 
 
 def completed_ops(crash_mark: str | None, n_ops: int) -> int:

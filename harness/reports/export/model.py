@@ -52,12 +52,22 @@ class Inode:
 
 @dataclass
 class _Fd:
+    """An export's fd: its slot in the history's fd table, which keeps its modes, and its position."""
+    b: HistoryBuilder
     slot: int
     pos: int
-    read: bool
-    write: bool
-    append: bool
-    direct: bool
+
+    @property
+    def write(self) -> bool:
+        return self.b.access[(0, self.slot)][1]
+
+    @property
+    def append(self) -> bool:
+        return self.b.fds[(0, self.slot)][2]
+
+    @property
+    def direct(self) -> bool:
+        return self.b.access[(0, self.slot)][2]
 
 
 class State:
@@ -146,10 +156,7 @@ class Model:
         """The fd table and positions after EX (history.py keeps inodes, not positions)."""
         k = op["op"]
         if k in ("open", "creat") and ex.ok and (0, ex.f("fd")) in self.b.fds:
-            flags = ["O_CREAT", "O_WRONLY", "O_TRUNC"] if k == "creat" else op["flags"]
-            self.fds[op["fd"]] = _Fd(ex.f("fd"), 0, "O_WRONLY" not in flags,
-                                     "O_WRONLY" in flags or "O_RDWR" in flags, "O_APPEND" in flags,
-                                     "O_DIRECT" in flags)
+            self.fds[op["fd"]] = _Fd(self.b, ex.f("fd"), 0)
         elif k == "close":
             self.fds.pop(op["fd"], None)
         elif fd is not None and ex.ok and (k in ("write", "read") or (k == "pwritev2" and op.get("offset", -1) < 0)):
