@@ -23,7 +23,7 @@ import pytest
 import common
 from conftest import POWERCUT, PcEnv, needs_root_stack
 from fuzz.trial import digest
-from netlab import MOUNT_MARK, NETNS_DIR, PORT, Lab, lab, lab_namespaces, mounted
+from netlab import MOUNT_MARK, NETNS_DIR, PORT, Lab, lab, lab_namespaces, mounted, sweep_dead_labs
 
 pytestmark = [pytest.mark.e2e, needs_root_stack,
               pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed (make deps)")]
@@ -248,6 +248,7 @@ with lab(Path(sys.argv[2]), 1) as n:
 def test_a_killed_lab_is_swept_by_the_next_one(pc: PcEnv) -> None:
     """A lab whose process is killed (-9: no finally runs) leaves its namespaces, its
     redis-server and the /run/netns mount; the next lab takes them all away."""
+    sweep_dead_labs()  # a dead lab's mount is the sweep's to take, not part of `before`
     before = mounted(NETNS_DIR)
     child = subprocess.Popen([sys.executable, "-c", KILLED_LAB, str(Path(__file__).parent), str(pc.tmp)],
                              stdout=subprocess.PIPE, text=True)
@@ -267,6 +268,7 @@ def test_a_killed_lab_is_swept_by_the_next_one(pc: PcEnv) -> None:
 
 def test_the_lab_leaves_no_namespace_and_no_netns_mount(pc: PcEnv) -> None:
     # `ip netns add` bind-mounts /run/netns the first time; a lab that caused it must undo it.
+    sweep_dead_labs()  # a dead lab's mount is the sweep's to take, not part of `before`
     before = mounted(NETNS_DIR)
     with lab(pc.tmp, 1) as n:
         assert mounted(NETNS_DIR) and os.path.exists(os.path.join(NETNS_DIR, n.ns(0)))
