@@ -133,9 +133,7 @@ class LiveVm:
             n = len(self.fresh)
             image, prefix = os.path.join(scratch, f"fresh-{n}.img"), os.path.join(scratch, f"fresh-{n}.log")
             os.close(ownership.create_file(image, device_bytes))
-            p = sysres.run(fs.mkfs_cmd(image, mkfs_opts), check=False, timeout=600)
-            if p.returncode != 0:
-                raise EnvError(f"mkfs.{fs.name} {mkfs_opts} failed: {(p.stderr or p.stdout).strip().splitlines()[-1:]}")
+            fs.make(image, mkfs_opts)
             image_prefix(image, prefix, MARK_MKFS, SECTOR_SIZE)
             self.fresh[key] = FreshFs(image, prefix)
         return self.fresh[key]
