@@ -31,7 +31,7 @@ from checkers.findings import kernel_finding
 from checkers.crashwalk.recovery import PointInspect
 from harness.backends.dm.logdisk import finish_log, log_disk_bytes, log_end
 from harness.backends.vm.recovery import MAX_IMAGES_PER_BOOT, VmRecovery
-from foundation import ownership, sysres
+from foundation import ownership
 from foundation.errors import EnvError, KernelFailure, UsageError
 from foundation.filesystems import FsType
 from foundation.runstate import RunState
