@@ -12,10 +12,11 @@ import sys
 from foundation import runstate
 
 
-def cleanup_dead_runs(verbose: bool = True) -> tuple[int, list[str]]:
+def cleanup_dead_runs(verbose: bool = True, owners: set[int] | None = None) -> tuple[int, list[str]]:
+    """Tear down the runs whose owning process is gone (with OWNERS: only those these pids owned)."""
     cleaned, failed = 0, []
     for run in runstate.all_runs():
-        if run.owner_alive():
+        if run.owner_alive() or (owners is not None and run.owner_pid() not in owners):
             continue
         live = run.live_resources()
         errs = run.teardown(log=lambda m: print(m, file=sys.stderr))

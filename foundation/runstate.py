@@ -160,12 +160,19 @@ class RunState:
             print(f"powercut: {len(failed)} resource(s) left behind: run `powercut cleanup`", file=sys.stderr)
 
     def owner_alive(self) -> bool:
+        meta = self._meta()
+        return meta is not None and _proc_start_time(meta["pid"]) == meta.get("start_time") is not None
+
+    def owner_pid(self) -> int | None:
+        meta = self._meta()
+        return None if meta is None else int(meta["pid"])
+
+    def _meta(self) -> dict[str, Any] | None:
         try:
             with open(os.path.join(self.path, "run.json")) as f:
-                meta = json.load(f)
+                return dict(json.load(f))
         except (OSError, json.JSONDecodeError):
-            return False
-        return _proc_start_time(meta["pid"]) == meta.get("start_time") is not None
+            return None
 
 
 @contextmanager

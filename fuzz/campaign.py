@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from foundation import internal_error
+from foundation.cleanup import cleanup_dead_runs
 from foundation.parentdeath import signal_on_parent_death
 from checkers.crashwalk.recovery_modes import recovery_name
 from foundation.errors import PowercutError, Terminated
@@ -45,6 +46,11 @@ ENGINES = {"hypothesis": "fuzz.engine_hypothesis", "exhaustive": "fuzz.engine_ex
 WALKS_SPACE = ("exhaustive", "mixed")   # engines that walk the exhaustive space (its size, its progress)
 POLL_S = 1.0
 JOIN_S = 300.0
+
+
+def _join_s() -> float:
+    """How long a stopping worker may take beyond its shrink (POWERCUT_WORKER_STOP_S: tests)."""
+    return float(os.environ.get("POWERCUT_WORKER_STOP_S", JOIN_S))
 
 
 @dataclass
@@ -194,7 +200,7 @@ class Campaign:
             if terminate and p.is_alive() and p.pid:
                 os.kill(p.pid, signal.SIGTERM)
         # A worker shrinking a finding goes on until its shrink ends (--shrink-seconds).
-        join_s = JOIN_S + float(self.spec.options.get("shrink_seconds", 600))
+        join_s = _join_s() + float(self.spec.options.get("shrink_seconds", 600))
         for p in procs:
             while True:
                 try:
@@ -202,6 +208,23 @@ class Campaign:
                     break
                 except KeyboardInterrupt:  # a second Ctrl-C must not cut a teardown short
                     continue
+        self._kill_stuck(procs, join_s)
+
+    def _kill_stuck(self, procs: list[multiprocessing.process.BaseProcess], waited_s: float) -> None:
+        """A worker still alive after the wait is stuck (deaf to its SIGTERM, a hang in its own
+        teardown): kill it and release what it recorded, or the campaign would wait for it at exit
+        for ever and its loop devices and mounts stay."""
+        stuck = [p for p in procs if p.is_alive() and p.pid]
+        if not stuck:
+            return
+        for p in stuck:
+            os.kill(p.pid, signal.SIGKILL)
+        for p in stuck:
+            p.join(JOIN_S)
+        _, failed = cleanup_dead_runs(verbose=False, owners={p.pid for p in stuck if p.pid})
+        names = ", ".join(p.name or "?" for p in stuck)
+        left = f"; left behind: {len(failed)} resource(s), run `powercut cleanup`" if failed else ", devices released"
+        print(f"powercut fuzz: {names} did not stop within {waited_s:.0f} s: killed{left}", file=sys.stderr)
 
     # -- a joined campaign -----------------------------------------------------------
     def _heartbeat(self) -> Heartbeat | contextlib.nullcontext[None]:

@@ -303,3 +303,40 @@ def test_soak_summary_exits_1_on_findings_and_2_without_campaigns(tmp_path: Path
     assert p.returncode == 1 and "| xfs | linux | ? | hypothesis | 1.0 min | 3 | 5-9 | 40 | mount 4 | 1 |" in p.stdout
     p = subprocess.run([*cmd, str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 2 and "no campaign report.json" in p.stderr and "Traceback" not in p.stderr
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{p}/stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            kids.append(int(p))
+    return kids
+
+
+def test_a_worker_deaf_to_its_sigterm_is_killed_and_its_devices_released(pc: PcEnv) -> None:
+    """A worker that does not stop when told (seen: a hang in its own teardown) must not keep
+    the campaign at exit for ever, nor leave its loop devices and mounts: after the wait it is
+    killed and what it recorded is released. SIGSTOP makes one deaf to everything but SIGKILL."""
+    out = pc.tmp / "c"
+    proc = subprocess.Popen([*POWERCUT, "fuzz", "--fs", "ext4", "--duration", "10m", "--jobs", "2",
+                             "--shrink-seconds", "1", "--out", str(out)],
+                            env=pc.env(POWERCUT_WORKER_STOP_S="3"), cwd=pc.tmp,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not ((workers := _children(proc.pid)) and len(workers) == 2
+               and any(x.startswith("loop ") for x in pc.leftovers())):
+        assert proc.poll() is None and time.monotonic() < deadline, "the campaign's workers never held a device"
+        time.sleep(0.1)
+    os.kill(workers[0], signal.SIGSTOP)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 130, err
+    assert "did not stop within" in err and "killed, devices released" in err, err
+    assert pc.leftovers() == []
+    assert not Path(f"/proc/{workers[0]}").exists()
+    report = json.loads((out / "report.json").read_text())
+    assert len(report["failed_workers"]) == 1, report["failed_workers"]
