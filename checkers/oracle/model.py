@@ -175,7 +175,36 @@ class Model:
         ks, vals = self.index.name_changes_of(path)
         lo, hi = bisect.bisect_right(ks, floor), bisect.bisect_right(ks, v.n_done)
         got = {vals[lo - 1], *vals[lo:hi]} if floor <= v.n_done else set()  # versions in between change nothing
-        return got | {self.h.ns[k].get(path) for k in v.versions_after}, floor, why
+        got |= {self.h.ns[k].get(path) for k in v.versions_after}
+        return got | self.moved_dir_entries(path, floor, v), floor, why
+
+    def moved_dir_entries(self, path: str, floor: int, v: PointView) -> set[int | None]:
+        """Without ordered metadata (btrfs), a directory's name and its entries become durable
+        apart: an fsync logs a directory whose committed name its file took (or swapped) only as
+        existing (tree-log.c, log_conflicting_inodes: LOG_INODE_EXISTS, its inode and names, not
+        its entries), and nothing orders the directory's own entry changes before that. So PATH
+        may also name what a directory its parent may be, moved since PATH's floor, held under
+        PATH's base name at any version since that floor (and since that entry's own floor),
+        whatever the directory's path then."""
+        parent = os.path.dirname(path)
+        if not parent or self.semantics.holds("ordered-metadata"):
+            return set()
+        dirs = {i for i in self.candidates(parent, v)[0] if i is not None and self.h.inodes[i].kind == "dir"}
+        changes = [pos for pos, _, touched in self.h.name_changes
+                   if floor <= pos and (pos < v.n_done or pos + 1 in v.versions_after) and touched & dirs]
+        moved = {d for pos in changes for d in dirs
+                 if d in self.h.ns[pos].values() and d in self.h.ns[pos + 1].values()}
+        if not moved:
+            return set()  # each directory at one path all along: its entries are PATH's own versions
+        base = os.path.basename(path)
+        versions = {floor, *v.versions_after} | {pos + 1 for pos, _, _ in self.h.name_changes
+                                                 if floor <= pos < v.n_done}
+        out: set[int | None] = set()
+        for k in versions:
+            for q, i in self.h.ns[k].items():
+                if i in moved and k >= self.name_floor(f"{q}/{base}", v)[0]:
+                    out.add(self.h.ns[k].get(f"{q}/{base}"))
+        return out
 
     def uncertain(self, path: str, v: PointView) -> bool:
         parts = path.split("/")
