@@ -142,6 +142,17 @@ RULES: dict[str, Rule] = {r.name: r for r in [
               "shows the prealloc extent kept), 512 (falloc past EOF without -k on a tiny file, fsync: "
               "the data and the grown size, zeros after the data, as the .out's od dump shows)",
          tier="linux", unless=NO_JOURNAL),
+    Rule("btrfs-commit",
+         "an fsync (fdatasync, O_SYNC write, msync) during which btrfs committed its transaction (the "
+         "log shows the super block written with no log tree) made every op that had returned before "
+         "the call durable, as a sync there would",
+         frozenset({"btrfs"}),
+         "fs/btrfs/tree-log.c: an fsync that cannot use the log tree falls back to a full transaction "
+         "commit (BTRFS_LOG_FORCE_COMMIT), and a commit writes every change of the running transaction "
+         "before its super block (generation bumped, log_root 0; a log sync keeps the generation and "
+         "names the log root). xfstests generic/336, 343, 510 and btrfs/239 (moves and renames done before "
+         "an fsync of another inode are durable on btrfs): on 6.18 btrfs keeps them by such a commit",
+         tier="linux"),
     Rule("ordered-metadata",
          "namespace operations (create, mkdir, link, symlink, unlink, rmdir, rename) become durable "
          "in the order they completed: the recovered names are those after some prefix of them, and "

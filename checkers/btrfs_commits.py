@@ -1,0 +1,105 @@
+"""btrfs transaction commits, as the log shows them, and what a commit inside
+an fsync makes durable (the `btrfs-commit` rule, checkers/fsrules.py).
+
+btrfs writes its super block (64 KiB into the device) at the end of every
+transaction commit and of every log-tree sync. A commit drops the log tree:
+its super block has a log root of 0 and the new generation. A log sync
+keeps the generation and names the log tree's root. So the log tells, for
+each fsync, whether btrfs synced its log tree or fell back to a full
+transaction commit (tree-log.c: BTRFS_LOG_FORCE_COMMIT, btrfs_set_log_full_commit),
+and a commit carries every change of the running transaction: every op
+that had returned before the fsync was called.
+
+Counted only where no other commit can land in the fsync's window: one
+thread (no other op's sync or fsync runs meanwhile), and the fsync returned
+within HALF the commit interval of the workload's first op (the transaction
+kthread commits only a transaction older than the interval, default 30 s;
+the half leaves room for the mount before the first op).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from checkers.history import History, Persist
+from replay.logformat import LogReader
+
+SUPER_OFFSET = 64 * 1024
+_FIELDS = struct.Struct("<QQQQ")   # generation, root, chunk_root, log_root
+_FIELDS_AT = 0x48                  # after csum (32), fsid (16), bytenr, flags, magic
+_MAGIC = b"_BHRfS_M"
+_MAGIC_AT = 0x40
+COMMIT_INTERVAL_S = 30             # btrfs(5): commit=<seconds>, default 30
+RULE = "btrfs-commit"
+
+
+@dataclass(frozen=True)
+class Super:
+    index: int       # log entry
+    generation: int
+    log_root: int    # 0: written by a transaction commit
+
+    @property
+    def commit(self) -> bool:
+        return self.log_root == 0
+
+
+def supers(reader: LogReader) -> list[Super]:
+    """Every write of the primary super block, in log order."""
+    out = []
+    for e in reader.entries():
+        if not e.is_write:
+            continue
+        start, end = e.byte_range(reader.sectorsize)
+        if not start <= SUPER_OFFSET < end:
+            continue
+        block = reader.read_data(e)[SUPER_OFFSET - start:]
+        if block[_MAGIC_AT:_MAGIC_AT + 8] != _MAGIC:
+            continue  # mkfs zeroing the area, or not btrfs
+        gen, _, _, log_root = _FIELDS.unpack_from(block, _FIELDS_AT)
+        out.append(Super(e.index, gen, log_root))
+    return out
+
+
+def commit_interval(mount_opts: str) -> int:
+    for tok in mount_opts.replace(",", " ").split():
+        if tok.startswith("commit="):
+            try:
+                return int(tok.split("=", 1)[1]) or COMMIT_INTERVAL_S
+            except ValueError:
+                pass
+    return COMMIT_INTERVAL_S
+
+
+def add_commit_persists(h: History, found: list[Super], mount_opts: str = "") -> int:
+    """For each fsync (fdatasync, O_SYNC write, msync) whose call ends with a transaction
+    commit (the last super block written between the previous op's mark and its own is a
+    commit's), a whole-file-system persist at the fsync: what a sync there would make
+    durable. Returns how many were added."""
+    if len(h.threads) != 1 or not found or not h.execs:
+        return 0
+    limit_ns = commit_interval(mount_opts) * 1_000_000_000 // 2
+    t0 = h.execs[0].rec.start_ns
+    added: list[Persist] = []
+    for p in h.persists:
+        ex = p.ex
+        if p.ino is None or ex.mark is None or ex.pos == 0 or ex.rec.end_ns - t0 >= limit_ns:
+            continue
+        before = h.execs[ex.pos - 1].mark
+        if before is None:
+            continue
+        window = [s for s in found if before < s.index < ex.mark]
+        if window and window[-1].commit:
+            added.append(Persist(ex, RULE, None, min(p.prefix, ex.pos)))
+    if added:
+        # Completion order: each right after the fsync's own persist.
+        by_ex = {id(p.ex): p for p in added}
+        merged: list[Persist] = []
+        for p in h.persists:
+            merged.append(p)
+            q = by_ex.pop(id(p.ex), None) if p.ino is not None else None
+            if q is not None:
+                merged.append(q)
+        h.persists[:] = merged
+    return len(added)
