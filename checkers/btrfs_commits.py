@@ -72,19 +72,45 @@ def commit_interval(mount_opts: str) -> int:
     return COMMIT_INTERVAL_S
 
 
+def _quiet(h: History, mount_opts: str) -> int | None:
+    """Where no commit can hide from the log: one thread and a short run (the module's doc).
+    Returns the end of that span (ns), None when there is none."""
+    if len(h.threads) != 1 or not h.execs:
+        return None
+    return h.execs[0].rec.start_ns + commit_interval(mount_opts) * 1_000_000_000 // 2
+
+
+def note_transactions(h: History, found: list[Super], mount_opts: str = "") -> None:
+    """h.btrfs_since: for each fsync, the first position after the last commit written before
+    the op that preceded it: the ops of the transaction its log tree carries (`btrfs-log-dirs`)."""
+    end = _quiet(h, mount_opts)
+    if end is None:
+        return
+    commits = [s.index for s in found if s.commit]
+    marks = [ex.mark for ex in h.execs]
+    for p in h.persists:
+        ex = p.ex
+        if p.ino is None or ex.pos == 0 or ex.rec.end_ns >= end:
+            continue
+        before = marks[ex.pos - 1]
+        if before is None or any(m is None for m in marks[:ex.pos]):
+            continue
+        last = max((c for c in commits if c < before), default=-1)
+        h.btrfs_since[ex.pos] = sum(1 for m in marks[:ex.pos] if m < last)  # type: ignore[operator]
+
+
 def add_commit_persists(h: History, found: list[Super], mount_opts: str = "") -> int:
     """For each fsync (fdatasync, O_SYNC write, msync) whose call ends with a transaction
     commit (the last super block written between the previous op's mark and its own is a
     commit's), a whole-file-system persist at the fsync: what a sync there would make
     durable. Returns how many were added."""
-    if len(h.threads) != 1 or not found or not h.execs:
+    end = _quiet(h, mount_opts)
+    if end is None or not found:
         return 0
-    limit_ns = commit_interval(mount_opts) * 1_000_000_000 // 2
-    t0 = h.execs[0].rec.start_ns
     added: list[Persist] = []
     for p in h.persists:
         ex = p.ex
-        if p.ino is None or ex.mark is None or ex.pos == 0 or ex.rec.end_ns - t0 >= limit_ns:
+        if p.ino is None or ex.mark is None or ex.pos == 0 or ex.rec.end_ns >= end:
             continue
         before = h.execs[ex.pos - 1].mark
         if before is None:

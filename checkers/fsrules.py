@@ -153,6 +153,21 @@ RULES: dict[str, Rule] = {r.name: r for r in [
          "names the log root). xfstests generic/336, 343, 510 and btrfs/239 (moves and renames done before "
          "an fsync of another inode are durable on btrfs): on 6.18 btrfs keeps them by such a commit",
          tier="linux"),
+    Rule("btrfs-log-dirs",
+         "after fsync(fd) returns on btrfs, the directories its log tree carried show their entries as of "
+         "the call: for a directory, those of its subdirectories made in the same transaction (never "
+         "renamed), and theirs in turn; for a file that gained or lost a name (link, rename, unlink of a "
+         "link) in the same transaction, those of each directory holding one of its names. Only where "
+         "the log shows no commit between that transaction's start and the call",
+         frozenset({"btrfs"}),
+         "fs/btrfs/tree-log.c: link, rename and unlink set the inode's last_unlink_trans, and an fsync then "
+         "logs all its parent directories (btrfs_log_all_parents); logging a directory logs the new "
+         "dentries of its new subdirectories (log_new_dir_dentries). xfstests generic/104 (links added to "
+         "two files in one dir, one fsynced: both links, link counts 2), 376 (renamed in place, a new file "
+         "under the old name: both), 065 (fsync of a dir: its new subtree, mydir/x/y/z/qwerty), 785 (fsync "
+         "of the root: the new dir with its new entry; btrfs fix 'btrfs: do not skip logging new dentries "
+         "when logging a new name')",
+         tier="linux"),
     Rule("ordered-metadata",
          "namespace operations (create, mkdir, link, symlink, unlink, rmdir, rename) become durable "
          "in the order they completed: the recovered names are those after some prefix of them, and "

@@ -139,6 +139,9 @@ class History:
     lost: bool                        # the model lost track somewhere: no content checks at all
     disagreements: list[Disagreement]
     threads: dict[int, list[int]]     # thread -> positions in its program order
+    # btrfs: per fsync (its position), the first position of the transaction it logged in
+    # (ops after the last commit the log shows before the call); checkers/btrfs_commits.py
+    btrfs_since: dict[int, int] = field(default_factory=dict)
 
     def ns_at(self, pos: int) -> dict[str, int]:
         return self.ns[pos]

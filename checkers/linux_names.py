@@ -104,6 +104,39 @@ class NameIndex:
                 return "fsync-names"
         return None
 
+    def btrfs_logged(self, p: Persist, path: str) -> bool:
+        """btrfs-log-dirs: whether fsync P's log tree carried PATH's parent directory in full
+        (PATH's state at P.prefix is then durable). Only ops of the transaction P logged in
+        (h.btrfs_since) count; none when the log does not tell it."""
+        since = self.h.btrfs_since.get(p.ex.pos)
+        ino, q = p.ino, p.prefix
+        if since is None or ino is None:
+            return False
+        ns = self.h.ns[q]
+        d = ns.get(_parent(path))
+        if d is None or path == ROOT:
+            return False
+        names = [n for n, i in ns.items() if i == ino]
+        if self.h.inodes[ino].kind == "dir":
+            return any(self._new_subtree(x, _parent(path), q, since) for x in names)
+        created = self.h.inodes[ino].created
+        own = [c for c in self.by_ino.get(ino, ()) if since <= c.pos < q and c.pos != created]
+        return bool(own) and d in {ns.get(_parent(n)) for n in names}
+
+    def _new_subtree(self, top: str, parent: str, q: int, since: int) -> bool:
+        """PARENT lies below TOP through directories made since SINCE, never renamed."""
+        if parent == top or not (top == ROOT or parent.startswith(top + "/")):
+            return False
+        rel = parent if top == ROOT else parent[len(top) + 1:]
+        parts = rel.split("/")
+        base = "" if top == ROOT else top + "/"
+        chain = [base + "/".join(parts[:k]) for k in range(1, len(parts) + 1)]
+        for c in chain:
+            i = self.h.ns[q].get(c)
+            if i is None or self.h.inodes[i].created < since or not self.new_dir(c, q):
+                return False
+        return True
+
     def displaced(self, ino: int, q: int) -> set[int]:
         """Inodes whose committed name INO took before version Q, and theirs in turn: btrfs logs
         such a conflicting inode with the name's new owner (generic/341, 342, 502, 526, 527), so

@@ -125,6 +125,8 @@ class Model:
                 return "fsync-dir-entries"
             return "fsync-new-name"
         r = self.names.fsync_rule(p, path) if linux else None
+        if r is None and self.semantics.holds("btrfs-log-dirs") and self.names.btrfs_logged(p, path):
+            r = "btrfs-log-dirs"
         return r if r is not None and self.semantics.holds(r) else None
 
     def ordered_floor(self, v: PointView) -> tuple[int, Persist | None]:
