@@ -129,3 +129,61 @@ def add_commit_persists(h: History, found: list[Super], mount_opts: str = "") ->
                 merged.append(q)
         h.persists[:] = merged
     return len(added)
+
+
+RELOG = "btrfs-relog"
+
+
+def _last_super(found: list[Super], lo: int, hi: int) -> Super | None:
+    """The last super block written strictly between log entries LO and HI."""
+    got = None
+    for s in found:
+        if lo < s.index < hi:
+            got = s
+    return got
+
+
+def add_relog_persists(h: History, found: list[Super], mount_opts: str = "") -> int:
+    """`btrfs-relog`: a file fsynced by a log sync, then linked or renamed with no data change
+    in between (only xattr changes), in the same transaction: the link or rename relogs it
+    (tree-log.c, btrfs_log_new_name), and a later fsync that syncs the log persists that copy:
+    its xattrs as of the link or rename. Added as persists of the file at the later fsync."""
+    end = _quiet(h, mount_opts)
+    if end is None or not found:
+        return 0
+    marks = [ex.mark for ex in h.execs]
+    if any(m is None for m in marks):
+        return 0
+    commits = [s.index for s in found if s.commit]
+
+    def log_synced(pos: int) -> bool:
+        s = _last_super(found, marks[pos - 1], marks[pos])  # type: ignore[arg-type]
+        return pos > 0 and s is not None and not s.commit
+
+    fsyncs = [p for p in h.persists if p.ino is not None and p.rule == "fsync-data" and p.ex.pos > 0
+              and p.ex.rec.end_ns < end and log_synced(p.ex.pos)]
+    added: list[Persist] = []
+    for y in fsyncs:
+        before = marks[y.ex.pos - 1]
+        for x in fsyncs:
+            if x.ex.pos >= y.ex.pos or x.ino == y.ino:
+                continue
+            if any(marks[x.ex.pos] < c < before for c in commits):  # type: ignore[operator]
+                continue  # another transaction: x's logged copy was committed and dropped
+            ino = h.inodes[x.ino]  # type: ignore[index]
+            data = [e.pos for e in ino.events if x.ex.pos < e.pos < y.ex.pos]
+            renamed = [pos for pos, paths, inos in h.name_changes
+                       if x.ex.pos < pos < y.ex.pos and ino.ino in inos and h.execs[pos].kind in ("link", "rename")
+                       and any(h.ns[pos + 1].get(q) == ino.ino for q in paths)
+                       and not any(d <= pos for d in data)]
+            if renamed:
+                added.append(Persist(y.ex, RELOG, ino.ino, renamed[-1] + 1))
+    if added:
+        k = {id(p.ex) for p in added}
+        merged: list[Persist] = []
+        for p in h.persists:
+            merged.append(p)
+            if id(p.ex) in k and p.ino is not None and p.rule == "fsync-data":
+                merged += [q for q in added if q.ex is p.ex]
+        h.persists[:] = merged
+    return len(added)

@@ -168,6 +168,16 @@ RULES: dict[str, Rule] = {r.name: r for r in [
          "of the root: the new dir with its new entry; btrfs fix 'btrfs: do not skip logging new dentries "
          "when logging a new name')",
          tier="linux"),
+    Rule("btrfs-relog",
+         "on btrfs, a file fsynced (its log synced), then linked or renamed with no data change in between, "
+         "in the same transaction: after a later fsync that syncs the log returns, the file's xattrs as of "
+         "the link or rename are durable",
+         frozenset({"btrfs"}),
+         "fs/btrfs/tree-log.c, btrfs_log_new_name: a link or rename of an inode logged in the running "
+         "transaction logs it again, and the next log sync writes that copy. xfstests generic/066's second "
+         "power cut (an xattr removed from a file fsynced before, a link added, another new file fsynced: "
+         "the xattr stays removed); btrfs/239 (a move of a logged dir persisted by an fsync of any other file)",
+         tier="linux"),
     Rule("ordered-metadata",
          "namespace operations (create, mkdir, link, symlink, unlink, rmdir, rename) become durable "
          "in the order they completed: the recovered names are those after some prefix of them, and "

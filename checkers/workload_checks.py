@@ -40,10 +40,12 @@ def prepare(workload: Workload, plan: Plan, records_path: str, reader: LogReader
     checks.findings += [Finding("latency", f["detail"], evidence={k: v for k, v in f.items() if k not in ("kind", "detail")})
                         for f in latency.findings(checks.report["latency"], workload)]
     history = build_history(plan, results, log_marks(reader), semantics.reflink())
-    if semantics.holds(btrfs_commits.RULE) or semantics.holds("btrfs-log-dirs"):
+    if any(semantics.holds(r) for r in (btrfs_commits.RULE, btrfs_commits.RELOG, "btrfs-log-dirs")):
         found = btrfs_commits.supers(reader)
         if semantics.holds("btrfs-log-dirs"):
             btrfs_commits.note_transactions(history, found, semantics.mount_opts)
+        if semantics.holds(btrfs_commits.RELOG):
+            btrfs_commits.add_relog_persists(history, found, semantics.mount_opts)
         if semantics.holds(btrfs_commits.RULE):
             btrfs_commits.add_commit_persists(history, found, semantics.mount_opts)
     for d in history.disagreements:
