@@ -7,14 +7,19 @@ its super block has a log root of 0 and the new generation. A log sync
 keeps the generation and names the log tree's root. So the log tells, for
 each fsync, whether btrfs synced its log tree or fell back to a full
 transaction commit (tree-log.c: BTRFS_LOG_FORCE_COMMIT, btrfs_set_log_full_commit),
-and a commit carries every change of the running transaction: every op
-that had returned before the fsync was called.
+and a commit carries every metadata change of the running transaction: the
+names every op that had returned before the fsync was called left (not the
+data of other files: a commit writes no dirty pages, so no sizes either).
 
 Counted only where no other commit can land in the fsync's window: one
 thread (no other op's sync or fsync runs meanwhile), and the fsync returned
 within HALF the commit interval of the workload's first op (the transaction
 kthread commits only a transaction older than the interval, default 30 s;
 the half leaves room for the mount before the first op).
+
+The same boundaries serve `btrfs-log-dirs` (note_transactions: which ops
+share the transaction an fsync logged in) and `btrfs-relog` (a file logged
+by one fsync, linked or renamed, and the log synced again by a later one).
 """
 
 from __future__ import annotations
@@ -117,7 +122,7 @@ def add_commit_persists(h: History, found: list[Super], mount_opts: str = "") ->
             continue
         window = [s for s in found if before < s.index < ex.mark]
         if window and window[-1].commit:
-            added.append(Persist(ex, RULE, None, min(p.prefix, ex.pos)))
+            added.append(Persist(ex, RULE, None, min(p.prefix, ex.pos), names_only=True))
     if added:
         # Completion order: each right after the fsync's own persist.
         by_ex = {id(p.ex): p for p in added}

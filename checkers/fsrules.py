@@ -144,8 +144,8 @@ RULES: dict[str, Rule] = {r.name: r for r in [
          tier="linux", unless=NO_JOURNAL),
     Rule("btrfs-commit",
          "an fsync (fdatasync, O_SYNC write, msync) during which btrfs committed its transaction (the "
-         "log shows the super block written with no log tree) made every op that had returned before "
-         "the call durable, as a sync there would",
+         "log shows the super block written with no log tree) made the names left by every op that had "
+         "returned before the call durable (not other files' data: a commit writes no dirty pages)",
          frozenset({"btrfs"}),
          "fs/btrfs/tree-log.c: an fsync that cannot use the log tree falls back to a full transaction "
          "commit (BTRFS_LOG_FORCE_COMMIT), and a commit writes every change of the running transaction "

@@ -119,6 +119,7 @@ class Persist:
     ino: int | None       # None: the whole file system (sync, syncfs)
     prefix: int           # ops at positions < prefix are covered
     range: tuple[int, int] | None = None  # O_SYNC writes and msync cover only the bytes they wrote
+    names_only: bool = False  # names (not data or sizes): a btrfs commit writes no dirty pages
 
 
 @dataclass

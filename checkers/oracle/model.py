@@ -85,7 +85,7 @@ class Model:
             ranges.append((s, t))
             size = max(size, t)
             newest = p
-        metadata = whole if whole and whole.rule in ("fsync-data", "sync-all", "btrfs-commit", "btrfs-relog") else None
+        metadata = whole if whole and whole.rule in ("fsync-data", "sync-all", "btrfs-relog") else None
         return Guarantee(newest or done[-1], floor, content, ranges, size, metadata)
 
     def name_floor(self, path: str, v: PointView) -> tuple[int, Cover | None]:
