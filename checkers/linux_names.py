@@ -107,15 +107,17 @@ class NameIndex:
     def btrfs_logged(self, p: Persist, path: str) -> bool:
         """btrfs-log-dirs: whether fsync P's log tree carried PATH's parent directory in full
         (PATH's state at P.prefix is then durable). Only ops of the transaction P logged in
-        (h.btrfs_since) count; none when the log does not tell it."""
+        (h.btrfs_since) count, and only for an inode older than that transaction (a new one's
+        fsync leaves its parent's other new entries out, seen on 6.18); none when the log does
+        not tell it."""
         since = self.h.btrfs_since.get(p.ex.pos)
         ino, q = p.ino, p.prefix
         if since is None or ino is None:
             return False
         ns = self.h.ns[q]
         d = ns.get(_parent(path))
-        if d is None or path == ROOT:
-            return False
+        if d is None or path == ROOT or self.h.inodes[ino].created >= since:
+            return False  # an inode new in the transaction: btrfs logs no parent in full for it
         names = [n for n, i in ns.items() if i == ino]
         if self.h.inodes[ino].kind == "dir":
             return any(self._new_subtree(x, _parent(path), q, since) for x in names)
