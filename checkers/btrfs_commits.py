@@ -11,19 +11,28 @@ and a commit carries every metadata change of the running transaction: the
 names every op that had returned before the fsync was called left (not the
 data of other files: a commit writes no dirty pages, so no sizes either).
 
-Counted only where no other commit can land in the fsync's window: one
-thread (no other op's sync or fsync runs meanwhile), and the fsync returned
-within HALF the commit interval of the workload's first op (the transaction
-kthread commits only a transaction older than the interval, default 30 s;
-the half leaves room for the mount before the first op).
+btrfs also commits on its own (seen on 6.18 right after a sync: a commit
+landing inside a later fsync, which then synced its log). Such a commit is
+told from the fsync's own only where the log shows it elsewhere: inside an
+op that syncs nothing, or followed by a log sync in the same call; a run
+with one gets no `btrfs-commit` persists at all. Counted only in one
+thread's runs (no other op's sync or fsync meanwhile) whose fsync returned
+within half the commit interval of the first op (the transaction kthread
+commits a transaction older than the interval, default 30 s, on its own).
 
 The same boundaries serve `btrfs-log-dirs` (note_transactions: which ops
 share the transaction an fsync logged in) and `btrfs-relog` (a file logged
 by one fsync, linked or renamed, and the log synced again by a later one).
+Both need an fsync that synced the log with no commit during the call, and
+no commit between the op that made btrfs log more and that fsync: a commit
+still running when the fsync starts cannot hide after it, since a log sync
+waits for the running commit's super block (transaction.c holds
+tree_log_mutex until write_all_supers is done).
 """
 
 from __future__ import annotations
 
+import bisect
 import struct
 from dataclasses import dataclass
 
@@ -77,118 +86,135 @@ def commit_interval(mount_opts: str) -> int:
     return COMMIT_INTERVAL_S
 
 
-def _quiet(h: History, mount_opts: str) -> int | None:
-    """Where no commit can hide from the log: one thread and a short run (the module's doc).
-    Returns the end of that span (ns), None when there is none."""
-    if len(h.threads) != 1 or not h.execs:
-        return None
-    return h.execs[0].rec.start_ns + commit_interval(mount_opts) * 1_000_000_000 // 2
+class Transactions:
+    """The log's commits placed among the ops (single-threaded runs, by completion marks)."""
+
+    def __init__(self, h: History, found: list[Super], mount_opts: str) -> None:
+        self.h = h
+        self.found = found
+        self.at = [s.index for s in found]
+        self.commits = [s.index for s in found if s.commit]
+        marks = [ex.mark for ex in h.execs]
+        n = next((k for k, m in enumerate(marks) if m is None), len(marks))  # unmarked ops go last
+        self.marks: list[int] = marks[:n]  # type: ignore[assignment]
+        # Where no commit can hide from the log (the module's doc): one thread, a short run.
+        quiet = len(h.threads) == 1 and bool(h.execs)
+        self.end = h.execs[0].rec.start_ns + commit_interval(mount_opts) * 1_000_000_000 // 2 if quiet else -1
+        # A commit btrfs ran on its own (not the op's): inside an op that syncs nothing, or
+        # followed by a log sync inside the same fsync (seen on 6.18, generic/343's shape).
+        syncing = {p.ex.pos for p in h.persists}
+        self.unprompted = False
+        for k, s in enumerate(found):
+            pos = bisect.bisect_left(self.marks, s.index)
+            if s.commit and 0 < pos < len(self.marks):
+                later = found[k + 1:bisect.bisect_left(self.at, self.marks[pos])]
+                if pos not in syncing or any(not x.commit for x in later):
+                    self.unprompted = True
+
+    def counted(self, pos: int) -> bool:
+        """The op at POS (and the one before it) returned in the quiet span."""
+        return 0 < pos < len(self.marks) and self.h.execs[pos].rec.end_ns < self.end
+
+    def last_super(self, pos: int) -> Super | None:
+        """The last super block written during the op at POS (after the previous op's mark)."""
+        k = bisect.bisect_left(self.at, self.marks[pos]) - 1
+        return self.found[k] if k >= 0 and self.at[k] > self.marks[pos - 1] else None
+
+    def since(self, pos: int) -> int:
+        """The first position after the last commit written before the op at POS was called."""
+        k = bisect.bisect_left(self.commits, self.marks[pos - 1])
+        return bisect.bisect_left(self.marks, self.commits[k - 1]) if k else 0
+
+    def log_synced(self, pos: int) -> bool:
+        """The op at POS synced the log tree and no commit landed during it."""
+        s = self.last_super(pos)
+        return s is not None and not s.commit and not self.committed_between(pos - 1, pos)
+
+    def committed_between(self, a: int, b: int) -> bool:
+        """A commit written after the op at A returned and before the op at B returned."""
+        k = bisect.bisect_right(self.commits, self.marks[a])
+        return k < len(self.commits) and self.commits[k] < self.marks[b]
 
 
 def note_transactions(h: History, found: list[Super], mount_opts: str = "") -> None:
     """h.btrfs_since: for each fsync, the first position after the last commit written before
     the op that preceded it: the ops of the transaction its log tree carries (`btrfs-log-dirs`)."""
-    end = _quiet(h, mount_opts)
-    if end is None:
-        return
-    commits = [s.index for s in found if s.commit]
-    marks = [ex.mark for ex in h.execs]
+    t = Transactions(h, found, mount_opts)
     for p in h.persists:
-        ex = p.ex
-        if p.ino is None or ex.pos == 0 or ex.rec.end_ns >= end:
-            continue
-        before = marks[ex.pos - 1]
-        if before is None or any(m is None for m in marks[:ex.pos]):
-            continue
-        last = max((c for c in commits if c < before), default=-1)
-        h.btrfs_since[ex.pos] = sum(1 for m in marks[:ex.pos] if m < last)  # type: ignore[operator]
+        if p.ino is not None and t.counted(p.ex.pos) and t.log_synced(p.ex.pos):
+            h.btrfs_since[p.ex.pos] = t.since(p.ex.pos)
 
 
 def add_commit_persists(h: History, found: list[Super], mount_opts: str = "") -> int:
     """For each fsync (fdatasync, O_SYNC write, msync) whose call ends with a transaction
     commit (the last super block written between the previous op's mark and its own is a
-    commit's), a whole-file-system persist at the fsync: what a sync there would make
-    durable. Returns how many were added."""
-    end = _quiet(h, mount_opts)
-    if end is None or not found:
-        return 0
-    added: list[Persist] = []
+    commit's), a whole-file-system persist of names at the fsync: what a sync there would
+    make durable of the namespace. Returns how many were added."""
+    t = Transactions(h, found, mount_opts)
+    if t.unprompted:
+        return 0  # one could land inside an fsync that logged nothing: not the fsync's commit
+    added = []
     for p in h.persists:
-        ex = p.ex
-        if p.ino is None or ex.mark is None or ex.pos == 0 or ex.rec.end_ns >= end:
-            continue
-        before = h.execs[ex.pos - 1].mark
-        if before is None:
-            continue
-        window = [s for s in found if before < s.index < ex.mark]
-        if window and window[-1].commit:
-            added.append(Persist(ex, RULE, None, min(p.prefix, ex.pos), names_only=True))
-    if added:
-        # Completion order: each right after the fsync's own persist.
-        by_ex = {id(p.ex): p for p in added}
-        merged: list[Persist] = []
-        for p in h.persists:
-            merged.append(p)
-            q = by_ex.pop(id(p.ex), None) if p.ino is not None else None
-            if q is not None:
-                merged.append(q)
-        h.persists[:] = merged
+        if p.ino is not None and t.counted(p.ex.pos):
+            s = t.last_super(p.ex.pos)
+            if s is not None and s.commit:
+                added.append(Persist(p.ex, RULE, None, min(p.prefix, p.ex.pos), names_only=True))
+    _insert_after_own(h, added)
     return len(added)
 
 
 RELOG = "btrfs-relog"
 
 
-def _last_super(found: list[Super], lo: int, hi: int) -> Super | None:
-    """The last super block written strictly between log entries LO and HI."""
-    got = None
-    for s in found:
-        if lo < s.index < hi:
-            got = s
-    return got
-
-
 def add_relog_persists(h: History, found: list[Super], mount_opts: str = "") -> int:
-    """`btrfs-relog`: a file fsynced by a log sync, then linked or renamed with no data change
-    in between (only xattr changes), in the same transaction: the link or rename relogs it
-    (tree-log.c, btrfs_log_new_name), and a later fsync that syncs the log persists that copy:
-    its xattrs as of the link or rename. Added as persists of the file at the later fsync."""
-    end = _quiet(h, mount_opts)
-    if end is None or not found:
+    """`btrfs-relog`: a file older than the transaction, fsynced by a log sync, then linked or
+    renamed with no data change in between (xattr changes only), in the same transaction: the
+    link or rename logs it again (tree-log.c, btrfs_log_new_name), and the next fsync that syncs
+    the log persists that copy: its xattrs as of the link or rename. Added as a persist of the
+    file at that fsync."""
+    t = Transactions(h, found, mount_opts)
+    synced = [p for p in h.persists if p.ino is not None and p.rule == "fsync-data" and t.counted(p.ex.pos)
+              and t.log_synced(p.ex.pos)]
+    if not synced:
         return 0
-    marks = [ex.mark for ex in h.execs]
-    if any(m is None for m in marks):
-        return 0
-    commits = [s.index for s in found if s.commit]
-
-    def log_synced(pos: int) -> bool:
-        s = _last_super(found, marks[pos - 1], marks[pos])  # type: ignore[arg-type]
-        return pos > 0 and s is not None and not s.commit
-
-    fsyncs = [p for p in h.persists if p.ino is not None and p.rule == "fsync-data" and p.ex.pos > 0
-              and p.ex.rec.end_ns < end and log_synced(p.ex.pos)]
-    added: list[Persist] = []
-    for y in fsyncs:
-        before = marks[y.ex.pos - 1]
-        for x in fsyncs:
-            if x.ex.pos >= y.ex.pos or x.ino == y.ino:
+    at = [p.ex.pos for p in synced]
+    own: dict[int, list[int]] = {}
+    for p in synced:
+        own.setdefault(p.ino, []).append(p.ex.pos)  # type: ignore[arg-type]
+    added = []
+    for pos, paths, inos in h.name_changes:
+        if h.execs[pos].kind not in ("link", "rename") or pos >= len(t.marks):
+            continue
+        for x in inos:
+            mine = own.get(x, [])
+            k = bisect.bisect_left(mine, pos)
+            if not k or not any(h.ns[pos + 1].get(q) == x for q in paths):
                 continue
-            if any(marks[x.ex.pos] < c < before for c in commits):  # type: ignore[operator]
-                continue  # another transaction: x's logged copy was committed and dropped
-            ino = h.inodes[x.ino]  # type: ignore[index]
-            data = [e.pos for e in ino.events if x.ex.pos < e.pos < y.ex.pos]
-            renamed = [pos for pos, paths, inos in h.name_changes
-                       if x.ex.pos < pos < y.ex.pos and ino.ino in inos and h.execs[pos].kind in ("link", "rename")
-                       and any(h.ns[pos + 1].get(q) == ino.ino for q in paths)
-                       and not any(d <= pos for d in data)]
-            if renamed:
-                added.append(Persist(y.ex, RELOG, ino.ino, renamed[-1] + 1))
-    if added:
-        k = {id(p.ex) for p in added}
-        merged: list[Persist] = []
-        for p in h.persists:
-            merged.append(p)
-            if id(p.ex) in k and p.ino is not None and p.rule == "fsync-data":
-                merged += [q for q in added if q.ex is p.ex]
-        h.persists[:] = merged
+            fx = mine[k - 1]  # the file's last log-synced fsync before the link or rename
+            ino = h.inodes[x]
+            if ino.created >= t.since(fx) or any(fx < e.pos <= pos for e in ino.events):
+                continue
+            j = bisect.bisect_right(at, pos)
+            while j < len(synced) and synced[j].ino == x:
+                j += 1  # its own fsync: fsync-data covers it
+            if j == len(synced) or t.committed_between(fx, synced[j].ex.pos):
+                continue  # no later log sync in the same transaction
+            added.append(Persist(synced[j].ex, RELOG, x, pos + 1))
+    _insert_after_own(h, added)
     return len(added)
+
+
+def _insert_after_own(h: History, added: list[Persist]) -> None:
+    """Completion order: each added persist right after its op's own (fsync) persist."""
+    if not added:
+        return
+    by_ex: dict[int, list[Persist]] = {}
+    for q in added:
+        by_ex.setdefault(id(q.ex), []).append(q)
+    merged: list[Persist] = []
+    for p in h.persists:
+        merged.append(p)
+        if p.ino is not None and p.rule in ("fsync-data", "fdatasync-data"):
+            merged += by_ex.pop(id(p.ex), [])
+    merged += [q for qs in by_ex.values() for q in qs]  # an O_SYNC write's or msync's: at the end
+    h.persists[:] = sorted(merged, key=lambda p: p.ex.pos) if by_ex else merged
