@@ -9,7 +9,8 @@ import os
 import shlex
 from dataclasses import dataclass, field
 
-from foundation.errors import UsageError
+from foundation import sysres
+from foundation.errors import EnvError, UsageError
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,19 @@ class FsType:
 
     def mkfs_cmd(self, dev: str, extra: str) -> list[str]:
         return self.mkfs + shlex.split(extra) + [dev]
+
+    def make(self, target: str, extra: str) -> None:
+        """mkfs on TARGET (a device or an image file); one clear EnvError if it fails."""
+        p = sysres.run(self.mkfs_cmd(target, extra), check=False, timeout=600)
+        if p.returncode == 0:
+            return
+        last = (p.stderr or p.stdout).strip().splitlines()[-1:]
+        hint = ""
+        if any("check mount status" in line for line in last):
+            # mkfs.btrfs looks at every mount's source; a loop device whose backing file sits on
+            # a FUSE mount with no daemon (a killed run's recorder) answers ENOTCONN.
+            hint = " (a mount on this machine sits on a dead FUSE mount or a gone device: `powercut cleanup` releases what killed powercut runs left)"
+        raise EnvError(f"mkfs.{self.name} {extra} failed: {last}{hint}")
 
     def fsck_cmd(self, image: str) -> list[str]:
         """FSCK on IMAGE, with the options that change how fast it runs, never what it checks."""

@@ -78,10 +78,12 @@ class RunState:
         run_id = time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
         path = os.path.join(STATE_ROOT, run_id)
         os.makedirs(path)
-        ownership.tag(path, "run")
         with open(os.path.join(path, "run.json"), "w") as f:
             json.dump({"pid": os.getpid(), "start_time": _proc_start_time(os.getpid()),
                        "purpose": purpose, "created": time.time()}, f)
+        # Tagged only once run.json names its owner: `powercut cleanup` (another process)
+        # considers tagged directories only, and would take one without an owner for dead.
+        ownership.tag(path, "run")
         state = cls(path)
         state.scratch = state.make_dir(os.path.join(SCRATCH_ROOT, run_id))
         return state

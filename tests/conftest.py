@@ -7,11 +7,13 @@ without being confused by other tests running at the same time.
 
 from __future__ import annotations
 
+import getpass
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
 
 # Paths and require_* markers live in common.py; the old names stay importable from here.
 from common import BUILD, POWERCUT, ROOT, ROOT_REASON, ROOT_STACK_REASON, WORKLOADS, require_root_stack  # noqa: F401
+
+import killed_sessions  # noqa: E402
 
 needs_root_stack = require_root_stack
 CALIBRATION_FSYNCS = "100"
@@ -130,6 +134,17 @@ def _tree_state() -> set[str]:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[_TREE] = _tree_state()
+    if os.geteuid() == 0:
+        swept = killed_sessions.sweep(_pytest_tmp_root(session.config))
+        if swept:
+            print(f"\nreleased what killed test sessions left: {'; '.join(swept)}", file=sys.stderr)
+
+
+def _pytest_tmp_root(config: pytest.Config) -> Path:
+    """Where pytest keeps its numbered session directories (or the --basetemp given)."""
+    if config.option.basetemp:
+        return Path(config.option.basetemp)
+    return Path(tempfile.gettempdir()) / f"pytest-of-{getpass.getuser()}"
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -25,7 +25,16 @@ def run_report(pc: PcEnv, workload: Path, *args: str, rc: int | None = None) -> 
 
 def test_data_writeback_exposes_stale_data_and_ordered_does_not(pc: PcEnv) -> None:
     wl = WORKLOADS / "stale_writeback.json"
-    r = run_report(pc, wl, "--fs", "ext4", "--size", "32", "--mount-opts", "data=writeback,nodelalloc", rc=1)
+    # The window needs new's 16 MiB still unwritten when other's fsync commits the journal. A
+    # sync(2) from any other process on the machine (a parallel test session, a soak) writes
+    # them back first, and then no crash state can show stale data: that run proves nothing
+    # either way. So up to three runs; each must be clean or show exactly this finding.
+    for _ in range(3):
+        r = run_report(pc, wl, "--fs", "ext4", "--size", "32", "--mount-opts", "data=writeback,nodelalloc")
+        assert {f["kind"] for f in r["findings"]} <= {"stale-data"}, r["findings"]
+        if r["findings"]:
+            break
+        shutil.rmtree(pc.tmp / "out")
     stale = [f for f in r["findings"] if f["kind"] == "stale-data"]
     assert stale and {f["kind"] for f in r["findings"]} == {"stale-data"}
     f = stale[0]

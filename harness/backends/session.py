@@ -50,9 +50,7 @@ def record(device: RecordedDevice, fs: FsType, mkfs_opts: str, mount_opts: str,
            workload: WorkloadRunner, state: RunState, out_dir: str) -> Recording:
     with device:
         with tuned(device.block_device, workload.device) as tuning:
-            p = sysres.run(fs.mkfs_cmd(device.block_device, mkfs_opts), check=False, timeout=600)
-            if p.returncode != 0:
-                raise EnvError(f"mkfs.{fs.name} {mkfs_opts} failed: {(p.stderr or p.stdout).strip().splitlines()[-1:]}")
+            fs.make(device.block_device, mkfs_opts)
             device.mark(MARK_MKFS)
             mnt = state.subdir("mnt")
             mount_res = state.record("mount", path=mnt)

@@ -31,7 +31,7 @@ from checkers.findings import kernel_finding
 from checkers.crashwalk.recovery import PointInspect
 from harness.backends.dm.logdisk import finish_log, log_disk_bytes, log_end
 from harness.backends.vm.recovery import MAX_IMAGES_PER_BOOT, VmRecovery
-from foundation import ownership, sysres
+from foundation import ownership
 from foundation.errors import EnvError, KernelFailure, UsageError
 from foundation.filesystems import FsType
 from foundation.runstate import RunState
@@ -133,9 +133,7 @@ class LiveVm:
             n = len(self.fresh)
             image, prefix = os.path.join(scratch, f"fresh-{n}.img"), os.path.join(scratch, f"fresh-{n}.log")
             os.close(ownership.create_file(image, device_bytes))
-            p = sysres.run(fs.mkfs_cmd(image, mkfs_opts), check=False, timeout=600)
-            if p.returncode != 0:
-                raise EnvError(f"mkfs.{fs.name} {mkfs_opts} failed: {(p.stderr or p.stdout).strip().splitlines()[-1:]}")
+            fs.make(image, mkfs_opts)
             image_prefix(image, prefix, MARK_MKFS, SECTOR_SIZE)
             self.fresh[key] = FreshFs(image, prefix)
         return self.fresh[key]
