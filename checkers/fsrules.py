@@ -144,8 +144,9 @@ RULES: dict[str, Rule] = {r.name: r for r in [
          tier="linux", unless=NO_JOURNAL),
     Rule("btrfs-commit",
          "an fsync (fdatasync, O_SYNC write, msync) during which btrfs committed its transaction (the "
-         "log shows the super block written with no log tree) made the names left by every op that had "
-         "returned before the call durable (not other files' data: a commit writes no dirty pages)",
+         "log shows the super block written with no log tree, in a run with no commit btrfs ran on its "
+         "own) made the names left by every op that had returned before the call durable (not other "
+         "files' data: a commit writes no dirty pages)",
          frozenset({"btrfs"}),
          "fs/btrfs/tree-log.c: an fsync that cannot use the log tree falls back to a full transaction "
          "commit (BTRFS_LOG_FORCE_COMMIT), and a commit writes every change of the running transaction "
@@ -169,7 +170,8 @@ RULES: dict[str, Rule] = {r.name: r for r in [
          "when logging a new name')",
          tier="linux"),
     Rule("btrfs-relog",
-         "on btrfs, a file fsynced (its log synced), then linked or renamed with no data change in between, "
+         "on btrfs, a file older than the transaction fsynced (its log synced), then linked or renamed with "
+         "no data change in between, "
          "in the same transaction: after a later fsync that syncs the log returns, the file's xattrs as of "
          "the link or rename are durable",
          frozenset({"btrfs"}),

@@ -28,10 +28,15 @@ ROWS = [
 @require_root_stack
 @pytest.mark.parametrize("row_id,rule,says", ROWS)
 def test_btrfs_rule_flags_its_fstests_outcome(pc: PcEnv, row_id: str, rule: str, says: str) -> None:
+    """Up to three runs, each healthy-clean: btrfs 6.18 now and then commits on its own during a
+    run, and the rules then stand down (checkers/btrfs_commits.py); one run must flag the plant."""
     (row,) = fstable.load_table(only=row_id)
-    r = fstable.run_row(row, "btrfs", str(pc.tmp / "row"), env=pc.env())
-    assert "error" not in r, r
-    assert r["healthy_rc"] == 0, r["healthy_findings"]
+    for attempt in range(3):
+        r = fstable.run_row(row, "btrfs", str(pc.tmp / f"row{attempt}"), env=pc.env())
+        assert "error" not in r, r
+        assert r["healthy_rc"] == 0, r["healthy_findings"]
+        if r["flagged"]:
+            break
     assert r["flagged"] is True, r
     assert any(says in f for f in r["recheck_findings"]), r["recheck_findings"]
     if rule != "btrfs-relog":  # name findings end with the rule's promise; xattr ones name the op
