@@ -61,11 +61,13 @@ def test_a_commit_between_the_link_and_the_fsync_lifts_the_claim(pc: PcEnv) -> N
 
 @pytest.mark.e2e
 @require_root_stack
-def test_a_new_file_linked_and_fsynced_does_not_claim_its_parent(pc: PcEnv) -> None:
-    """The healthy kernel's answer that narrowed `btrfs-log-dirs` (a 10-minute healthy campaign
-    found it): a file made in the running transaction, linked, fsynced; btrfs does not log the
-    parent in full for a new inode, so the symlink made before it is not kept, and that is legal."""
-    wl = WORKLOADS / "btrfs_new_file_link_fsync_parent.json"
+@pytest.mark.parametrize("name", ["btrfs_new_file_link_fsync_parent", "btrfs_exchange_link_fsync_parent"])
+def test_healthy_shapes_that_narrowed_the_log_dirs_rule_stay_clean(pc: PcEnv, name: str) -> None:
+    """The healthy kernel's answers that narrowed `btrfs-log-dirs` (healthy campaigns found them):
+    a file made in the running transaction, linked, fsynced (btrfs logs no parent in full for a
+    new inode: the symlink made before it is not kept); and a RENAME_EXCHANGE of a dir and a file
+    in the parent an old file's link then logs (the exchange is not kept). Both legal."""
+    wl = WORKLOADS / f"{name}.json"
     p = subprocess.run([*POWERCUT, "run", str(wl), "--fs", "btrfs", "--out", str(pc.tmp / "run")],
                        env=pc.env(), capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
