@@ -158,8 +158,9 @@ RULES: dict[str, Rule] = {r.name: r for r in [
          "after fsync(fd) of an inode older than the running transaction returns on btrfs, the directories "
          "its log tree carried show their entries as of the call: for a directory, those of its "
          "subdirectories made in the same transaction (never renamed), and theirs in turn; for a file that "
-         "gained or lost a name (link, rename, unlink of a link) in the same transaction, those of each "
-         "directory holding one of its names. The transaction is the one the log shows",
+         "gained or lost a name (link, rename, unlink of a link) in the same transaction, the entries of "
+         "files and symlinks in each directory holding one of its names. Not entries a RENAME_EXCHANGE or "
+         "WHITEOUT changed. The transaction is the one the log shows",
          frozenset({"btrfs"}),
          "fs/btrfs/tree-log.c: link, rename and unlink set the inode's last_unlink_trans, and an fsync then "
          "logs all its parent directories (btrfs_log_all_parents); logging a directory logs the new "
