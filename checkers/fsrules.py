@@ -142,6 +142,45 @@ RULES: dict[str, Rule] = {r.name: r for r in [
               "shows the prealloc extent kept), 512 (falloc past EOF without -k on a tiny file, fsync: "
               "the data and the grown size, zeros after the data, as the .out's od dump shows)",
          tier="linux", unless=NO_JOURNAL),
+    Rule("btrfs-commit",
+         "an fsync (fdatasync, O_SYNC write, msync) during which btrfs committed its transaction (the "
+         "log shows the super block written with no log tree, in a run with no commit btrfs ran on its "
+         "own) made the names left by every op that had returned before the call durable (not other "
+         "files' data: a commit writes no dirty pages)",
+         frozenset({"btrfs"}),
+         "fs/btrfs/tree-log.c: an fsync that cannot use the log tree falls back to a full transaction "
+         "commit (BTRFS_LOG_FORCE_COMMIT), and a commit writes every change of the running transaction "
+         "before its super block (generation bumped, log_root 0; a log sync keeps the generation and "
+         "names the log root). xfstests generic/336, 343, 510 and btrfs/239 (moves and renames done before "
+         "an fsync of another inode are durable on btrfs): on 6.18 btrfs keeps them by such a commit",
+         tier="linux"),
+    Rule("btrfs-log-dirs",
+         "after fsync(fd) of an inode older than the running transaction returns on btrfs, the directories "
+         "its log tree carried show their entries as of the call: for a directory, those of its "
+         "subdirectories made in the same transaction (never renamed), and theirs in turn; for a file that "
+         "gained or lost a name (link, rename, unlink of a link) in the same transaction, the entries of "
+         "files and symlinks in each directory holding one of its names. Not entries a RENAME_EXCHANGE or "
+         "WHITEOUT changed. The transaction is the one the log shows",
+         frozenset({"btrfs"}),
+         "fs/btrfs/tree-log.c: link, rename and unlink set the inode's last_unlink_trans, and an fsync then "
+         "logs all its parent directories (btrfs_log_all_parents); logging a directory logs the new "
+         "dentries of its new subdirectories (log_new_dir_dentries). xfstests generic/104 (links added to "
+         "two files in one dir, one fsynced: both links, link counts 2), 376 (renamed in place, a new file "
+         "under the old name: both), 065 (fsync of a dir: its new subtree, mydir/x/y/z/qwerty), 785 (fsync "
+         "of the root: the new dir with its new entry; btrfs fix 'btrfs: do not skip logging new dentries "
+         "when logging a new name')",
+         tier="linux"),
+    Rule("btrfs-relog",
+         "on btrfs, a file older than the transaction fsynced (its log synced), then linked or renamed with "
+         "no data change in between, "
+         "in the same transaction: after a later fsync that syncs the log returns, the file's xattrs as of "
+         "the link or rename are durable",
+         frozenset({"btrfs"}),
+         "fs/btrfs/tree-log.c, btrfs_log_new_name: a link or rename of an inode logged in the running "
+         "transaction logs it again, and the next log sync writes that copy. xfstests generic/066's second "
+         "power cut (an xattr removed from a file fsynced before, a link added, another new file fsynced: "
+         "the xattr stays removed); btrfs/239 (a move of a logged dir persisted by an fsync of any other file)",
+         tier="linux"),
     Rule("ordered-metadata",
          "namespace operations (create, mkdir, link, symlink, unlink, rmdir, rename) become durable "
          "in the order they completed: the recovered names are those after some prefix of them, and "

@@ -119,6 +119,7 @@ class Persist:
     ino: int | None       # None: the whole file system (sync, syncfs)
     prefix: int           # ops at positions < prefix are covered
     range: tuple[int, int] | None = None  # O_SYNC writes and msync cover only the bytes they wrote
+    names_only: bool = False  # names (not data or sizes): a btrfs commit writes no dirty pages
 
 
 @dataclass
@@ -139,6 +140,9 @@ class History:
     lost: bool                        # the model lost track somewhere: no content checks at all
     disagreements: list[Disagreement]
     threads: dict[int, list[int]]     # thread -> positions in its program order
+    # btrfs: per fsync (its position), the first position of the transaction it logged in
+    # (ops after the last commit the log shows before the call); checkers/btrfs_commits.py
+    btrfs_since: dict[int, int] = field(default_factory=dict)
 
     def ns_at(self, pos: int) -> dict[str, int]:
         return self.ns[pos]

@@ -82,7 +82,7 @@ def loss_from_log(inv: RecordsInvariant, h: History, wid: int, reader: LogReader
                 if len(got) == per and r not in complete[i]:
                     complete[i][r] = e.index
     rows = []
-    persists = sorted(((p.ex.pos, p.prefix, p.ino) for p in h.persists if p.range is None), key=lambda t: t[0])
+    persists = sorted(((p.ex.pos, p.prefix, p.ino) for p in h.persists if p.range is None and not p.names_only), key=lambda t: t[0])
     for i, (path, first_pos, _) in enumerate(files):
         n = 0
         while n in first_pos:

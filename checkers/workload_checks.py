@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkers import latency
+from checkers import btrfs_commits, latency
 from checkers.design import summarize_loss
 from checkers.findings import Finding
 from checkers.fsrules import Semantics
@@ -40,6 +40,14 @@ def prepare(workload: Workload, plan: Plan, records_path: str, reader: LogReader
     checks.findings += [Finding("latency", f["detail"], evidence={k: v for k, v in f.items() if k not in ("kind", "detail")})
                         for f in latency.findings(checks.report["latency"], workload)]
     history = build_history(plan, results, log_marks(reader), semantics.reflink())
+    if any(semantics.holds(r) for r in (btrfs_commits.RULE, btrfs_commits.RELOG, "btrfs-log-dirs")):
+        found = btrfs_commits.supers(reader)
+        if semantics.holds("btrfs-log-dirs"):
+            btrfs_commits.note_transactions(history, found, semantics.mount_opts)
+        if semantics.holds(btrfs_commits.RELOG):
+            btrfs_commits.add_relog_persists(history, found, semantics.mount_opts)
+        if semantics.holds(btrfs_commits.RULE):
+            btrfs_commits.add_commit_persists(history, found, semantics.mount_opts)
     for d in history.disagreements:
         checks.findings.append(Finding("semantics", f"{d.ex.describe()}: {d.expected}",
                                        evidence={"op": d.ex.describe(), "op_mark": d.ex.mark, "expected": d.expected}))

@@ -42,7 +42,8 @@ class HistoryIndex:
         """The persists that can cover INO, in completion order, and their positions."""
         got = self._inode_persists.get(ino.ino)
         if got is None:
-            mine = [p for p in self.h.persists if (p.ino is None or p.ino == ino.ino) and ino.created < p.prefix]
+            mine = [p for p in self.h.persists if (p.ino is None or p.ino == ino.ino) and ino.created < p.prefix
+                    and not p.names_only]
             got = self._inode_persists[ino.ino] = ([p.ex.pos for p in mine], mine)
         return got
 

@@ -85,7 +85,7 @@ class Model:
             ranges.append((s, t))
             size = max(size, t)
             newest = p
-        metadata = whole if whole and whole.rule in ("fsync-data", "sync-all") else None
+        metadata = whole if whole and whole.rule in ("fsync-data", "sync-all", "btrfs-relog") else None
         return Guarantee(newest or done[-1], floor, content, ranges, size, metadata)
 
     def name_floor(self, path: str, v: PointView) -> tuple[int, Cover | None]:
@@ -107,7 +107,7 @@ class Model:
             floor, why = 0, None
             for p in self.h.persists:  # in completion order
                 if p.prefix > floor:
-                    r = "sync-all" if p.ino is None else self.fsync_rule(p, path)
+                    r = p.rule if p.ino is None else self.fsync_rule(p, path)
                     if r is not None:
                         floor, why = p.prefix, Cover(p, r)
                 positions.append(p.ex.pos)
@@ -125,6 +125,8 @@ class Model:
                 return "fsync-dir-entries"
             return "fsync-new-name"
         r = self.names.fsync_rule(p, path) if linux else None
+        if r is None and self.semantics.holds("btrfs-log-dirs") and self.names.btrfs_logged(p, path):
+            r = "btrfs-log-dirs"
         return r if r is not None and self.semantics.holds(r) else None
 
     def ordered_floor(self, v: PointView) -> tuple[int, Persist | None]:
