@@ -77,7 +77,7 @@ def _host_steps() -> list[str]:
     for node in ast.walk(fn):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             name, obj = node.func.attr, ast.unparse(node.func.value)
-            if name == "mkfs_cmd":
+            if name == "mkfs_cmd" or (obj, name) == ("fs", "make"):
                 steps.append((node.lineno, "mkfs"))
             elif (obj, name) == ("sysres", "mount"):
                 steps.append((node.lineno, "mount"))
