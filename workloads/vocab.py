@@ -24,7 +24,11 @@ DIRS = ["A", "B", "A/C"]
 PERSIST_DIRS = [".", "A", "B", "A/C"]   # fsync_dir: an fsync of a directory, the root first
 FILES = ["foo", "A/foo", "A/bar", "B/foo", "bar", "A/C/foo"]
 PATHS = FILES + DIRS
-XATTRS = ["user.a", "user.b"]
+# Two names whose btrfs name hashes collide (crc32c with btrfs's seed: 0x538d8d1c), so the
+# xattrs a workload sets share one packed item on btrfs: the path hash-collision fixes in
+# btrfs's xattr and dir-item code live on. Names, not sequences: the generator still has to
+# reach the ops that break there. Any other file system sees two ordinary names.
+XATTRS = ["user.p1371838", "user.p2000402"]
 MAX_FDS = 3
 
 Tiers = Sequence[Sequence[Any]]
