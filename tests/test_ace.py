@@ -94,5 +94,11 @@ def test_fuzz_exhaustive_seq2_walks_the_ordered_space(pc: PcEnv) -> None:
     report = json.loads((out / "report.json").read_text())
     assert report["exhaustive"]["space"] == exhaustive.space_size(2)
     runs = [json.loads(line) for f in (out / "journal").glob("*.jsonl") for line in f.read_text().splitlines()]
-    done = sorted(r["index"] for r in runs if not r.get("shrink"))
-    assert done[:4] == [0, 1, 2, 3] and all(r["name"].startswith("ace2-") for r in runs if not r.get("shrink"))
+    assert len([r for r in runs if not r.get("shrink")]) >= 4
+    assert all(r["name"].startswith("ace2-") for r in runs if not r.get("shrink"))
+    # Worker wN walks positions N, N+2, ... from the start of the order (how far each gets
+    # depends on the machine: one may be shrinking a finding while the other walks on).
+    for n in range(2):
+        mine = [json.loads(line)["index"] for line in (out / "journal" / f"w{n}.jsonl").read_text().splitlines()
+                if not json.loads(line).get("shrink")]
+        assert mine == list(range(n, n + 2 * len(mine), 2)), (n, mine)
