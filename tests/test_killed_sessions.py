@@ -31,11 +31,15 @@ def dead_fuse_mounts(under: Path) -> list[str]:
     return dead
 
 
-def test_a_killed_sessions_dead_recorder_stack_is_released_by_the_next_session(pc: PcEnv) -> None:
-    # The layout of pytest's tree: <root>/pytest-N/<test>/{state,scratch}.
+def other_session(pc: PcEnv, test: str) -> tuple[Path, PcEnv]:
+    """Another session's test in the layout of pytest's tree: <root>/pytest-N/<test>/{state,scratch}."""
     sessions = pc.tmp / "sessions"
-    test_dir = sessions / "pytest-9" / "test_x0"
-    killed = PcEnv(test_dir / "state", test_dir / "scratch", pc.tmp)
+    test_dir = sessions / "pytest-9" / test
+    return sessions, PcEnv(test_dir / "state", test_dir / "scratch", pc.tmp)
+
+
+def test_a_killed_sessions_dead_recorder_stack_is_released_by_the_next_session(pc: PcEnv) -> None:
+    sessions, killed = other_session(pc, "test_x0")
     proc, _hold = start_blocked_run(killed)
     try:
         recorders = [int(x.split()[1].rstrip(":")) for x in killed.leftovers()
@@ -64,9 +68,7 @@ def test_a_killed_sessions_dead_recorder_stack_is_released_by_the_next_session(p
 
 
 def test_a_live_sessions_run_is_not_swept(pc: PcEnv) -> None:
-    sessions = pc.tmp / "sessions"
-    test_dir = sessions / "pytest-9" / "test_y0"
-    live = PcEnv(test_dir / "state", test_dir / "scratch", pc.tmp)
+    sessions, live = other_session(pc, "test_y0")
     proc, hold = start_blocked_run(live)
     try:
         before = live.leftovers()
