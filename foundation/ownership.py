@@ -27,11 +27,15 @@ def tag(path: str, what: str = "powercut") -> None:
 
 
 def is_owned(path: str) -> bool:
+    return tag_of(path) is not None
+
+
+def tag_of(path: str) -> str | None:
+    """What powercut tagged PATH as ("run", "root", "scratch", ...), or None: not its own."""
     try:
-        os.getxattr(path, TAG, follow_symlinks=False)
-        return True
+        return os.getxattr(path, TAG, follow_symlinks=False).decode(errors="replace")
     except OSError:
-        return False
+        return None
 
 
 def require_owned(path: str, purpose: str) -> None:

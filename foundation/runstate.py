@@ -204,7 +204,9 @@ def all_runs() -> list[RunState]:
     runs = []
     for name in sorted(os.listdir(STATE_ROOT)):
         p = os.path.join(STATE_ROOT, name)
-        if os.path.isdir(p) and ownership.is_owned(p):
+        # Runs only: another state root nested here (a test's machine) is not a run without an
+        # owner, and its teardown would delete the journals its own runs need.
+        if os.path.isdir(p) and ownership.tag_of(p) == "run":
             runs.append(RunState(p))
     return runs
 

@@ -93,7 +93,9 @@ def pc(tmp_path: Path) -> PcEnv:
     yield env
     left = env.leftovers()
     if left:  # tear down by hand so one failure doesn't poison later tests
-        subprocess.run([*POWERCUT, "cleanup"], env=env.env(), capture_output=True)
+        # (every state root the test made: a joined test's machines each have their own)
+        for root in {env.state, *killed_sessions.state_roots(tmp_path)}:
+            subprocess.run([*POWERCUT, "cleanup"], env=env.env(POWERCUT_STATE_DIR=str(root)), capture_output=True)
     assert not left, "left behind: " + "; ".join(left)
     shutil.rmtree(tmp_path, ignore_errors=True)
 

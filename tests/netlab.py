@@ -78,14 +78,23 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _delete_namespace(ns: str) -> None:
-    """Kill what runs in NS, then delete it (deleting it deletes the veth ends in it)."""
-    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
-    for pid in pids:
-        try:
-            os.kill(int(pid), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+def _ns_pids(ns: str) -> list[int]:
+    return [int(p) for p in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()]
+
+
+def _delete_namespace(ns: str, grace_s: float = 60) -> None:
+    """Stop what runs in NS, then delete it (deleting it deletes the veth ends in it).
+    SIGTERM first: a powercut process still in there (a killed machine's worker) tears its
+    devices down on it; SIGKILL would leave its mounts and a dead FUSE mount behind."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in _ns_pids(ns):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 10)
+        while _ns_pids(ns) and time.monotonic() < deadline:
+            time.sleep(0.2)
     subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 

@@ -152,3 +152,19 @@ def test_cleanup_ignores_live_runs(pc: PcEnv) -> None:
             f.write("go\n")
         proc.communicate(timeout=300)
     assert proc.returncode == 0
+
+
+def test_cleanup_leaves_a_nested_state_root_to_its_own_cleanup(pc: PcEnv) -> None:
+    """A state root inside another (a joined test's machine m2 in the test's state) is not a run
+    without an owner: the outer cleanup once deleted its journal, leaving its mounts to no one."""
+    pc.run("run", str(WORKLOADS / "mixed.sh"), "--fs", "ext4", "--out", str(pc.tmp / "first"), check_rc=0)
+    nested = PcEnv(pc.state / "m2", pc.scratch / "m2", pc.tmp)
+    proc, _hold = start_blocked_run(nested)
+    proc.kill()
+    proc.wait()
+    journals = list(nested.state.glob("*/resources.jsonl"))
+    assert journals
+    pc.run("cleanup", check_rc=0)
+    assert all(j.exists() for j in journals) and nested.leftovers()
+    p = pc.run("cleanup", env=nested.env(), check_rc=0)
+    assert "1 dead run(s) cleaned" in p.stdout and nested.leftovers() == []
