@@ -87,7 +87,9 @@ def commit_interval(mount_opts: str) -> int:
 
 
 class Transactions:
-    """The log's commits placed among the ops (single-threaded runs, by completion marks)."""
+    """The log's commits placed among the ops (single-threaded runs, by completion marks); made
+    once per run and shared by the three rules (the persists they add are at fsyncs that
+    already have one, so what it reads of h.persists does not change)."""
 
     def __init__(self, h: History, found: list[Super], mount_opts: str) -> None:
         self.h = h
@@ -136,21 +138,21 @@ class Transactions:
         return k < len(self.commits) and self.commits[k] < self.marks[b]
 
 
-def note_transactions(h: History, found: list[Super], mount_opts: str = "") -> None:
+def note_transactions(t: Transactions) -> None:
     """h.btrfs_since: for each fsync, the first position after the last commit written before
     the op that preceded it: the ops of the transaction its log tree carries (`btrfs-log-dirs`)."""
-    t = Transactions(h, found, mount_opts)
+    h = t.h
     for p in h.persists:
         if p.ino is not None and t.counted(p.ex.pos) and t.log_synced(p.ex.pos):
             h.btrfs_since[p.ex.pos] = t.since(p.ex.pos)
 
 
-def add_commit_persists(h: History, found: list[Super], mount_opts: str = "") -> int:
+def add_commit_persists(t: Transactions) -> int:
     """For each fsync (fdatasync, O_SYNC write, msync) whose call ends with a transaction
     commit (the last super block written between the previous op's mark and its own is a
     commit's), a whole-file-system persist of names at the fsync: what a sync there would
     make durable of the namespace. Returns how many were added."""
-    t = Transactions(h, found, mount_opts)
+    h = t.h
     if t.unprompted:
         return 0  # one could land inside an fsync that logged nothing: not the fsync's commit
     added = []
@@ -166,13 +168,13 @@ def add_commit_persists(h: History, found: list[Super], mount_opts: str = "") ->
 RELOG = "btrfs-relog"
 
 
-def add_relog_persists(h: History, found: list[Super], mount_opts: str = "") -> int:
+def add_relog_persists(t: Transactions) -> int:
     """`btrfs-relog`: a file older than the transaction, fsynced by a log sync, then linked or
     renamed with no data change in between (xattr changes only), in the same transaction: the
     link or rename logs it again (tree-log.c, btrfs_log_new_name), and the next fsync that syncs
     the log persists that copy: its xattrs as of the link or rename. Added as a persist of the
     file at that fsync."""
-    t = Transactions(h, found, mount_opts)
+    h = t.h
     synced = [p for p in h.persists if p.ino is not None and p.rule == "fsync-data" and t.counted(p.ex.pos)
               and t.log_synced(p.ex.pos)]
     if not synced:

@@ -41,13 +41,13 @@ def prepare(workload: Workload, plan: Plan, records_path: str, reader: LogReader
                         for f in latency.findings(checks.report["latency"], workload)]
     history = build_history(plan, results, log_marks(reader), semantics.reflink())
     if any(semantics.holds(r) for r in (btrfs_commits.RULE, btrfs_commits.RELOG, "btrfs-log-dirs")):
-        found = btrfs_commits.supers(reader)
+        txns = btrfs_commits.Transactions(history, btrfs_commits.supers(reader), semantics.mount_opts)
         if semantics.holds("btrfs-log-dirs"):
-            btrfs_commits.note_transactions(history, found, semantics.mount_opts)
+            btrfs_commits.note_transactions(txns)
         if semantics.holds(btrfs_commits.RELOG):
-            btrfs_commits.add_relog_persists(history, found, semantics.mount_opts)
+            btrfs_commits.add_relog_persists(txns)
         if semantics.holds(btrfs_commits.RULE):
-            btrfs_commits.add_commit_persists(history, found, semantics.mount_opts)
+            btrfs_commits.add_commit_persists(txns)
     for d in history.disagreements:
         checks.findings.append(Finding("semantics", f"{d.ex.describe()}: {d.expected}",
                                        evidence={"op": d.ex.describe(), "op_mark": d.ex.mark, "expected": d.expected}))
