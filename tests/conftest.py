@@ -94,8 +94,7 @@ def pc(tmp_path: Path) -> PcEnv:
     left = env.leftovers()
     if left:  # tear down by hand so one failure doesn't poison later tests
         # (every state root the test made: a joined test's machines each have their own)
-        for root in {env.state, *killed_sessions.state_roots(tmp_path)}:
-            subprocess.run([*POWERCUT, "cleanup"], env=env.env(POWERCUT_STATE_DIR=str(root)), capture_output=True)
+        killed_sessions.sweep(tmp_path)
     assert not left, "left behind: " + "; ".join(left)
     shutil.rmtree(tmp_path, ignore_errors=True)
 

@@ -28,20 +28,20 @@ MAX_DEPTH = 4
 
 
 def is_state_root(path: Path) -> bool:
-    """Tagged as a root, and holding runs (a scratch root is tagged the same way but holds
-    none: `powercut cleanup` pointed at it would take its live runs' directories for dead ones)."""
-    if not ownership.is_owned(str(path)):
+    """Tagged as a root, and holding runs (a scratch root is tagged the same way, but what it
+    holds are scratch directories: `powercut cleanup` pointed at it would find no run)."""
+    if ownership.tag_of(str(path)) != "root":
         return False
     try:
-        return any((path / name / "run.json").exists() or (path / name / "resources.jsonl").exists()
-                   for name in os.listdir(path))
+        return any(ownership.tag_of(str(path / name)) == "run" for name in os.listdir(path))
     except OSError:
         return False
 
 
 def state_roots(top: Path, depth: int = MAX_DEPTH) -> list[Path]:
-    """Directories under TOP that powercut tagged as its state root (not descending into them:
-    their run directories hold the mount points, and a dead FUSE mount answers ENOTCONN)."""
+    """Directories under TOP that powercut tagged as its state root, nested ones too (a joined
+    test's machines inside the test's own). Run directories are not entered: they hold the
+    mount points, and a dead FUSE mount answers ENOTCONN."""
     found: list[Path] = []
     try:
         entries = list(os.scandir(top))
@@ -49,14 +49,14 @@ def state_roots(top: Path, depth: int = MAX_DEPTH) -> list[Path]:
         return found
     for e in entries:
         try:
-            if not e.is_dir(follow_symlinks=False):
+            if not e.is_dir(follow_symlinks=False) or ownership.tag_of(e.path) == "run":
                 continue
         except OSError:
             continue
         path = Path(e.path)
         if is_state_root(path):
             found.append(path)
-        elif depth > 1:
+        if depth > 1:
             found += state_roots(path, depth - 1)
     return found
 
