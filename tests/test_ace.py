@@ -67,10 +67,10 @@ def test_likely_shapes_first_and_each_shape_once_before_any_twice() -> None:
     sp = ace.space(2)
     assert sum(sp.tiers.values()) == exhaustive.space_size(2) == len(set(sp.order))
     first = sp.tiers[0]
-    for i in range(first):  # tier 0: a namespace op, then an fsync of what it touched
+    for i in range(first):  # tier 0: a namespace or xattr op, then an fsync of what it touched
         chain, states, persists = sp.steps(i)
         last, p = chain[-1], persists[-1]
-        assert last.namespace and p is not None and p[0] == "fsync" and p[1] in last.objects | last.dirs
+        assert (last.namespace or last.meta) and p is not None and p[0] == "fsync" and p[1] in last.objects | last.dirs
     chain, _, persists = sp.steps(first)
     assert ace._tier(chain, persists) > 0
     # Round-robin over shape classes: the first workloads of tier 0 are all of different shapes.

@@ -9,8 +9,9 @@ prunes it; this module does the same over powercut's set-up
   directory's name), tmplink (open O_TMPFILE in the directory, write 4 KiB,
   linkat to the name: the atomic create), mkdir, link, unlink, rmdir,
   rename (of a file, symlink or directory, to a new name or over one),
-  renameat2 RENAME_EXCHANGE, symlink, and five data ops (append, overwrite, punch a hole, shrink,
-  truncate to 0).
+  renameat2 RENAME_EXCHANGE, symlink, five data ops (append, overwrite, punch a hole, shrink,
+  truncate to 0) and two xattr ops (set or replace one, on a file or directory; remove the
+  set-up's second one from foo, whose two names share one packed item on btrfs).
 - Every core op must succeed in a model of the namespace after the ops
   before it. ACE adds the ops a core op depends on (a creat before a write);
   here the set-up makes the common ones exist and a call that would fail is
@@ -36,7 +37,8 @@ through it, so a file renamed or unlinked since is still reachable (an fd
 whose file has no name left). Directories are opened by their current name
 to be fsynced.
 
-The order is by likelihood. Tier 0 (of 8): the last op is a namespace op, the
+The order is by likelihood. Tier 0 (of 8): the last op is a namespace or xattr op (inode
+metadata the log must carry: xfstests generic/066 and 489 fsync after xattr changes), the
 last persistence point an fsync of what it touched (its object, a directory
 holding a name it changed, or an ancestor) and the one before it an fsync of
 what the last op touches or of what the op before acted on: a change to
@@ -61,6 +63,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workloads.format import workload_doc
+from workloads.vocab import XATTRS
 
 # Import-free copy of the set-up's namespace (workloads/exhaustive.py SETUP): kept equal by a test.
 START: dict[str, str] = {".": "dir", "A": "dir", "A/C": "dir", "foo": "file", "A/foo": "file"}
@@ -76,6 +79,7 @@ DATA_OPS: dict[str, dict[str, Any]] = {
 }
 ROOT_ID = 0                                    # "." is the first name of START
 SIZE_OF = {"foo": 16384, "A/foo": 256 << 10}   # the set-up's file sizes (append goes there)
+XATTR_FILE = "foo"                             # the set-up's file with two xattrs (XATTRS)
 
 
 def _parent(path: str) -> str:
@@ -89,6 +93,7 @@ class State:
     ns: tuple[tuple[str, int], ...]
     kinds: tuple[tuple[int, str], ...]
     sizes: tuple[tuple[int, int], ...]
+    packed: tuple[int, ...] = ()     # the objects holding the set-up's second xattr (XATTRS[1])
 
     @functools.cached_property
     def names(self) -> dict[str, int]:
@@ -113,7 +118,7 @@ def start_state() -> State:
     ns = tuple((p, i) for i, p in enumerate(START))
     kinds = tuple((i, k) for i, k in enumerate(START.values()))
     sizes = tuple((i, SIZE_OF.get(p, 0)) for i, p in enumerate(START))
-    return State(ns, kinds, sizes)
+    return State(ns, kinds, sizes, (list(START).index(XATTR_FILE),))
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,7 @@ class Core:
     namespace: bool
     new: tuple[tuple[str, str], ...] = ()     # (kind, path) of what it creates
     data_on: int | None = None                # a data op's file
+    meta: bool = False                        # an xattr op: inode metadata the log must carry
 
 
 def apply(st: State, core: Core) -> State:
@@ -157,11 +163,14 @@ def apply(st: State, core: Core) -> State:
             for p in moved:
                 del names[p]
             names.update({dst + p[len(src):]: o for p, o in moved.items()})
+    elif core.meta:   # an xattr replaced or removed: the file no longer has the packed pair
+        return State(st.ns, st.kinds, st.sizes, tuple(o for o in st.packed if o not in core.objects))
     elif core.data_on is not None:
         o = core.data_on
         sizes[o] = {"append": sizes[o] + 4096, "shrink": 3000, "empty": 0}.get(core.name.split("(")[0],
                                                                               max(sizes[o], 4096))
-    return State(tuple(sorted(names.items())), tuple(sorted(kinds.items())), tuple(sorted(sizes.items())))
+    return State(tuple(sorted(names.items())), tuple(sorted(kinds.items())), tuple(sorted(sizes.items())),
+                 tuple(o for o in st.packed if o in kinds))
 
 
 def cores(st: State) -> list[Core]:
@@ -227,6 +236,11 @@ def cores(st: State) -> list[Core]:
             if victim is not None and s < d:
                 out.append(Core(f"exchange({s},{d})", ({"op": "rename", "from": s, "to": d, "flags": ["EXCHANGE"]},),
                                 frozenset({o, victim}), dirs(s, d), True))
+        if o in st.packed and s == st.path_of(o):   # the set-up's file with two xattrs: replace one, remove the other
+            out.append(Core(f"xattr({s})", ({"op": "setxattr", "path": s, "name": XATTRS[0], "length": 100},),
+                            frozenset({o}), frozenset(), False, meta=True))
+            out.append(Core(f"rmxattr({s})", ({"op": "removexattr", "path": s, "name": XATTRS[1]},),
+                            frozenset({o}), frozenset(), False, meta=True))
         if st.kind[o] == "file" and s == st.path_of(o):   # one data op per file, by its first name
             for name, op in DATA_OPS.items():
                 call = dict(op, fd=f"F{o}")
@@ -295,7 +309,7 @@ def _tier(chain: list[Core], persists: tuple[Persist, ...]) -> int:
     # Persisted right before the last op: what it then acts on, or what the op before acted on
     # (a file or directory the file system has just logged, then changed again).
     primed = p_before is not None and p_before[0] == "fsync" and p_before[1] in touched | prev.objects | prev.dirs
-    return 4 * (not closes) + 2 * (not last.namespace) + (not primed)
+    return 4 * (not closes) + 2 * (not (last.namespace or last.meta)) + (not primed)
 
 
 def _persist_class(p: Persist, ref: Core) -> str:

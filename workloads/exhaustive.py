@@ -1,7 +1,7 @@
 """Bounded exhaustive workloads in the spirit of ACE (CrashMonkey, OSDI'18).
 
 A workload of sequence length k is a fixed set-up (dirs A and A/C, file foo
-with 16 KiB of data and an xattr, file A/foo with 256 KiB: a deleted large
+with 16 KiB of data and two xattrs, file A/foo with 256 KiB: a deleted large
 file is what exposes freed blocks; then sync) followed by k core ops, each
 followed by one persistence op: fsync or fdatasync of what it changed,
 fsync of that one's parent directory, or sync. All such workloads are enumerated
@@ -27,6 +27,7 @@ from typing import Any
 
 from workloads import ace
 from workloads.format import workload_doc
+from workloads.vocab import XATTRS
 
 RW = ["O_RDWR"]
 SETUP: list[dict[str, Any]] = [
@@ -38,7 +39,10 @@ SETUP: list[dict[str, Any]] = [
     {"op": "open", "path": "A/foo", "flags": ["O_CREAT", "O_RDWR"], "fd": "s1"},
     {"op": "pwrite", "fd": "s1", "offset": 0, "length": 256 << 10},
     {"op": "close", "fd": "s1"},
-    {"op": "setxattr", "path": "foo", "name": "user.b", "length": 8},
+    # Two xattrs whose names share a btrfs name hash (workloads/vocab.py XATTRS): one packed
+    # item there, two ordinary xattrs elsewhere; the core ops replace one and remove the other.
+    {"op": "setxattr", "path": "foo", "name": XATTRS[0], "length": 8},
+    {"op": "setxattr", "path": "foo", "name": XATTRS[1], "length": 8},
     {"op": "sync"},
 ]
 
@@ -88,8 +92,8 @@ CORE: list[Core] = [
     Core("rename-dir", ({"op": "rename", "from": "A/C", "to": "B"},), persist_on="B", data=False),
     Core("rmdir", ({"op": "rmdir", "path": "A/C"},), persist_on="A", data=False),
     Core("symlink", ({"op": "symlink", "target": "foo", "path": "A/bar"},), persist_on="A", data=False),
-    Core("setxattr", ({"op": "setxattr", "path": "foo", "name": "user.a", "length": 100},), data=False),
-    Core("removexattr", ({"op": "removexattr", "path": "foo", "name": "user.b"},), data=False),
+    Core("setxattr", ({"op": "setxattr", "path": "foo", "name": XATTRS[0], "length": 100},), data=False),
+    Core("removexattr", ({"op": "removexattr", "path": "foo", "name": XATTRS[1]},), data=False),
     # The linux tier's states (docs/semantics.md): an fd whose file was renamed,
     # linked or unlinked, persisted through that fd; names reused by a new file,
     # directory or symlink; a file moved between directories. fsync-dir of a
