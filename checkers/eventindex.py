@@ -63,6 +63,13 @@ class Allowed:
         return max(self.inflight, default=self.n_done - 1 if self.n_done > 0 else 0)
 
 
+def live_maybe(e: DataEvent, floor: int) -> bool:
+    """A maybe event still allowed with the guarantee's base at FLOOR: a failed write's
+    bytes always; another order's outcome (checkers/overlap.py) until an op sure to
+    come after it is in that base."""
+    return e.until is None or e.until >= floor
+
+
 def last_allowed(allowed: Allowed | set[int]) -> int:
     return allowed.last() if isinstance(allowed, Allowed) else max(allowed, default=0)
 
@@ -113,6 +120,7 @@ class PointEvents:
 
     def __init__(self, idx: EventIndex, allowed: Allowed, floor: int) -> None:
         self.idx = idx
+        self.floor = floor
         self.done = bisect.bisect_left(idx.pos, allowed.n_done)     # events [0, done) completed
         self.lo = bisect.bisect_left(idx.pos, floor)                # `later` starts here
         extra: list[int] = []
@@ -126,6 +134,15 @@ class PointEvents:
 
     def in_later(self, i: int) -> bool:
         return i >= self.lo and self.in_history(i)
+
+    def maybe_live(self, i: int) -> bool:
+        """An allowed maybe event that no op in the guarantee's base has ended (live_maybe)."""
+        return self.idx.events[i].kind == "maybe" and self.in_history(i) and live_maybe(self.idx.events[i], self.floor)
+
+    def maybes(self) -> list[DataEvent]:
+        """The allowed maybe events still live (live_maybe)."""
+        ids = self.idx.of_kind.get("maybe", [])
+        return [self.idx.events[i] for i in ids if self.maybe_live(i)]
 
     def _kind(self, kind: str, lo: int) -> list[DataEvent]:
         ids = self.idx.of_kind.get(kind, [])
@@ -150,8 +167,7 @@ class PointEvents:
     def writer_events(self, key: tuple[int, int, int]) -> list[DataEvent]:
         """The `later` data and maybe events of writer KEY, and its allowed maybe events."""
         ev = self.idx.events
-        return [ev[i] for i in self.idx.by_writer.get(key, ())
-                if self.in_later(i) or (ev[i].kind == "maybe" and self.in_history(i))]
+        return [ev[i] for i in self.idx.by_writer.get(key, ()) if self.in_later(i) or self.maybe_live(i)]
 
     def layer_events(self, start: int, end: int, strict: bool) -> list[DataEvent]:
         """Data, zero and maybe events overlapping [start, end): STRICT the `later` ones,
@@ -161,7 +177,7 @@ class PointEvents:
         for i in self.idx.overlapping(start, end):
             if self.in_later(i) if strict else self.in_history(i):
                 first.append(ev[i])
-            elif ev[i].kind == "maybe" and self.in_history(i):
+            elif self.maybe_live(i):
                 then.append(ev[i])
         return first + then
 
@@ -186,6 +202,7 @@ class PlainEvents:
         self.allowed = allowed
         self.later = [e for e in ino.events if e.pos >= floor and e.pos in allowed]
         self.history = [e for e in ino.events if e.pos in allowed]
+        self.floor = floor
         self.wanted = classified
 
     def later_of(self, kind: str) -> list[DataEvent]:
@@ -198,14 +215,16 @@ class PlainEvents:
         sizes = [e.size for e in self.later]
         return (min(sizes), max(sizes)) if sizes else None
 
+    def maybes(self) -> list[DataEvent]:
+        return [e for e in self.history_of("maybe") if live_maybe(e, self.floor)]
+
     def writer_events(self, key: tuple[int, int, int]) -> list[DataEvent]:
-        maybe = self.history_of("maybe")
-        return [e for e in self.later + [m for m in maybe if m not in self.later]
-                if e.kind in ("data", "maybe") and (e.src.file_id, e.src.seq, e.src.iter) == key]
+        return [e for e in self.later + [m for m in self.maybes() if m not in self.later]
+                if e.kind in ("data", "maybe") and e.src is not None and (e.src.file_id, e.src.seq, e.src.iter) == key]
 
     def layer_events(self, start: int, end: int, strict: bool) -> list[DataEvent]:
         events = self.later if strict else self.history
-        return [e for e in events + [m for m in self.history_of("maybe") if m not in events]
+        return [e for e in events + [m for m in self.maybes() if m not in events]
                 if e.kind in LAYER_KINDS and e.start < end and e.end > start]
 
     def overlapping(self, start: int, end: int) -> list[DataEvent]:

@@ -4,7 +4,9 @@ to a namespace and to per-inode content timelines.
 Inputs are the plan, the executor's records (what each op returned) and the
 positions of the executor's completion marks in the log. Ops are ordered by
 their mark, i.e. by when they were known to have completed, so the ops
-completed at a crash point are always a prefix (`position < n_done`). Each
+completed at a crash point are always a prefix (`position < n_done`). Marks
+do not order ops of different threads that ran at the same time: their
+other orders are "maybe" events too (checkers/overlap.py). Each
 op is applied with its *actual* result: a failed op changes nothing, a short
 write writes what it returned. One exception: a failed write may still have
 written part of its range ("maybe" events, see op_write). While applying, the model predicts the
@@ -67,6 +69,10 @@ class DataEvent:
     src: Src | None = None
     size: int = 0        # the file size after the event
     untorn: bool = False  # an RWF_ATOMIC write: all old or all new at every crash state
+    # A "maybe" of another order (checkers/overlap.py): allowed until an op sure to come after it
+    # is in the guarantee's base (its position below the floor); None: a failed write's bytes,
+    # allowed from then on. Its size is the file's size in that order.
+    until: int | None = None
 
 
 @dataclass
@@ -98,6 +104,8 @@ class Inode:
                 m.collapse(e.start, e.end - e.start)
             elif e.kind == "insert":
                 m.insert(e.start, e.end - e.start)
+            elif e.kind == "maybe":
+                continue  # an outcome allowed, not the model's: its size is not the file's
             size = e.size
         return m, size
 
@@ -906,6 +914,8 @@ def build_history(plan: Plan, results: Results, marks: list[tuple[int, str]],
     b = HistoryBuilder(plan, execs, reflink)
     for ex in execs:
         b.apply(ex)
+    from checkers.overlap import other_orders  # it builds on this module's events
+    other_orders(execs, b.inodes)
     threads: dict[int, list[int]] = {}
     for ex in sorted(execs, key=lambda e: (e.rec.thread, e.rec.start_ns)):
         threads.setdefault(ex.rec.thread, []).append(ex.pos)

@@ -37,8 +37,9 @@ class FileCheck:
         self.events = model.index.point_events(ino, v, floor)
         self.shifted = bool(self.events.later_of("collapse") or self.events.later_of("insert"))
         self.verdicts: list[WriteVerdict] = []  # the classified writes (checkers/untorn.py), once checked
-        # failed writes that may have left bytes behind: allowed at any time after they ran
-        self.maybe = self.events.history_of("maybe")
+        # failed writes that may have left bytes behind (allowed at any time after they ran),
+        # other orders of ops the marks do not order (checkers/overlap.py)
+        self.maybe = self.events.maybes()
         self._zeroed: list[tuple[int, int]] | None = None
 
     def zeroed(self) -> list[tuple[int, int]]:
@@ -50,11 +51,13 @@ class FileCheck:
     def size_range(self) -> tuple[int, int]:
         later = self.events.later_sizes()
         sizes = list(later) if later else []
-        top = max([e.end for e in self.maybe], default=0)  # a failed write past EOF: not ruled out
+        top = max([e.end for e in self.maybe if e.src is not None], default=0)  # a failed write past EOF: not ruled out
         if self.g is None:
             return 0, max(sizes + [top])
         sizes.append(self.g.size)
-        return min(sizes), max(sizes + [top])
+        # a truncate that may have come last: its size (an empty maybe event, checkers/overlap.py)
+        other = [e.size for e in self.maybe if e.src is None and e.start == e.end]
+        return min(sizes + other), max(sizes + [top])
 
     def check(self, data: bytes, scan: ChunkScan | None = None) -> Finding | None:
         """The first sector (by offset) no allowed state explains, as a finding.
