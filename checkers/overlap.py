@@ -30,94 +30,120 @@ TRUNCATES = frozenset(("ftruncate", "truncate", "open", "creat"))
 Ranges = list[tuple[int, int]]
 
 
+REGION = 1 << 16   # bytes per region of the index of what each op changed
+WIDE = 64          # ranges spanning more regions are kept apart
+
+
 def other_orders(execs: list[Exec], inodes: dict[int, Inode]) -> None:
     """Add the maybe events of every unordered pair of ops on each file (in position order)."""
     if len({ex.rec.thread for ex in execs}) < 2:
         return
     ended_by = list(itertools.accumulate((ex.rec.end_ns for ex in execs), max))
     for ino in inodes.values():
-        extra = _file_alternatives(execs, ended_by, ino) if ino.kind == "file" else []
+        extra = FileOrders(execs, ino).alternatives(ended_by) if ino.kind == "file" else []
         if extra:
             # stable: at a position, the op's own events come first
             ino.events = sorted(ino.events + extra, key=lambda e: e.pos)
 
 
-def _file_alternatives(execs: list[Exec], ended_by: list[int], ino: Inode) -> list[DataEvent]:
-    by_pos: dict[int, list[DataEvent]] = {}
-    for e in ino.events:
-        if e.kind in ("collapse", "insert"):
+class FileOrders:
+    """One file's ops (by position), what each changed, and the other orders of the unordered pairs."""
+
+    def __init__(self, execs: list[Exec], ino: Inode) -> None:
+        self.execs = execs
+        self.by_pos: dict[int, list[DataEvent]] = {}
+        self.shifted = any(e.kind in ("collapse", "insert") for e in ino.events)
+        for e in ino.events:
+            if e.kind in ("data", "zero", "size"):
+                self.by_pos.setdefault(e.pos, []).append(e)
+        self.positions = sorted(self.by_pos)
+        self.end = max((max(e.end, e.size) for e in ino.events), default=0)  # no byte past this was ever written
+        self.reach = {x: self._reach(x) for x in self.positions}
+        # The positions that changed bytes in each region, and those that set the size
+        # (a truncate, or data up to the new size), for the ends of the maybe events.
+        self.regions: dict[int, list[int]] = {}
+        self.wide: list[int] = []
+        for x in self.positions:
+            for s, t in self.reach[x]:
+                r0, r1 = s // REGION, (t - 1) // REGION
+                if r1 - r0 >= WIDE:
+                    self.wide.append(x)
+                else:
+                    for r in range(r0, r1 + 1):
+                        self.regions.setdefault(r, []).append(x)
+        self.sizers = [x for x in self.positions if self.truncates(x)
+                       or any(e.kind == "data" and e.end >= e.size for e in self.by_pos[x])]
+
+    def truncates(self, x: int) -> bool:
+        return self.execs[x].kind in TRUNCATES
+
+    def _reach(self, x: int, past_length: bool = True) -> Ranges:
+        """Where the op at X changed bytes; a truncate also everything past its length
+        (PAST_LENGTH), whatever the size was in the order the model took."""
+        events = self.by_pos[x]
+        out = [(e.start, e.end) for e in events if e.kind in ("data", "zero") and e.end > e.start]
+        if past_length and self.truncates(x) and events[-1].size < self.end:
+            out.append((events[-1].size, self.end))
+        return merge_ranges(out)
+
+    def alternatives(self, ended_by: list[int]) -> list[DataEvent]:
+        if self.shifted:
             return []  # moved ranges: the content check does not judge those precisely anyway
-        if e.kind in ("data", "zero", "size"):
-            by_pos.setdefault(e.pos, []).append(e)
-    positions = sorted(by_pos)
-    end = max((max(e.end, e.size) for e in ino.events), default=0)  # no byte past this was ever written
-    out: list[DataEvent] = []
-    for k, q in enumerate(positions):
-        late = execs[q].rec
-        # positions below the first whose op returned at or after L's call are all before L
-        first = bisect.bisect_left(positions, bisect.bisect_left(ended_by, late.start_ns))
-        for p in positions[first:k]:
-            early = execs[p].rec
-            if early.thread != late.thread and early.end_ns >= late.start_ns:
-                out += _r_after_l(execs, positions, by_pos, p, q, end)
-    return out
+        out: list[DataEvent] = []
+        positions = self.positions
+        for k, q in enumerate(positions):
+            late = self.execs[q].rec
+            # positions below the first whose op returned at or after L's call are all before L
+            first = bisect.bisect_left(positions, bisect.bisect_left(ended_by, late.start_ns))
+            for p in positions[first:k]:
+                early = self.execs[p].rec
+                if early.thread != late.thread and early.end_ns >= late.start_ns:
+                    out += self.r_after_l(p, q)
+        return out
 
+    def r_after_l(self, p: int, q: int) -> list[DataEvent]:
+        """The outcome of the op at P taking effect after the one at Q."""
+        l_events = self.by_pos[q]
+        if self.truncates(p):
+            length = self.by_pos[p][-1].size
+            # Two truncates leave the same zeros in either order (past the smaller length): only the size differs.
+            zeros = subtract_ranges(self._reach(q, past_length=False), [(0, length)])
+            return (self.until(p, q, zeros, DataEvent(q, "maybe", 0, 0, None, length))
+                    + self.size_until(p, q, DataEvent(q, "maybe", length, length, None, length)))
+        out = []
+        for e in self.by_pos[p]:
+            where = _intersect(self.reach[q], [(e.start, e.end)]) if e.kind in ("data", "zero") else []
+            if where:
+                size = max(l_events[-1].size, e.end) if e.src is not None else l_events[-1].size
+                out += self.until(p, q, where, DataEvent(q, "maybe", 0, 0, e.src, size))
+        return out
 
-def _reach(ex: Exec, events: list[DataEvent], end: int, past_length: bool = True) -> Ranges:
-    """Where EX (its EVENTS on the file) changed bytes; a truncate also everything past its
-    length (PAST_LENGTH), whatever the size was in the order the model took."""
-    out = [(e.start, e.end) for e in events if e.kind in ("data", "zero") and e.end > e.start]
-    if past_length and ex.kind in TRUNCATES and events[-1].size < end:
-        out.append((events[-1].size, end))
-    return merge_ranges(out)
+    def until(self, p: int, q: int, ranges: Ranges, proto: DataEvent) -> list[DataEvent]:
+        """PROTO's outcome in RANGES as maybe events, each part ending (`until`) at the first
+        op after Q called after the op at P returned that changed those bytes."""
+        r_end = self.execs[p].rec.end_ns
+        found = set(self.wide)
+        for s, t in ranges:
+            for r in range(s // REGION, (t - 1) // REGION + 1):
+                found.update(self.regions.get(r, ()))
+        out: list[DataEvent] = []
+        for x in sorted(x for x in found if x > q):
+            if not ranges:
+                break
+            if self.execs[x].rec.start_ns > r_end:  # surely after R
+                cover = self.reach[x]
+                out += [_piece(proto, s, t, x) for s, t in _intersect(ranges, cover)]
+                ranges = subtract_ranges(ranges, cover)
+        return out + [_piece(proto, s, t, None) for s, t in ranges]
 
-
-def _r_after_l(execs: list[Exec], positions: list[int], by_pos: dict[int, list[DataEvent]],
-               p: int, q: int, end: int) -> list[DataEvent]:
-    r, l_events = execs[p], by_pos[q]
-    truncate = r.kind in TRUNCATES
-    # Two truncates leave the same zeros in either order (past the smaller length): only the size differs.
-    where = _reach(execs[q], l_events, end, past_length=not truncate)
-    size_l = l_events[-1].size
-    parts: list[tuple[Ranges, DataEvent]] = []
-    if truncate:
-        length = by_pos[p][-1].size
-        zeros = subtract_ranges(where, [(0, length)])
-        parts = [(zeros, DataEvent(q, "maybe", 0, 0, None, length)),
-                 ([], DataEvent(q, "maybe", length, length, None, length))]  # its size: an empty event
-    else:
-        for e in by_pos[p]:
-            if e.kind in ("data", "zero"):
-                size = max(size_l, e.end) if e.src is not None else size_l
-                parts.append((_intersect(where, [(e.start, e.end)]), DataEvent(q, "maybe", 0, 0, e.src, size)))
-    return [piece for ranges, proto in parts for piece in _expire(execs, positions, by_pos, p, q, ranges, proto, end)
-            if ranges or proto.start == proto.end and proto.src is None]
-
-
-def _expire(execs: list[Exec], positions: list[int], by_pos: dict[int, list[DataEvent]], p: int, q: int,
-            ranges: Ranges, proto: DataEvent, end: int) -> list[DataEvent]:
-    """PROTO's outcome in RANGES (none: its size alone) as maybe events, each part ending
-    (`until`) at the first op called after R (at P) returned that changed those bytes, or for
-    the size, that set it (a truncate) or grew the file past it (its data ends at the size)."""
-    out: list[DataEvent] = []
-    r_end = execs[p].rec.end_ns
-    sized = not ranges
-    for x in positions[bisect.bisect_right(positions, q):]:
-        if not (ranges or sized):
-            break
-        ex = execs[x]
-        if ex.rec.start_ns <= r_end:
-            continue  # not surely after R
-        cover = _reach(ex, by_pos[x], end)
-        out += [_piece(proto, s, t, x) for s, t in _intersect(ranges, cover)]
-        ranges = subtract_ranges(ranges, cover)
-        if sized and (ex.kind in TRUNCATES or any(e.kind == "data" and e.end >= e.size for e in by_pos[x])):
-            out.append(_piece(proto, proto.start, proto.end, x))
-            sized = False
-    out += [_piece(proto, s, t, None) for s, t in ranges]
-    if sized:
-        out.append(_piece(proto, proto.start, proto.end, None))
-    return out
+    def size_until(self, p: int, q: int, proto: DataEvent) -> list[DataEvent]:
+        """PROTO, a size (an empty event), ending at the first op after Q called after the op
+        at P returned that set the size (a truncate) or grew the file to its data's end."""
+        r_end = self.execs[p].rec.end_ns
+        for x in self.sizers[bisect.bisect_right(self.sizers, q):]:
+            if self.execs[x].rec.start_ns > r_end:
+                return [_piece(proto, proto.start, proto.end, x)]
+        return [_piece(proto, proto.start, proto.end, None)]
 
 
 def _intersect(a: Ranges, b: Ranges) -> Ranges:

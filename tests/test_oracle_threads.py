@@ -12,6 +12,7 @@ from checkers.history import History, build_history
 from checkers.oracle import ContentOracle
 from common import exec_plan, require_exec
 from workloads.format import parse_workload
+from workloads.pattern import generate
 from workloads.plan import Plan, build_plan
 
 pytestmark = require_exec
@@ -85,3 +86,38 @@ def test_a_write_called_after_the_truncate_returned_must_survive(tmp_path: Path)
     os.truncate(tmp_path / "fs/f", 1234)
     got = findings(plan, h, tmp_path / "fs")
     assert [x.kind for x in got] == ["durability"] and "size 1234" in got[0].evidence["found"]
+
+
+def test_an_op_called_after_both_ends_the_other_order(tmp_path: Path) -> None:
+    """After the race, the writer writes the same 64 KiB again: called after both had returned,
+    it is last in every order, so neither race outcome (zeros past 1234, or the first write's
+    bytes; a 1234-byte file) is allowed once its fdatasync returned, with the marks in either
+    order (with them swapped, the model's alternative is the race's real outcome)."""
+    plan = two_threads(
+        [{"op": "barrier", "name": "go"}, {"op": "pwrite", "fd": "f", "offset": 0, "length": 65536},
+         {"op": "barrier", "name": "done"}, {"op": "pwrite", "fd": "f", "offset": 0, "length": 65536}],
+        [{"op": "barrier", "name": "go"}, {"op": "ftruncate", "fd": "g", "length": 1234},
+         {"op": "barrier", "name": "done"}])
+    results, marks = exec_plan(plan, tmp_path)
+    h = build_history(plan, results, marks)
+    orders = (marks, swapped(marks, h))
+    for order in orders:
+        assert findings(plan, build_history(plan, results, order), tmp_path / "fs") == []
+    first = next(ex for ex in h.execs if ex.kind == "pwrite")
+    f = tmp_path / "fs/f"
+    for race_outcome in (bytes(512), generate(plan.wid, first.f("file"), first.op.seq, 0, 4096, 512)):
+        with open(f, "r+b") as out:
+            out.seek(4096)
+            kept = out.read(512)
+            out.seek(4096)
+            out.write(race_outcome)
+        for order in orders:
+            got = findings(plan, build_history(plan, results, order), tmp_path / "fs")
+            assert [(x.kind, x.evidence["offset"]) for x in got] == [("durability", 4096)]
+        with open(f, "r+b") as out:
+            out.seek(4096)
+            out.write(kept)
+    os.truncate(f, 1234)
+    for order in orders:
+        got = findings(plan, build_history(plan, results, order), tmp_path / "fs")
+        assert [x.kind for x in got] == ["durability"] and "size 1234" in got[0].evidence["found"]
