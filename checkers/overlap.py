@@ -20,8 +20,8 @@ own ops are ordered by the thread: single-threaded workloads get none.
 from __future__ import annotations
 
 import bisect
-import itertools
 
+from checkers.eventindex import REGION, WIDE
 from checkers.history import DataEvent, Exec, Inode
 from foundation.intervals import merge_ranges, subtract_ranges
 
@@ -30,20 +30,16 @@ TRUNCATES = frozenset(("ftruncate", "truncate", "open", "creat"))
 Ranges = list[tuple[int, int]]
 
 
-REGION = 1 << 16   # bytes per region of the index of what each op changed
-WIDE = 64          # ranges spanning more regions are kept apart
-
-
 def other_orders(execs: list[Exec], inodes: dict[int, Inode]) -> None:
     """Add the maybe events of every unordered pair of ops on each file (in position order)."""
     if len({ex.rec.thread for ex in execs}) < 2:
         return
-    ended_by = list(itertools.accumulate((ex.rec.end_ns for ex in execs), max))
     for ino in inodes.values():
-        extra = FileOrders(execs, ino).alternatives(ended_by) if ino.kind == "file" else []
-        if extra:
-            # stable: at a position, the op's own events come first
-            ino.events = sorted(ino.events + extra, key=lambda e: e.pos)
+        if ino.kind == "file" and not any(e.kind in ("collapse", "insert") for e in ino.events):
+            # (moved ranges: the content check does not judge those precisely anyway)
+            extra = FileOrders(execs, ino).alternatives()
+            if extra:  # stable: at a position, the op's own events come first
+                ino.events = sorted(ino.events + extra, key=lambda e: e.pos)
 
 
 class FileOrders:
@@ -52,7 +48,6 @@ class FileOrders:
     def __init__(self, execs: list[Exec], ino: Inode) -> None:
         self.execs = execs
         self.by_pos: dict[int, list[DataEvent]] = {}
-        self.shifted = any(e.kind in ("collapse", "insert") for e in ino.events)
         for e in ino.events:
             if e.kind in ("data", "zero", "size"):
                 self.by_pos.setdefault(e.pos, []).append(e)
@@ -86,19 +81,25 @@ class FileOrders:
             out.append((events[-1].size, self.end))
         return merge_ranges(out)
 
-    def alternatives(self, ended_by: list[int]) -> list[DataEvent]:
-        if self.shifted:
-            return []  # moved ranges: the content check does not judge those precisely anyway
+    def alternatives(self) -> list[DataEvent]:
+        # Per thread, its ops on the file in program order (ascending positions) and the
+        # running maximum of their end times: the ops of another thread that returned before
+        # an op was called are a prefix of its list, found by bisection.
+        threads: dict[int, tuple[list[int], list[int]]] = {}
+        for x in self.positions:
+            rec = self.execs[x].rec
+            ps, ends = threads.setdefault(rec.thread, ([], []))
+            ps.append(x)
+            ends.append(max(rec.end_ns, ends[-1]) if ends else rec.end_ns)
         out: list[DataEvent] = []
-        positions = self.positions
-        for k, q in enumerate(positions):
+        for q in self.positions:
             late = self.execs[q].rec
-            # positions below the first whose op returned at or after L's call are all before L
-            first = bisect.bisect_left(positions, bisect.bisect_left(ended_by, late.start_ns))
-            for p in positions[first:k]:
-                early = self.execs[p].rec
-                if early.thread != late.thread and early.end_ns >= late.start_ns:
-                    out += self.r_after_l(p, q)
+            for thread, (ps, ends) in threads.items():
+                if thread != late.thread:
+                    k = bisect.bisect_left(ps, q)
+                    for p in ps[bisect.bisect_left(ends, late.start_ns, 0, k):k]:
+                        if self.execs[p].rec.end_ns >= late.start_ns:
+                            out += self.r_after_l(p, q)
         return out
 
     def r_after_l(self, p: int, q: int) -> list[DataEvent]:
