@@ -102,3 +102,23 @@ def test_fuzz_exhaustive_seq2_walks_the_ordered_space(pc: PcEnv) -> None:
         mine = [json.loads(line)["index"] for line in (out / "journal" / f"w{n}.jsonl").read_text().splitlines()
                 if not json.loads(line).get("shrink")]
         assert mine == list(range(n, n + 2 * len(mine), 2)), (n, mine)
+
+
+def _crc32c(seed: int, data: bytes) -> int:
+    """CRC-32C (Castagnoli, reflected) without the final inversion, as the kernel's crc32c()."""
+    crc = seed
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc
+
+
+def test_the_set_up_xattr_names_share_one_btrfs_name_hash() -> None:
+    """btrfs keys an xattr item by crc32c(~1, name) (fs/btrfs/ctree.h btrfs_name_hash); names
+    with the same hash are packed into one item, the state the set-up gives foo."""
+    from workloads.vocab import XATTRS
+    hashes = {_crc32c(0xFFFFFFFE, n.encode()) for n in XATTRS}
+    assert len(XATTRS) == 2 and len(hashes) == 1
+    names = [op["name"] for op in exhaustive.SETUP if op["op"] == "setxattr" and op["path"] == ace.XATTR_FILE]
+    assert names == XATTRS
