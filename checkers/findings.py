@@ -42,6 +42,33 @@ def kernel_finding(event: dict[str, Any], **where: Any) -> Finding:
                              "console": event.get("console", "")})
 
 
+# What a file system returns for later calls once it has stopped itself after an internal
+# error: btrfs aborts the transaction and forces itself read-only (EROFS once in the error
+# state, the abort's own error, often EIO, from the handle that saw it: btrfs commits
+# acce952b0263 "forced readonly mounts on errors" and 59131393434b, which documents EROFS for
+# this); ext4 with its default errors=remount-ro remounts read-only (EROFS,
+# Documentation/admin-guide/ext4.rst); xfs shuts down and fails further I/O with EIO.
+ERROR_STATE_ERRNOS = ("EIO", "EROFS")
+
+
+def fold_error_state(findings: list[Finding]) -> list[Finding]:
+    """FINDINGS with the consequences of a kernel finding folded into it: when the workload
+    already raised one (a WARNING, BUG or error of the file system under test), the calls the
+    model expected to succeed or fail otherwise that returned EIO or EROFS report the state the
+    file system put itself in, not bugs of their own; each was a separate `semantics` finding,
+    so one corruption made several findings, each shrunk and saved on its own. They are listed
+    in the kernel finding's evidence (`calls_failed_after`). Other semantics findings stay."""
+    kernel = next((f for f in findings if f.kind == "kernel" and f.evidence.get("phase") == "workload"), None)
+    if kernel is None:
+        return findings
+    folded = [f for f in findings if f.kind == "semantics" and f.evidence.get("errno") in ERROR_STATE_ERRNOS]
+    if not folded:
+        return findings
+    kernel.evidence["calls_failed_after"] = [f.detail for f in folded]
+    kernel.detail += f"; {len(folded)} later call(s) failed with {'/'.join(sorted({f.evidence['errno'] for f in folded}))}"
+    return [f for f in findings if not any(f is g for g in folded)]
+
+
 def read_error(e: OSError, mnt: str, path: str | None = None) -> Finding:
     """A `corruption` finding: reading the recovered image mounted at MNT failed
     (EIO, EUCLEAN, EBADMSG, an ENOENT or ELOOP where a name was just seen, ...).

@@ -3,6 +3,7 @@ content oracle, all from the executor's records and the log's marks."""
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,8 +50,10 @@ def prepare(workload: Workload, plan: Plan, records_path: str, reader: LogReader
         if semantics.holds(btrfs_commits.RULE):
             btrfs_commits.add_commit_persists(txns)
     for d in history.disagreements:
-        checks.findings.append(Finding("semantics", f"{d.ex.describe()}: {d.expected}",
-                                       evidence={"op": d.ex.describe(), "op_mark": d.ex.mark, "expected": d.expected}))
+        evidence = {"op": d.ex.describe(), "op_mark": d.ex.mark, "expected": d.expected}
+        if d.ex.rec.ret < 0:  # what the kernel returned (fold_error_state reads it)
+            evidence["errno"] = errno.errorcode.get(d.ex.rec.errno, str(d.ex.rec.errno))
+        checks.findings.append(Finding("semantics", f"{d.ex.describe()}: {d.expected}", evidence=evidence))
     statx = statx_limits(plan, results)
     if statx:
         checks.report["statx"] = statx

@@ -230,3 +230,23 @@ def test_python_workload_is_refused_for_the_guest(pc: PcEnv) -> None:
     p = pc.run("run", str(script), "--fs", "ext4", "--backend", "vm", "--kernel", KERNEL_612,
                "--out", str(pc.tmp / "out"), check_rc=2)
     assert "the vm guest has no Python" in p.stderr
+
+
+def test_calls_failing_after_a_kernel_error_are_part_of_the_kernel_finding(pc: PcEnv) -> None:
+    """A real btrfs bug of every 6.1 package (an xattr replaced in an item packing two names
+    with one hash: a corrupt leaf, the write-time tree checker's WARNING, then the file system
+    read-only): the mkdir, rename and link after it fail with EIO. They are listed in the kernel
+    finding, not `semantics` findings of their own."""
+    from test_vm_fuzz import newest
+    out = pc.tmp / "out"
+    pc.run("run", str(WORKLOADS / "btrfs_xattr_packed_replace_eio.json"), "--fs", "btrfs", "--backend", "vm",
+           "--kernel", "debian:" + newest("6.1", 1)[0], "--max-states", "1", "--out", str(out), check_rc=1)
+    r = report(out)
+    kernel = [f for f in r["findings"] if f["kind"] == "kernel"]
+    if not kernel:
+        pytest.skip("the newest 6.1 package has the btrfs xattr fix: no kernel error to fold into")
+    failed = kernel[0]["evidence"]["calls_failed_after"]
+    assert [re.match(r"\w+", f).group(0) for f in failed] == ["mkdir", "rename", "link"], failed
+    assert all(f.endswith("returned EIO") or f.endswith("returned EROFS") for f in failed), failed
+    assert [f for f in r["findings"] if f["kind"] == "semantics"] == []
+    assert pc.leftovers() == []

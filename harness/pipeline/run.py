@@ -25,7 +25,7 @@ from checkers.fsrules import DEFAULT_TIER, Semantics
 from checkers.oracle import ContentOracle
 from checkers.design import design_points
 from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
-from checkers.findings import kernel_finding
+from checkers.findings import fold_error_state, kernel_finding
 from checkers.known_damage import known_damage
 from foundation import internal_error, ownership, sysres
 from harness.backends import Backend, BackendOpener, engine
@@ -226,7 +226,7 @@ def _check_log(reader: LogReader, rec: Recording, workload: WorkloadRunner, fs: 
         if plots:
             plots.stop()
     finish(checks, reader, all_points)
-    findings = rec.findings + checks.findings + result.findings
+    findings = fold_error_state(rec.findings + checks.findings + result.findings)
     known = None if cfg.known_damage_findings else known_damage(fs.name, cfg.mkfs_opts, reader,
                                                                  checks.oracle.h if checks.oracle else None)
     expected: list[Finding] = []
