@@ -193,6 +193,18 @@ class FileCheck:
         return layers
 
     def bytes_ok(self, off: int, sector: bytes, layers: list[list[tuple[int, int, Src | None]]]) -> bool:
+        return all(self._matched(off, sector, layers))
+
+    def unmatched(self, off: int, sector: bytes) -> list[tuple[int, int, Src | None]]:
+        """The pieces of the allowed content for SECTOR (at file offset OFF) that it does not
+        hold, each with its source (None: zeros): where a sector that is not one whole pattern
+        chunk (a small write, a file's tail) went wrong, which its first offset alone does not say."""
+        layers = self.allowed_layers(off, off + len(sector), strict=True)
+        ok = self._matched(off, sector, layers)
+        return [(s, t, src) for s, t, src in layers[0] if not all(ok[s - off:t - off])]
+
+    def _matched(self, off: int, sector: bytes, layers: list[list[tuple[int, int, Src | None]]]) -> bytearray:
+        """Per byte of SECTOR: 1 where some layer's content there is what it holds."""
         ok = bytearray(len(sector))
         for layer in layers:
             for s, t, src in layer:
@@ -202,20 +214,23 @@ class FileCheck:
                 for i, (a, b) in enumerate(zip(got, want)):
                     if a == b:
                         ok[s - off + i] = 1
-        return all(ok)
+        return ok
 
     def sector_finding(self, off: int, sector: bytes) -> Finding:
         end = off + len(sector)
         old = self.bytes_ok(off, sector, self.allowed_layers(off, end, strict=False)) or sector == ZERO_CHUNK[:len(sector)]
+        bad = self.unmatched(off, sector) if decode_chunk(sector) is None else []
+        pieces = [f"{s}..{t} not {'zeros' if src is None else f'op {src.seq}'}" for s, t, src in bad[:4]]
+        where = f" ({', '.join(pieces)}{', ...' if len(bad) > 4 else ''})" if bad else ""
         if old and self.g is not None and self.durable_pieces(off, end) is not None:
-            return self.finding("durability", f"bytes {off}..{end} are older than what "
+            return self.finding("durability", f"bytes {off}..{end}{where} are older than what "
                                 f"{self.g.persist.ex.describe()} made durable",
                                 expected=self.describe_expected(off, end), found=describe_bytes(sector), offset=off,
                                 hexdump=hexdump(sector))
         info = decode_chunk(sector) if len(sector) == CHUNK else None
         what = (f"a chunk written by op {info.seq} iter {info.iter} at file offset {info.offset} of pattern file "
                 f"{info.file_id}" if info else "data that no op wrote there")
-        return self.finding("stale-data", f"bytes {off}..{end} hold {what}",
+        return self.finding("stale-data", f"bytes {off}..{end}{where} hold {what}",
                             expected=self.describe_expected(off, end), found=describe_bytes(sector), offset=off,
                             hexdump=hexdump(sector), rule_name="no-stale-data")
 
