@@ -306,7 +306,8 @@ def check_log_rebuilds_disk(log_path: str, disk: str, scratch_dir: str) -> None:
         at = log_differs_from(reader, disk, os.path.join(scratch_dir, "log-check.img"))
     if at is not None:
         raise EnvError(f"the recorded log does not rebuild the guest's data disk (they differ in the 64 KiB "
-                       f"at byte {at}): the recording cannot be trusted")
+                       f"at byte {at}): the recording cannot be trusted (writes racing to the same blocks, "
+                       f"e.g. O_DIRECT from several threads, can reach the disk in another order than the log's)")
 
 
 def _refill(path: str, image: str | None, size: int) -> None:
