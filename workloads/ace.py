@@ -10,8 +10,8 @@ prunes it; this module does the same over powercut's set-up
   linkat to the name: the atomic create), mkdir, link, unlink, rmdir,
   rename (of a file, symlink or directory, to a new name or over one),
   renameat2 RENAME_EXCHANGE, symlink, five data ops (append, overwrite, punch a hole, shrink,
-  truncate to 0) and two xattr ops (set or replace one, on a file or directory; remove the
-  set-up's second one from foo, whose two names share one packed item on btrfs).
+  truncate to 0) and two xattr ops on the set-up's foo, whose two xattr names share one packed
+  item on btrfs (replace the first, remove the second; once, as either leaves no pair).
 - Every core op must succeed in a model of the namespace after the ops
   before it. ACE adds the ops a core op depends on (a creat before a write);
   here the set-up makes the common ones exist and a call that would fail is
