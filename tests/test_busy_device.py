@@ -109,3 +109,27 @@ def test_a_refusal_by_the_file_system_is_a_mount_finding_with_the_kernel_log(loo
     [finding] = verdict_findings(v, state, EXT4)
     assert finding.kind == "mount" and finding.evidence["kernel_log"] == v.kernel_log
     assert finding.evidence["errno"] == v.mount_errno and "kernel:" in finding.detail
+
+
+def test_the_read_only_content_mount_waits_for_a_busy_device_too(loop, tmp_path: Path) -> None:
+    """The vm backend mounts each guest-recovered image read-only on the host for the content
+    checks: a device another process claims there is waited for, not a `mount` finding (seen
+    once with three campaigns at once)."""
+    from checkers.crashwalk.recovery import inspect_on_loop
+    from foundation.runstate import RunState
+    dev, mnt = loop
+    state = RunState(str(tmp_path))
+    read: list[str] = []
+    holder = hold(dev.path)
+    try:
+        found = inspect_on_loop(dev, EXT4, mnt, state, lambda m: read.append(m) or [],
+                                on_wait=lambda w: release(holder))
+    finally:
+        release(holder)
+    assert found == [] and read == [mnt]
+    holder = hold(dev.path)
+    try:
+        with pytest.raises(EnvError, match="not a finding"):
+            inspect_on_loop(dev, EXT4, mnt, state, lambda m: [], wait_s=0.5)
+    finally:
+        release(holder)

@@ -55,19 +55,22 @@ class Verdict:
 
 
 def inspect_on_loop(loop: LoopDevice, fs: FsType, mnt: str, state: RunState,
-                    inspect: MountInspect) -> list[Finding]:
+                    inspect: MountInspect, *, on_wait: OnWait | None = None,
+                    wait_s: float | None = None) -> list[Finding]:
     """Let INSPECT read the image in LOOP's backing file, already recovered by another kernel:
     LOOP is read-only and the mount too, so the host kernel replays and writes nothing.
     LOOP serves many images (mount and umount are system calls, nothing attached per
-    image): the caller rewrote its backing file, so its cached blocks are dropped first."""
+    image): the caller rewrote its backing file, so its cached blocks are dropped first.
+    A busy device is waited for as for a recovery mount (mount_for_recovery: ON_WAIT, WAIT_S),
+    never a finding (seen: EBUSY from a loop device a probe held while three campaigns ran)."""
     loop.drop_caches()
     mount_res = state.record("mount", path=mnt)
-    try:
-        kmount.mount(loop.path, mnt, fs.name, join_opts("ro", fs.recovery_opts))
-    except kmount.MountError as e:
+    refused = mount_for_recovery(loop, fs, join_opts("ro", fs.recovery_opts), mnt, on_wait=on_wait, wait_s=wait_s)
+    if refused is not None and not refused.mount_ok:
         state.released(mount_res)
-        return [Finding("mount", f"read-only host mount of the recovered image (for the content checks) failed: {e}",
-                        evidence={"mount_error": str(e)})]
+        return [Finding("mount", "read-only host mount of the recovered image (for the content checks) failed: "
+                        f"{refused.mount_error}", evidence={"mount_error": refused.mount_error,
+                                                            "kernel_log": refused.kernel_log})]
     try:
         return guarded_inspect(inspect, mnt)
     finally:
