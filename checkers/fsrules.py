@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from foundation import xfs_exchange
+
 ALL = frozenset({"ext4", "xfs", "btrfs"})
 ORDERED = frozenset({"ext4", "xfs"})   # strictly ordered metadata (btrfs is not: generic/335)
 TIERS = ("posix", "linux")
@@ -52,6 +54,11 @@ class Semantics:
         reflink=0 (mkfs.xfs has made reflink file systems by default since xfsprogs 5.1),
         ext4 never (it has no remap_file_range: EOPNOTSUPP)."""
         return self.fs == "btrfs" or (self.fs == "xfs" and "reflink=0" not in self.mkfs_opts.replace(" ", ""))
+
+    def exchange(self) -> bool:
+        """Whether the file system exchanges ranges (XFS_IOC_EXCHANGE_RANGE): xfs made with
+        `-i exchange=1` (foundation/xfs_exchange.py); ext4 and btrfs have no such ioctl."""
+        return self.fs == "xfs" and xfs_exchange.wanted(self.mkfs_opts)
 
     def holds(self, name: str) -> bool:
         r = RULES[name]
@@ -222,6 +229,18 @@ UNTORN_RULES = [
               "open(2) flag ... applies only to the data range written by the system call'"),
 ]
 RULES.update({r.name: r for r in UNTORN_RULES})
+
+# XFS_IOC_EXCHANGE_RANGE (xfs made with -i exchange=1, Linux 6.10+).
+EXCHANGE_RULES = [
+    Rule("exchange-range-dsync",
+         "an exchange_range with XFS_EXCHANGE_RANGE_DSYNC is durable when it returns: each file "
+         "holds the other's former bytes over its exchanged range (with TO_EOF, up to its new size)",
+         frozenset({"xfs"}), "ioctl_xfs_exchange_range(2): XFS_EXCHANGE_RANGE_DSYNC flushes the changed "
+         "file data and metadata to disk before the call returns; fs/xfs/xfs_exchrange.c: the ranges' "
+         "dirty pages are written before the mappings change and the exchange's last transaction is "
+         "committed synchronously (xfs_trans_set_sync)"),
+]
+RULES.update({r.name: r for r in EXCHANGE_RULES})
 
 
 def rule(name: str) -> Rule:

@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from foundation.intervals import IntervalMap, Src
+from foundation.intervals import IntervalMap, Piece, Src
 from workloads.marks import parse_mark
 from workloads.plan import Plan, PlanOp
 from workloads.results import FLAG_SIGBUS, OpRecord, Results, StatxResult
@@ -181,7 +181,8 @@ class HistoryBuilder:
     builds its History with it; the exports drive it with predicted results
     (harness/reports/export/model.py), so both judge by the same semantics."""
 
-    def __init__(self, plan: Plan, execs: list[Exec], reflink: bool | None = None) -> None:
+    def __init__(self, plan: Plan, execs: list[Exec], reflink: bool | None = None,
+                 exchange: bool | None = None) -> None:
         self.plan = plan
         self.execs = execs
         self._ended_by: list[int] | None = None  # prefix maxima of the execs' end times (prefix_before)
@@ -200,6 +201,7 @@ class HistoryBuilder:
         self.linkable: set[int] = set()   # O_TMPFILE files linkat may still name
         self.access: dict[tuple[int, int], tuple[bool, bool, bool]] = {}  # fd -> readable, writable, O_DIRECT
         self.reflink = reflink            # clones work here (None: not known, either answer is taken)
+        self.exchange = exchange          # exchange_range works here (None: not known, as reflink)
         self._next_ino = 1
 
     # -- helpers ---------------------------------------------------------
@@ -475,6 +477,64 @@ class HistoryBuilder:
         if ex.ok and count > 0:
             self.copy_range(ex, src, pos_in, dst, pos_out, count)
 
+    def op_exchange_range(self, ex: Exec) -> None:
+        """XFS_IOC_EXCHANGE_RANGE (ioctl_xfs_exchange_range(2); fs/xfs/xfs_exchrange.c): file1
+        (from_fd) and file2 (fd) must be regular files (EISDIR) open read-write and not
+        O_APPEND (EBADF); a file system without the exchange-range feature refuses it
+        (xfs: EOPNOTSUPP; ext4 and btrfs have no such ioctl: ENOTTY); then the ranges
+        (exchange_range_check). The two ranges' contents change places; with TO_EOF
+        each file ends where the other's bytes from its offset end. DSYNC: durable
+        when it returns (the rule exchange-range-dsync); otherwise an fsync of each file
+        makes its side durable, as for any write."""
+        f1, f2 = self.two_fds(ex)
+        if f1 is None or f2 is None:
+            return
+        flags = set(ex.f("flags"))
+        off1, off2 = ex.f("from_offset"), ex.f("offset")
+        err = self.exchange_fd_errno(ex, f1, f2)
+        refused = (E.EOPNOTSUPP, E.ENOTTY)  # xfs without the feature; a file system without the ioctl
+        n1, n2 = 0, 0
+        if err is None and self.exchange is not False:
+            err, n1, n2 = exchange_range_check(f1.size, f2.size, off1, off2, ex.f("length"),
+                                               "TO_EOF" in flags, f1 is f2)
+        if self.exchange:
+            self.predict(ex, err)
+        elif self.exchange is False:  # ext4's and btrfs's ioctl tables know no such number
+            self.predict(ex, (err, E.ENOTTY) if err else refused)
+        else:
+            self.predict(ex, (err or 0, *refused))
+        if not ex.ok or (n1 == 0 and n2 == 0):
+            return
+        if "FILE1_WRITTEN" in flags:
+            # Only the blocks written in file1 change places (ioctl_xfs_exchange_range(2)):
+            # which those are depends on allocation the model does not follow.
+            self.lost = True
+            return
+        one, two = f1.content.get(off1, off1 + n1), f2.content.get(off2, off2 + n2)
+        if "TO_EOF" in flags:
+            self.resize(ex, f1, min(f1.size, off1 + n2))
+            self.resize(ex, f2, min(f2.size, off2 + n1))
+        self.place(ex, two, off2, f1, off1, n2)
+        self.place(ex, one, off1, f2, off2, n1)
+        if "TO_EOF" in flags:  # the sizes, whatever the ranges' tails hold (holes)
+            self.resize(ex, f1, off1 + n2)
+            self.resize(ex, f2, off2 + n1)
+        if "DSYNC" in flags:
+            for ino, at, n in ((f1, off1, n2), (f2, off2, n1)):
+                self.persists.append(Persist(ex, "exchange-range-dsync", ino.ino, ex.pos + 1, (at, at + n)))
+
+    def exchange_fd_errno(self, ex: Exec, f1: Inode, f2: Inode) -> int | None:
+        """fs/xfs/xfs_exchrange.c xfs_exchange_range: directories EISDIR, other non-files
+        EINVAL, then both fds read-write (EBADF) and neither O_APPEND (EBADF)."""
+        if f1.kind == "dir" or f2.kind == "dir":
+            return E.EISDIR
+        if f1.kind != "file" or f2.kind != "file":
+            return E.EINVAL
+        keys = [(ex.rec.thread, ex.f(k)) for k in ("from_fd", "fd")]
+        if not all(self.access[k][0] and self.access[k][1] and not self.fds[k][2] for k in keys):
+            return E.EBADF
+        return None
+
     def two_fds(self, ex: Exec) -> tuple[Inode | None, Inode | None]:
         got = self.fds.get((ex.rec.thread, ex.f("from_fd")))
         src = self.inodes[got[0]] if got else None
@@ -493,8 +553,11 @@ class HistoryBuilder:
     def copy_range(self, ex: Exec, src: Inode, start: int, dst: Inode, at: int, count: int) -> None:
         """DST's bytes AT.. AT+COUNT become SRC's START.. as they are now (holes stay holes):
         the same pattern sources, shifted, so the checks read them as any write's."""
+        self.place(ex, src.content.get(start, start + count), start, dst, at, count)
+
+    def place(self, ex: Exec, pieces: list[Piece], start: int, dst: Inode, at: int, count: int) -> None:
+        """copy_range of PIECES, SRC's content START.. START+COUNT taken earlier."""
         shift = at - start
-        pieces = src.content.get(start, start + count)
         cur = start
         for s, t, piece in pieces:
             if s > cur:
@@ -884,6 +947,49 @@ def clone_range(size_in: int, size_out: int, pos_in: int, pos_out: int, length: 
     return None, count
 
 
+def exchange_range_check(size1: int, size2: int, off1: int, off2: int, length: int, to_eof: bool,
+                         same: bool) -> tuple[int | None, int, int]:
+    """(errno or None, bytes of file1 that go to file2, bytes of file2 that go to file1) of
+    an exchange of LENGTH bytes at OFF1 of a file of SIZE1 and OFF2 of one of SIZE2, as
+    fs/xfs/xfs_exchrange.c xfs_exchange_range_checks decides with the block as the
+    allocation unit: no range may start past its file's end; TO_EOF runs both ranges to
+    their files' ends (the longer one sets the length), else both must end within EOF;
+    offsets block-aligned; the length too unless both ranges end at EOF (a partial last
+    block goes whole), and a partial last block never lands in the middle of a file;
+    ranges of one file may not overlap. A length of 0 does nothing and succeeds."""
+    if off1 > size1 or off2 > size2:
+        return E.EINVAL, 0, 0
+    if to_eof:
+        length = max(size1 - off1, size2 - off2)
+    elif off1 + length > size1 or off2 + length > size2:
+        return E.EINVAL, 0, 0
+    if off1 % BLOCK or off2 % BLOCK:
+        return E.EINVAL, 0, 0
+    if off1 + length == size1:
+        span = -(-size1 // BLOCK) * BLOCK - off1
+    elif off2 + length == size2:
+        span = -(-size2 // BLOCK) * BLOCK - off2
+    elif length % BLOCK:
+        return E.EINVAL, 0, 0
+    else:
+        span = length
+    if same and off2 + span > off1 and off1 + span > off2:
+        return E.EINVAL, 0, 0
+    if length % BLOCK:
+        cut = length
+        if off2 + cut < size2:
+            cut -= cut % BLOCK
+        if off1 + cut < size1:
+            cut -= cut % BLOCK
+        if cut != length:
+            return E.EINVAL, 0, 0
+    if length == 0:
+        return None, 0, 0
+    if to_eof:
+        return None, size1 - off1, size2 - off2
+    return None, length, length
+
+
 def untorn_refusal(st: StatxResult, length: int, offset: int, append: bool) -> str | None:
     """Why the kernel must refuse an RWF_ATOMIC write of LENGTH at OFFSET to a file
     with the statx limits ST, or None. Kernel commit c34fc6f26ab8: a file that cannot
@@ -902,16 +1008,17 @@ def untorn_refusal(st: StatxResult, length: int, offset: int, append: bool) -> s
 
 
 def build_history(plan: Plan, results: Results, marks: list[tuple[int, str]],
-                  reflink: bool | None = None) -> History:
+                  reflink: bool | None = None, exchange: bool | None = None) -> History:
     """MARKS: (log index, text) of every mark in the log. REFLINK: whether the file
-    system clones (None: not known; the model then takes either answer of a clone)."""
+    system clones (None: not known; the model then takes either answer of a clone);
+    EXCHANGE: the same for exchange_range."""
     ops = plan.by_seq()
     done = completion_marks(marks)
     recs = [r for r in results.records if r.kind not in ("repeat",)]
     # Completion order; ops never marked (the executor died) go last, in time order.
     keyed = sorted(recs, key=lambda r: (done.get((r.thread, r.seq, r.iter), 1 << 62), r.end_ns))
     execs = [Exec(i, r, ops[r.seq][1], done.get((r.thread, r.seq, r.iter))) for i, r in enumerate(keyed)]
-    b = HistoryBuilder(plan, execs, reflink)
+    b = HistoryBuilder(plan, execs, reflink, exchange)
     for ex in execs:
         b.apply(ex)
     from checkers.overlap import other_orders  # it builds on this module's events

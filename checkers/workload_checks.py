@@ -40,7 +40,7 @@ def prepare(workload: Workload, plan: Plan, records_path: str, reader: LogReader
     checks.report["latency"] = latency.summarize(results, workload)
     checks.findings += [Finding("latency", f["detail"], evidence={k: v for k, v in f.items() if k not in ("kind", "detail")})
                         for f in latency.findings(checks.report["latency"], workload)]
-    history = build_history(plan, results, log_marks(reader), semantics.reflink())
+    history = build_history(plan, results, log_marks(reader), semantics.reflink(), semantics.exchange())
     if any(semantics.holds(r) for r in (btrfs_commits.RULE, btrfs_commits.RELOG, "btrfs-log-dirs")):
         txns = btrfs_commits.Transactions(history, btrfs_commits.supers(reader), semantics.mount_opts)
         if semantics.holds("btrfs-log-dirs"):

@@ -5,11 +5,12 @@ Everything else in powercut is file-system agnostic and looks things up here.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 from dataclasses import dataclass, field
 
-from foundation import sysres
+from foundation import sysres, xfs_exchange
 from foundation.errors import EnvError, UsageError
 
 
@@ -27,6 +28,8 @@ class FsType:
     # fsck output that says the checker could not look at the image at all (a probe of the
     # host's devices failed), not that the image is damaged: the check is run again.
     fsck_could_not_run: tuple[str, ...] = ()
+    # Host tools the guest needs besides mkfs (xfs_db: foundation/xfs_exchange.py).
+    guest_tools: tuple[str, ...] = ()
 
     def fsck_failed(self, code: int) -> bool:
         """Judge fsck by exit code only, never by its text (see block-recording.md)."""
@@ -39,8 +42,12 @@ class FsType:
 
     def make(self, target: str, extra: str) -> None:
         """mkfs on TARGET (a device or an image file); one clear EnvError if it fails."""
-        p = sysres.run(self.mkfs_cmd(target, extra), check=False, timeout=600)
+        by_hand = self.name == "xfs" and xfs_exchange.wanted(extra) and xfs_exchange.by_hand()
+        p = sysres.run(self.mkfs_cmd(target, xfs_exchange.strip(extra) if by_hand else extra),
+                       check=False, timeout=600)
         if p.returncode == 0:
+            if by_hand:
+                xfs_exchange.set_bit(target)
             return
         last = (p.stderr or p.stdout).strip().splitlines()[-1:]
         hint = ""
@@ -50,9 +57,19 @@ class FsType:
             hint = " (a mount on this machine sits on a dead FUSE mount or a gone device: `powercut cleanup` releases what killed powercut runs left)"
         raise EnvError(f"mkfs.{self.name} {extra} failed: {last}{hint}")
 
+    def guest_mkfs(self, mkfs: str, extra: str) -> str:
+        """The guest's mkfs command line (MKFS: the program's path there and its options)."""
+        if self.name == "xfs" and xfs_exchange.wanted(extra) and xfs_exchange.by_hand():
+            return xfs_exchange.guest_mkfs(mkfs, extra)
+        return f"{mkfs} {extra}".strip()
+
     def fsck_cmd(self, image: str) -> list[str]:
         """FSCK on IMAGE, with the options that change how fast it runs, never what it checks."""
         return self.fsck + _fsck_speed_opts(self.name, image) + [image]
+
+    def fsck_view(self, image: str) -> contextlib.AbstractContextManager[None]:
+        """What IMAGE must look like to this fsck while it runs (xfs_exchange.py)."""
+        return xfs_exchange.hidden_from_repair(image) if self.name == "xfs" else contextlib.nullcontext()
 
     def fsck_env(self) -> dict[str, str] | None:
         """The environment to run fsck_cmd in (None: ours), for the same reason as its options."""
@@ -105,7 +122,7 @@ FILESYSTEMS: dict[str, FsType] = {
                    "e2fsprogs", 64, 16),
     # Debian's xfsprogs refuses data devices under 300 MB.
     "xfs": FsType("xfs", ["mkfs.xfs", "-q", "-f"], ["xfs_repair", "-n", "-f"],
-                  "xfsprogs", 300, 300, ["nouuid"]),
+                  "xfsprogs", 300, 300, ["nouuid"], guest_tools=("xfs_db",)),
     # btrfs check first asks whether the image is mounted, probing the host's block devices;
     # a loop device detached meanwhile by another run makes that probe fail (ENXIO).
     "btrfs": FsType("btrfs", ["mkfs.btrfs", "-q", "-f"], ["btrfs", "check", "--readonly"],

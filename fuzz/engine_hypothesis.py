@@ -102,8 +102,8 @@ class Rounds:
         self.w, self.examples = w, examples
         self.db = worker_database(w)
         lo, hi = w.options.get("ops_range") or (0, 1 << 30)
-        reflink = Semantics(fs=w.cfg.fs, mkfs_opts=w.cfg.mkfs_opts).reflink()  # clones only where they work
-        self.generated = workloads(w.options["min_ops"], w.options["max_ops"], reflink).filter(
+        sem = Semantics(fs=w.cfg.fs, mkfs_opts=w.cfg.mkfs_opts)  # clones, exchanges only where they work
+        self.generated = workloads(w.options["min_ops"], w.options["max_ops"], sem.reflink(), sem.exchange()).filter(
             lambda d: lo <= op_count(d) <= hi)
         self.done = w.campaign.totals().workloads  # a resumed campaign continues with fresh seeds
         self.n = 0

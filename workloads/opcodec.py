@@ -26,7 +26,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from workloads.vocab import KIND_TIERS, NAMESPACE_KINDS, PERSIST_AFTER_NAMESPACE, PERSIST_KINDS, OpListBuilder, Tiers
+from workloads.vocab import (KIND_TIERS, NAMESPACE_KINDS, PERSIST_AFTER_NAMESPACE, PERSIST_KINDS, OpListBuilder, Tiers,
+                             kind_tiers)
 
 RECORD = 12
 MAX_RECORDS = 32
@@ -55,11 +56,13 @@ def records(data: bytes) -> list[bytes]:
     return [data[i * RECORD:(i + 1) * RECORD] for i in range(n)]
 
 
-def decode(data: bytes, reflink: bool = True) -> list[dict[str, Any]]:
-    """The op list DATA encodes (possibly empty); REFLINK: the file system clones."""
-    b = OpListBuilder(reflink)
+def decode(data: bytes, reflink: bool = True, exchange: bool = False) -> list[dict[str, Any]]:
+    """The op list DATA encodes (possibly empty); REFLINK: the file system clones;
+    EXCHANGE: it exchanges ranges (its kind tiers have exchange_range: vocab.kind_tiers)."""
+    b = OpListBuilder(reflink, exchange)
+    tiers = kind_tiers(exchange)
     for rec in records(data):
-        tier = KIND_TIERS[rec[0] % len(KIND_TIERS)]
+        tier = tiers[rec[0] % len(tiers)]
         kind = tier[rec[1] % len(tier)]
         b.add(kind, _BytesPicker(rec[_OP]))
         choices = PERSIST_AFTER_NAMESPACE if kind in NAMESPACE_KINDS else [None, *PERSIST_KINDS]

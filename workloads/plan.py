@@ -27,7 +27,8 @@ works at offset + i*stride (a pwritev2 offset of -1: the fd's position). A
 pwritev2's iov is its iovec lengths joined by ',', its length their sum;
 a statx's flags are its mask. copy_file_range and clone read from the
 from_fd slot at from_offset (a clone with from_offset, offset and length
-all 0 is FICLONE, the whole file). Modes are octal, all other numbers decimal.
+all 0 is FICLONE, the whole file); exchange_range's file1 is the from_fd
+slot, file2 the fd slot. Modes are octal, all other numbers decimal.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ PLAN_FIELDS: dict[str, tuple[str, ...]] = {
     "linkat": ("fd", "to"),
     "copy_file_range": ("from_fd", "fd", "from_offset", "offset", "length"),
     "clone": ("from_fd", "fd", "from_offset", "offset", "length"),
+    "exchange_range": ("from_fd", "fd", "from_offset", "offset", "length", "flags"),
     "symlink": ("target", "path"),
     "unlink": ("path",),
     "mkdir": ("path", "mode"),

@@ -45,6 +45,11 @@ KIND_TIERS: Tiers = [["pwrite", "write", "ftruncate"],
                      # an fsync of the file or of its directory is the shape xfstests' power-failure
                      # tests check most (docs/semantics.md), so they weigh as much as data ops.
                      ["rename", "link", "unlink", "symlink", "mkdir", "rmdir", "linkat"]]
+# On xfs with exchange-range (mkfs -i exchange=1), XFS_IOC_EXCHANGE_RANGE joins the data
+# ops' tier: it is how applications there replace a file's contents atomically
+# (ioctl_xfs_exchange_range(2): write the new contents into a temporary file or a clone,
+# then exchange). Other file systems keep KIND_TIERS as they are (kind_tiers).
+EXCHANGE_KIND_TIERS: Tiers = [[*KIND_TIERS[0], "exchange_range"], *KIND_TIERS[1:]]
 NAMESPACE_KINDS = frozenset(KIND_TIERS[-1])
 PERSIST_KINDS = ["fsync", "fdatasync", "sync", "fsync_dir"]
 # The persistence op after a namespace op (a record's byte 2, modulo its length; 0 none,
@@ -52,13 +57,20 @@ PERSIST_KINDS = ["fsync", "fdatasync", "sync", "fsync_dir"]
 # its directory three times in four.
 PERSIST_AFTER_NAMESPACE = [None, "fsync", "fdatasync", "sync", "fsync_dir", "fsync_dir", "fsync", "fsync_dir"]
 FD_KINDS = {"pwrite", "fsync", "close", "write", "fdatasync", "ftruncate", "fallocate", "syncfs",
-            "sync_file_range", "mmap_write", "read", "pread", "pwritev2", "linkat", "copy_file_range", "clone"}
+            "sync_file_range", "mmap_write", "read", "pread", "pwritev2", "linkat", "copy_file_range", "clone",
+            "exchange_range"}
 # copy_file_range(2) and reflink clones (ioctl_ficlone(2)) between two open files: the
 # whole file (FICLONE) first, then block-aligned ranges (length 0: to the source's end);
 # clones only where the file system shares extents (OpListBuilder.reflink), elsewhere
 # the same choice is a copy_file_range.
 CLONE_RANGES: Tiers = [[None], [(0, 0, 4096), (4096, 0, 4096), (0, 4096, 8192), (0, 16384, 0), (8192, 8192, 0)]]
 COPY_OFFSETS: Tiers = [[0, 4096, 8192], range(0, 70001)]
+# exchange_range (file1 offset, file2 offset, length; None: XFS_EXCHANGE_RANGE_TO_EOF): the
+# whole-file replace first, then ranges at other offsets, block-aligned (the ioctl
+# requires it); DSYNC (durable on return) or not.
+EXCHANGE_RANGES: Tiers = [[(0, 0, None)], [(0, 4096, None), (4096, 0, None), (4096, 4096, None), (0, 0, 4096),
+                                           (4096, 8192, 4096)]]
+EXCHANGE_FLAGS: Tiers = [[[]], [["DSYNC"]]]
 FALLOC_MODES = [["KEEP_SIZE"], [], ["PUNCH_HOLE", "KEEP_SIZE"], ["ZERO_RANGE"], ["ZERO_RANGE", "KEEP_SIZE"],
                 ["COLLAPSE_RANGE"], ["INSERT_RANGE"], ["UNSHARE_RANGE"]]  # unshare: copy-on-write on reflink xfs
 OPEN_FLAGS = [["O_CREAT", "O_RDWR"], ["O_RDWR"], ["O_CREAT", "O_RDWR", "O_TRUNC"], ["O_CREAT", "O_RDWR", "O_APPEND"],
@@ -92,6 +104,11 @@ SFR_LENGTHS: Tiers = [[0, 4096, 65536]]
 XATTR_LENGTHS: Tiers = [[8, 100]]
 
 
+def kind_tiers(exchange: bool) -> Tiers:
+    """The op kind tiers of a file system that has exchange_range (EXCHANGE) or not."""
+    return EXCHANGE_KIND_TIERS if exchange else KIND_TIERS
+
+
 def one(items: Sequence[Any]) -> Tiers:
     """A single tier."""
     return [items]
@@ -106,8 +123,9 @@ class OpListBuilder:
     """Builds a valid op list from choices: an fd op with no fd open becomes
     an open, at most MAX_FDS fds are open, every fd is closed at the end."""
 
-    def __init__(self, reflink: bool = True) -> None:
+    def __init__(self, reflink: bool = True, exchange: bool = False) -> None:
         self.reflink = reflink            # the file system clones: else a clone is drawn as a copy_file_range
+        self.exchange = exchange          # and exchanges ranges: else an exchange is drawn as a clone
         self.ops: list[dict[str, Any]] = []
         self.fds: list[str] = []
         self.last_fd: str | None = None   # the fd the last fd op used: persist / reuse it first
@@ -159,9 +177,11 @@ class OpListBuilder:
                                  "fd": name})
                 self.fds.append(name)
             return
+        if kind == "exchange_range" and not self.exchange:
+            kind = "clone"
         if kind == "clone" and not self.reflink:
             kind = "copy_file_range"
-        if kind in ("copy_file_range", "clone"):
+        if kind in ("copy_file_range", "clone", "exchange_range"):
             self.copy(kind, pick)
             return
         if kind in FD_KINDS and not self.fds:
@@ -218,7 +238,7 @@ class OpListBuilder:
         self.ops.append(op)
 
     def copy(self, kind: str, pick: Picker) -> None:
-        """A copy or clone from one open file into another (a second one is opened when
+        """A copy, clone or exchange between two open files (a second one is opened when
         only one is): the destination becomes the fd the next persistence op picks."""
         if len(self.fds) < 2 and len(self.fds) < MAX_FDS:
             self.open(pick(self._path_tiers(FILES)), ["O_CREAT", "O_RDWR"])
@@ -230,6 +250,10 @@ class OpListBuilder:
         op: dict[str, Any] = {"op": kind, "from_fd": src, "fd": dst}
         if kind == "copy_file_range":
             op.update(from_offset=pick(COPY_OFFSETS), offset=pick(COPY_OFFSETS), length=pick(LENGTHS))
+        elif kind == "exchange_range":  # file1 the other fd, file2 (the ioctl's) the one just used
+            off1, off2, length = pick(EXCHANGE_RANGES)
+            flags = ["TO_EOF"] if length is None else []
+            op.update(from_offset=off1, offset=off2, length=length or 0, flags=flags + pick(EXCHANGE_FLAGS))
         else:
             rng = pick(CLONE_RANGES)
             if rng is not None:

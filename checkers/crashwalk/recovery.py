@@ -85,7 +85,8 @@ FSCK_TRIES = 3
 def fsck(image: str, fs: FsType) -> tuple[int, str]:
     for _ in range(FSCK_TRIES):
         try:
-            code, out, err = sysres.run_to_files(fs.fsck_cmd(image), FSCK_TIMEOUT_S, fs.fsck_env())
+            with fs.fsck_view(image):
+                code, out, err = sysres.run_to_files(fs.fsck_cmd(image), FSCK_TIMEOUT_S, fs.fsck_env())
         except subprocess.TimeoutExpired:
             return 8, f"{fs.fsck[0]} timed out after {FSCK_TIMEOUT_S}s"
         text = (out + err).strip()

@@ -256,6 +256,7 @@ void pc_exec_op(const struct pc_plan *plan, struct pc_thread *t, const struct pc
             TIMED(r, ioctl(fd, FICLONERANGE, &fcr));
         }
         break;
+    case K_EXCHANGE_RANGE: TIMED(r, pc_exchange_range(from, fd, op)); break;
     case K_SYMLINK: TIMED(r, symlink(op->path2, op->path)); break;
     case K_UNLINK: TIMED(r, unlink(op->path)); break;
     case K_MKDIR: TIMED(r, mkdir(op->path, op->mode)); break;

@@ -19,7 +19,7 @@ enum pc_kind {
     K_FALLOCATE, K_FTRUNCATE, K_TRUNCATE, K_FSYNC, K_FDATASYNC, K_SYNC,
     K_SYNCFS, K_SYNC_FILE_RANGE, K_RENAME, K_LINK, K_SYMLINK, K_UNLINK,
     K_MKDIR, K_RMDIR, K_SETXATTR, K_REMOVEXATTR, K_MMAP_WRITE, K_FIEMAP, K_PWRITEV2,
-    K_STATX, K_LINKAT, K_COPY_FILE_RANGE, K_CLONE, K_SLEEP,
+    K_STATX, K_LINKAT, K_COPY_FILE_RANGE, K_CLONE, K_EXCHANGE_RANGE, K_SLEEP,
     K_REPEAT, K_BARRIER, K__COUNT
 };
 
@@ -27,10 +27,11 @@ struct pc_op {
     enum pc_kind kind;
     uint32_t seq;
     int fd;            /* slot in the thread's fd table, -1: none */
-    int from_fd;       /* copy_file_range, clone: the source's slot, -1: none */
-    uint64_t from_offset; /* copy_file_range, clone: where the source range starts */
+    int from_fd;       /* copy_file_range, clone: the source's slot; exchange_range: file1's; -1: none */
+    uint64_t from_offset; /* copy_file_range, clone: where the source range starts; exchange_range: file1's */
     uint32_t file_id;  /* pattern file id of the data this op writes */
-    int flags;         /* open flags, fallocate mode, sync_file_range, rename, fiemap or RWF_ flags, statx mask */
+    int flags;         /* open flags, fallocate mode, sync_file_range, rename, fiemap or RWF_ flags, statx mask,
+                          exchange_range's XFS_EXCHANGE_RANGE_ flags */
     int at_position;   /* pwritev2 with offset -1: at the fd's position */
     uint32_t niov;     /* pwritev2: iovec count and lengths (summing to length) */
     uint64_t iov[PC_MAX_IOV];
@@ -135,6 +136,12 @@ int pc_rwf_flags(const struct pc_op *op); /* the flags to issue (a planted fault
 int pc_statx_raw(const char *path, unsigned mask, struct pc_statx *sx);
 int64_t pc_statx_pack(const struct pc_statx *sx);
 #define PC_STATX_SIZE 256
+
+/* exchange.c: XFS_IOC_EXCHANGE_RANGE on file2 with file1's range (headers may predate it) */
+#define PC_XCHG_TO_EOF 0x1u         /* XFS_EXCHANGE_RANGE_TO_EOF */
+#define PC_XCHG_DSYNC 0x2u          /* XFS_EXCHANGE_RANGE_DSYNC */
+#define PC_XCHG_FILE1_WRITTEN 0x8u  /* XFS_EXCHANGE_RANGE_FILE1_WRITTEN */
+int pc_exchange_range(int file1, int file2, const struct pc_op *op);
 
 /* pattern.c */
 void pc_pattern_fill(uint8_t *dst, uint32_t wid, uint32_t file_id, uint32_t seq,

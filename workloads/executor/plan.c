@@ -29,6 +29,7 @@
  *   pwritev2: fd file offset(-1: the fd's position) stride length iov(lengths joined by ',') flags
  *   statx: path flags(the mask)        linkat: fd to (AT_EMPTY_PATH: names the fd's file)
  *   copy_file_range, clone: from_fd fd from_offset offset length (a clone of 0 0 0: FICLONE)
+ *   exchange_range: from_fd(file1) fd(file2, the ioctl's fd) from_offset offset length flags
  *   sleep: us    repeat: count period_us(0: no period)    barrier: barrier
  * Modes are octal; everything else decimal.
  */
@@ -52,7 +53,7 @@ static const char *const kind_names[K__COUNT] = {
     "fallocate", "ftruncate", "truncate", "fsync", "fdatasync", "sync",
     "syncfs", "sync_file_range", "rename", "link", "symlink", "unlink",
     "mkdir", "rmdir", "setxattr", "removexattr", "mmap_write", "fiemap", "pwritev2",
-    "statx", "linkat", "copy_file_range", "clone", "sleep", "repeat", "barrier",
+    "statx", "linkat", "copy_file_range", "clone", "exchange_range", "sleep", "repeat", "barrier",
 };
 
 /* The fields each kind's line must carry, and no others (besides seq, kind, id). */
@@ -69,6 +70,7 @@ static const char *const kind_fields[K__COUNT] = {
     [K_MMAP_WRITE] = "fd file offset stride length msync", [K_FIEMAP] = "fd sync",
     [K_PWRITEV2] = "fd file offset stride length iov flags", [K_STATX] = "path flags", [K_LINKAT] = "fd to",
     [K_COPY_FILE_RANGE] = "from_fd fd from_offset offset length", [K_CLONE] = "from_fd fd from_offset offset length",
+    [K_EXCHANGE_RANGE] = "from_fd fd from_offset offset length flags",
     [K_SLEEP] = "us",
     [K_REPEAT] = "count period_us", [K_BARRIER] = "barrier",
 };
@@ -101,6 +103,10 @@ static const struct flag_name rwf_flags[] = {
 static const struct flag_name statx_masks[] = {
     { "STATX_WRITE_ATOMIC", (int)PC_STATX_WRITE_ATOMIC }, { "STATX_DIOALIGN", (int)PC_STATX_DIOALIGN },
     { "STATX_BASIC_STATS", (int)PC_STATX_BASIC_STATS }, { 0, 0 },
+};
+static const struct flag_name xchg_flags[] = {
+    { "TO_EOF", (int)PC_XCHG_TO_EOF }, { "DSYNC", (int)PC_XCHG_DSYNC },
+    { "FILE1_WRITTEN", (int)PC_XCHG_FILE1_WRITTEN }, { 0, 0 },
 };
 static const struct flag_name policies[] = {
     { "other", SCHED_OTHER }, { "batch", SCHED_BATCH }, { "idle", SCHED_IDLE },
@@ -349,6 +355,8 @@ static void parse_op(struct parser *p, struct pc_op *op, int depth)
         op->flags = flags(p, "flags", rwf_flags);
     else if (k == K_STATX)
         op->flags = flags(p, "flags", statx_masks);
+    else if (k == K_EXCHANGE_RANGE)
+        op->flags = flags(p, "flags", xchg_flags);
     if (k == K_PWRITEV2)
         parse_iov(p, op);
     if (k == K_REPEAT) {

@@ -193,7 +193,7 @@ class VmBackend:
     def record(self, fs: FsType, mkfs_opts: str, mount_opts: str, workload: WorkloadRunner,
                state: RunState, out_dir: str, device_bytes: int, log_path: str) -> Recording:
         files, records_disk, extra_env = self._workload_inputs(state, out_dir)
-        env = {"PC_FS": fs.name, "PC_MKFS": f"{self.mkfs} {mkfs_opts}".strip(), "PC_MOUNT_OPTS": mount_opts,
+        env = {"PC_FS": fs.name, "PC_MKFS": fs.guest_mkfs(self.mkfs, mkfs_opts), "PC_MOUNT_OPTS": mount_opts,
                "PC_WORKLOAD": self.command, "PC_MARK_MKFS": MARK_MKFS, "PC_MARK_MOUNTED": MARK_MOUNTED,
                "PC_MARK_END": MARK_WORKLOAD_END, **extra_env}
         output = os.path.join(out_dir, "workload.out")

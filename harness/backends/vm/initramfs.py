@@ -120,7 +120,7 @@ def base_tree(kernel: Kernel, fs: FsType | Sequence[FsType]) -> Tree:
         tree.add(cpio.directory(d))
     tree.add_program(BUSYBOX, "bin/busybox")
     tree.add(cpio.symlink("bin/sh", "busybox"))
-    for name in [*GUEST_PROGRAMS, *(f.mkfs[0] for f in fss)]:
+    for name in [*GUEST_PROGRAMS, *(t for f in fss for t in (f.mkfs[0], *f.guest_tools))]:
         tree.add_program(which(name))
     for name in GUEST_BUILD_PROGRAMS:
         tree.add_program(paths.c_program(name), at=f"usr/bin/{name}")

@@ -29,6 +29,7 @@ FALLOC = {"KEEP_SIZE": 0x01, "PUNCH_HOLE": 0x02, "COLLAPSE_RANGE": 0x08, "ZERO_R
           "INSERT_RANGE": 0x20, "UNSHARE_RANGE": 0x40}
 SFR = {"WAIT_BEFORE": 1, "WRITE": 2, "WAIT_AFTER": 4}
 RENAME = {"NOREPLACE": 1, "EXCHANGE": 2}
+XCHG = {"TO_EOF": 1, "DSYNC": 2, "FILE1_WRITTEN": 8}  # XFS_EXCHANGE_RANGE_* (fs/xfs/libxfs/xfs_fs.h)
 RWF = {"RWF_HIPRI": 1, "RWF_DSYNC": 2, "RWF_SYNC": 4, "RWF_NOWAIT": 8, "RWF_APPEND": 16, "RWF_ATOMIC": 64}
 CRASH_MARK = "pc-crash"
 
@@ -84,6 +85,9 @@ def repro_args(ops: list[dict[str, Any]]) -> list[str]:
         elif k in ("copy_file_range", "clone"):
             out += [k, op["from_fd"], str(op.get("from_offset", 0)), op["fd"], str(op.get("offset", 0)),
                     str(op.get("length", 0))]
+        elif k == "exchange_range":
+            out += [k, op["from_fd"], str(op.get("from_offset", 0)), op["fd"], str(op.get("offset", 0)),
+                    str(op.get("length", 0)), str(_bits(op.get("flags", []), XCHG))]
         elif k in ("unlink", "rmdir"):
             out += [k, op["path"]]
         elif k == "mkdir":
@@ -190,6 +194,8 @@ class XfsIoScript:
             self.lines.append(f"# linkat(fd {name}, {op['to']}): fd {name} is not open here (see the caveats)")
         elif k in ("copy_file_range", "clone"):
             self._copy(op)
+        elif k == "exchange_range":
+            self._exchange(op)
         elif k == "symlink":
             self.emit(f"ln -s {shlex.quote(op['target'])} {_mnt(op['path'])}")
         elif k == "unlink":
@@ -256,6 +262,21 @@ class XfsIoScript:
             self.needs.add("_require_scratch_reflink")
             rng = f" {s_off} {d_off} {n}" if s_off or d_off or n else ""  # none: FICLONE, the whole file
             self.xfs_io(op["fd"], f"reflink /proc/self/fd/{src}{rng}")
+
+    def _exchange(self, op: dict[str, Any]) -> None:
+        """xfs_io's exchangerange (xfsprogs 6.10+): run on file2's fd with file1 by path; it
+        exchanges to EOF unless given -l, -f asks for DSYNC, -w for FILE1_WRITTEN."""
+        src = self.shell_fds.get(op["from_fd"])
+        if src is None:
+            self.lines.append(f"# exchange_range with fd {op['from_fd']}, which is not open here: its open "
+                              "failed in the finding's run too")
+            return
+        self.needs.add("_require_xfs_io_command exchangerange")
+        flags = op.get("flags", [])
+        opts = f"-s {op.get('from_offset', 0)} -d {op.get('offset', 0)}"
+        opts += "" if "TO_EOF" in flags else f" -l {op.get('length', 0)}"
+        opts += " -f" * ("DSYNC" in flags) + " -w" * ("FILE1_WRITTEN" in flags)
+        self.xfs_io(op["fd"], f"exchangerange {opts} /proc/self/fd/{src}")
 
     def _pwritev2(self, name: str, op: dict[str, Any], pat: str, pos: int) -> None:
         iov, flags = op["iov"], set(op.get("flags", []))

@@ -13,7 +13,8 @@
  *      | rmdir PATH | mkdir PATH MODE | setxattr PATH NAME LEN | removexattr PATH NAME
  *      | mmap_write NAME OFF LEN MSYNC | pwritev2 NAME OFF FLAGS LEN,LEN,...
  *      | copy_file_range FROM FROM_OFF NAME OFF LEN
- *      | clone FROM FROM_OFF NAME OFF LEN (0 0 0: FICLONE, else FICLONERANGE) | mark TEXT
+ *      | clone FROM FROM_OFF NAME OFF LEN (0 0 0: FICLONE, else FICLONERANGE)
+ *      | exchange_range FILE1 FILE1_OFF NAME OFF LEN FLAGS (XFS_IOC_EXCHANGE_RANGE on NAME) | mark TEXT
  * Numbers are decimal (FLAGS and MODE: the numeric values). Data is one byte
  * value per op ('a' + op number % 26). `mark TEXT` runs
  * `dmsetup message $PC_LOGWRITES 0 mark TEXT`. Each op prints one line with its
@@ -144,7 +145,7 @@ static int one_op(char **a, int left, int op)
         {"syncfs", 2}, {"sync", 1}, {"sync_file_range", 5}, {"rename", 4}, {"link", 3}, {"linkat", 3},
         {"symlink", 3}, {"unlink", 2}, {"rmdir", 2}, {"mkdir", 3}, {"setxattr", 4},
         {"removexattr", 3}, {"mmap_write", 5}, {"pwritev2", 5}, {"copy_file_range", 6},
-        {"clone", 6}, {"mark", 2},
+        {"clone", 6}, {"exchange_range", 7}, {"mark", 2},
     };
     int n = 0;
     for (size_t i = 0; i < sizeof arity / sizeof arity[0]; i++)
@@ -224,6 +225,11 @@ static int one_op(char **a, int left, int op)
             r = ioctl(fd_of(a[3]), FICLONERANGE, &fcr);
         else
             r = ioctl(fd_of(a[3]), FICLONE, fcr.src_fd);
+    } else if (!strcmp(k, "exchange_range")) {
+        /* struct xfs_exchange_range and XFS_IOC_EXCHANGE_RANGE (fs/xfs/libxfs/xfs_fs.h, Linux 6.10) */
+        struct { int32_t file1_fd; uint32_t pad; uint64_t off1, off2, len, flags; } x = {
+            fd_of(a[1]), 0, (uint64_t)num(a[2]), (uint64_t)num(a[4]), (uint64_t)num(a[5]), (uint64_t)num(a[6]) };
+        r = ioctl(fd_of(a[3]), _IOW('X', 129, x), &x);
     } else if (!strcmp(k, "mark")) {
         r = run_mark(a[1]);
     }
