@@ -18,7 +18,7 @@ import subprocess
 
 import pytest
 
-from common import vm
+from common import newest, vm
 from conftest import PcEnv
 
 pytestmark = [
@@ -87,18 +87,6 @@ def test_a_recovery_mount_stuck_in_the_kernel_is_a_hang_finding(pc: PcEnv) -> No
     assert f["evidence"]["phase"] == "recovery mount" and f["evidence"]["event"] == "hang"
     assert "pc: mount 0" in f["evidence"]["console"]  # the console shows which mount it was
     assert pc.leftovers() == []
-
-
-def newest(series: str, n: int) -> list[str]:
-    """The N newest packages of a Debian kernel series apt knows, oldest first: series "6.1"
-    (linux-image-6.1.0-K-amd64) or "6.12" (linux-image-6.12.K+deb12-amd64)."""
-    pattern = {"6.1": r"^linux-image-6\.1\.0-[0-9]+-amd64$", "6.12": r"^linux-image-6\.12\.[0-9]+\+deb12-amd64$"}[series]
-    p = subprocess.run(["apt-cache", "search", "--names-only", pattern], capture_output=True, text=True, check=True)
-    names = sorted((line.split()[0] for line in p.stdout.splitlines()),
-                   key=lambda name: int(re.findall(r"\d+", name)[3 if series == "6.1" else 2]))
-    if len(names) < n:
-        pytest.skip(f"apt knows fewer than {n} packages of the {series} series (apt-get update)")
-    return names[-n:]
 
 
 def bisect_inode_cache(pc: PcEnv, kernels: str) -> tuple[subprocess.CompletedProcess[str], dict]:
