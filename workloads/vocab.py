@@ -65,12 +65,14 @@ FD_KINDS = {"pwrite", "fsync", "close", "write", "fdatasync", "ftruncate", "fall
 # the same choice is a copy_file_range.
 CLONE_RANGES: Tiers = [[None], [(0, 0, 4096), (4096, 0, 4096), (0, 4096, 8192), (0, 16384, 0), (8192, 8192, 0)]]
 COPY_OFFSETS: Tiers = [[0, 4096, 8192], range(0, 70001)]
-# exchange_range (file1 offset, file2 offset, length; None: XFS_EXCHANGE_RANGE_TO_EOF): the
-# whole-file replace first, then ranges at other offsets, block-aligned (the ioctl
+# exchange_range (file1 offset, file2 offset, length; None: XFS_EXCHANGE_RANGE_TO_EOF): to EOF
+# first, as applications update files with it (the whole file, or its tail from a block
+# offset in either file), then ranges of a given length; offsets block-aligned (the ioctl
 # requires it); DSYNC (durable on return) or not.
-EXCHANGE_RANGES: Tiers = [[(0, 0, None)], [(0, 4096, None), (4096, 0, None), (4096, 4096, None), (0, 0, 4096),
-                                           (4096, 8192, 4096)]]
+EXCHANGE_RANGES: Tiers = [[(0, 0, None), (0, 4096, None), (4096, 0, None), (4096, 4096, None)],
+                          [(0, 0, 4096), (4096, 8192, 4096)]]
 EXCHANGE_FLAGS: Tiers = [[[]], [["DSYNC"]]]
+EXCHANGE_FILL = [8192, 4096, 16384]   # what the temporary file of an exchange gets first
 FALLOC_MODES = [["KEEP_SIZE"], [], ["PUNCH_HOLE", "KEEP_SIZE"], ["ZERO_RANGE"], ["ZERO_RANGE", "KEEP_SIZE"],
                 ["COLLAPSE_RANGE"], ["INSERT_RANGE"], ["UNSHARE_RANGE"]]  # unshare: copy-on-write on reflink xfs
 OPEN_FLAGS = [["O_CREAT", "O_RDWR"], ["O_RDWR"], ["O_CREAT", "O_RDWR", "O_TRUNC"], ["O_CREAT", "O_RDWR", "O_APPEND"],
@@ -240,7 +242,11 @@ class OpListBuilder:
     def copy(self, kind: str, pick: Picker) -> None:
         """A copy, clone or exchange between two open files (a second one is opened when
         only one is): the destination becomes the fd the next persistence op picks."""
-        if len(self.fds) < 2 and len(self.fds) < MAX_FDS:
+        if kind == "exchange_range":  # its own choices first: the record's bytes run out
+            off1, off2, length = pick(EXCHANGE_RANGES)
+            flags = (["TO_EOF"] if length is None else []) + pick(EXCHANGE_FLAGS)
+            self.exchange_files(pick)
+        elif len(self.fds) < 2 and len(self.fds) < MAX_FDS:
             self.open(pick(self._path_tiers(FILES)), ["O_CREAT", "O_RDWR"])
         if not self.fds:
             return
@@ -251,9 +257,7 @@ class OpListBuilder:
         if kind == "copy_file_range":
             op.update(from_offset=pick(COPY_OFFSETS), offset=pick(COPY_OFFSETS), length=pick(LENGTHS))
         elif kind == "exchange_range":  # file1 the other fd, file2 (the ioctl's) the one just used
-            off1, off2, length = pick(EXCHANGE_RANGES)
-            flags = ["TO_EOF"] if length is None else []
-            op.update(from_offset=off1, offset=off2, length=length or 0, flags=flags + pick(EXCHANGE_FLAGS))
+            op.update(from_offset=off1, offset=off2, length=length or 0, flags=flags)
         else:
             rng = pick(CLONE_RANGES)
             if rng is not None:
@@ -261,6 +265,18 @@ class OpListBuilder:
         self.last_fd = dst
         self.touched, self.last_ns = [], ""
         self.ops.append(op)
+
+    def exchange_files(self, pick: Picker) -> None:
+        """Two files for an exchange, as applications update one atomically: a file that
+        is not open yet (their temporary file) is opened and written (EXCHANGE_FILL bytes),
+        until two fds are open."""
+        while len(self.fds) < 2:
+            last = self.last_fd
+            free = [p for p in FILES if p not in self.fd_path.values()]
+            top = [p for p in free if "/" not in p]   # its directory exists: the root
+            fd = self.open(pick(one(top or free)), ["O_CREAT", "O_RDWR"])
+            self.ops.append({"op": "pwrite", "fd": fd, "offset": 0, "length": pick(one(EXCHANGE_FILL))})
+            self.last_fd = last if last in self.fds else fd   # file2 stays the file used last
 
     def open(self, path: str, flags: list[str]) -> str:
         name = self.last_fd = f"f{self._next_fd}"
