@@ -23,11 +23,41 @@ from typing import Any
 
 import numpy as np
 
-from checkers.history import DataEvent, Inode
+from checkers.timeline import DataEvent, Inode
 
 LAYER_KINDS = ("data", "zero", "maybe")   # events that can put bytes in a range
 REGION = 1 << 16                          # bytes per region of the overlap index
 WIDE = 64                                 # events spanning more regions are kept apart
+
+
+class RangeBuckets:
+    """Items by the byte ranges they touch, in REGION-byte buckets; one spanning WIDE or more
+    buckets is kept apart and is a candidate for every query. What overlaps a range is then
+    found among the items near it, not among all of them."""
+
+    def __init__(self, region: int, wide: int) -> None:
+        self.region, self.width = region, wide
+        self.buckets: dict[int, list[int]] = {}
+        self.wide: list[int] = []
+
+    def _span(self, start: int, end: int) -> range:
+        r0 = start // self.region
+        return range(r0, max(r0, (end - 1) // self.region) + 1)  # an empty range: its start's bucket
+
+    def add(self, item: int, start: int, end: int) -> None:
+        span = self._span(start, end)
+        if len(span) > self.width:
+            self.wide.append(item)
+        else:
+            for r in span:
+                self.buckets.setdefault(r, []).append(item)
+
+    def near(self, start: int, end: int) -> set[int]:
+        """The items whose ranges may overlap [start, end) (a superset: check each)."""
+        got = set(self.wide)
+        for r in self._span(start, end):
+            got.update(self.buckets.get(r, ()))
+        return got
 
 
 class Allowed:
@@ -83,21 +113,14 @@ class EventIndex:
         self.sizes = np.fromiter((e.size for e in ev), dtype=np.int64, count=len(ev))
         self.of_kind: dict[str, list[int]] = {}
         self.by_writer: dict[tuple[int, int, int], list[int]] = {}
-        self.regions: dict[int, list[int]] = {}
-        self.wide: list[int] = []
+        self.near = RangeBuckets(REGION, WIDE)
         self.classified = [i for i, e in enumerate(ev) if e.kind == "data" and classified(e)]
         for i, e in enumerate(ev):
             self.of_kind.setdefault(e.kind, []).append(i)
             if e.kind in ("data", "maybe") and e.src is not None:
                 self.by_writer.setdefault((e.src.file_id, e.src.seq, e.src.iter), []).append(i)
             if e.kind in LAYER_KINDS:  # empty ones too: the plain filter lists them
-                r0 = e.start // REGION
-                r1 = max(r0, (e.end - 1) // REGION)
-                if r1 - r0 >= WIDE:
-                    self.wide.append(i)
-                else:
-                    for r in range(r0, r1 + 1):
-                        self.regions.setdefault(r, []).append(i)
+                self.near.add(i, e.start, e.end)
 
     def fresh(self, ino: Inode) -> bool:
         return self.events is ino.events and len(self.pos) == len(ino.events)
@@ -106,11 +129,8 @@ class EventIndex:
         """Indices of the data, zero and maybe events overlapping [start, end), ascending."""
         if end <= start:
             return []
-        got = set(self.wide)
-        for r in range(start // REGION, (end - 1) // REGION + 1):
-            got.update(self.regions.get(r, ()))
         ev = self.events
-        return sorted(i for i in got if ev[i].start < end and ev[i].end > start)
+        return sorted(i for i in self.near.near(start, end) if ev[i].start < end and ev[i].end > start)
 
 
 class PointEvents:

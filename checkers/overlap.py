@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import bisect
 
-from checkers.eventindex import REGION, WIDE
-from checkers.history import DataEvent, Exec, Inode
+from checkers.eventindex import REGION, WIDE, RangeBuckets
+from checkers.timeline import DataEvent, Exec, Inode
 from foundation.intervals import merge_ranges, subtract_ranges
 
 # Ops whose events set the size whatever it was (open and creat: O_TRUNC).
@@ -56,16 +56,10 @@ class FileOrders:
         self.reach = {x: self._reach(x) for x in self.positions}
         # The positions that changed bytes in each region, and those that set the size
         # (a truncate, or data up to the new size), for the ends of the maybe events.
-        self.regions: dict[int, list[int]] = {}
-        self.wide: list[int] = []
+        self.changed = RangeBuckets(REGION, WIDE)
         for x in self.positions:
             for s, t in self.reach[x]:
-                r0, r1 = s // REGION, (t - 1) // REGION
-                if r1 - r0 >= WIDE:
-                    self.wide.append(x)
-                else:
-                    for r in range(r0, r1 + 1):
-                        self.regions.setdefault(r, []).append(x)
+                self.changed.add(x, s, t)
         self.sizers = [x for x in self.positions if self.truncates(x)
                        or any(e.kind == "data" and e.end >= e.size for e in self.by_pos[x])]
 
@@ -123,10 +117,9 @@ class FileOrders:
         """PROTO's outcome in RANGES as maybe events, each part ending (`until`) at the first
         op after Q called after the op at P returned that changed those bytes."""
         r_end = self.execs[p].rec.end_ns
-        found = set(self.wide)
+        found: set[int] = set()
         for s, t in ranges:
-            for r in range(s // REGION, (t - 1) // REGION + 1):
-                found.update(self.regions.get(r, ()))
+            found |= self.changed.near(s, t)
         out: list[DataEvent] = []
         for x in sorted(x for x in found if x > q):
             if not ranges:

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from checkers.eventindex import PlainEvents, PointEvents
-from checkers.history import DataEvent, Exec, History
+from checkers.history import History
+from checkers.timeline import DataEvent, Exec
 from foundation.intervals import merge_ranges
 from workloads.pattern import CHUNK, decode_chunk, generate
 

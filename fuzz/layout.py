@@ -98,6 +98,7 @@ class CampaignDir:
             jobs[k] = round(jobs.get(k, 0.0) + v, 3)
         self._write_json(os.path.join("guests", f"{worker}.json"),
                          {"boots": old.get("boots", 0) + stats["boots"],
+                          "lost": old.get("lost", 0) + stats["lost"],
                           "boot_seconds": round(old.get("boot_seconds", 0.0) + stats["boot_seconds"], 2),
                           "job_seconds": jobs})
 
@@ -109,6 +110,7 @@ class CampaignDir:
             with open(os.path.join(d, name)) as f:
                 g = json.load(f)
             total["boots"] = total.get("boots", 0) + g["boots"]
+            total["lost"] = total.get("lost", 0) + g.get("lost", 0)
             total["boot_seconds"] = round(total.get("boot_seconds", 0.0) + g["boot_seconds"], 2)
             jobs = total.setdefault("job_seconds", {})
             for k, v in g["job_seconds"].items():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -116,3 +117,15 @@ def running(pid: int | str) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def newest(series: str, n: int) -> list[str]:
+    """The N newest packages of a Debian kernel series apt knows, oldest first: series "6.1"
+    (linux-image-6.1.0-K-amd64) or "6.12" (linux-image-6.12.K+deb12-amd64)."""
+    pattern = {"6.1": r"^linux-image-6\.1\.0-[0-9]+-amd64$", "6.12": r"^linux-image-6\.12\.[0-9]+\+deb12-amd64$"}[series]
+    p = subprocess.run(["apt-cache", "search", "--names-only", pattern], capture_output=True, text=True, check=True)
+    names = sorted((line.split()[0] for line in p.stdout.splitlines()),
+                   key=lambda name: int(re.findall(r"\d+", name)[3 if series == "6.1" else 2]))
+    if len(names) < n:
+        pytest.skip(f"apt knows fewer than {n} packages of the {series} series (apt-get update)")
+    return names[-n:]

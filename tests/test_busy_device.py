@@ -122,11 +122,13 @@ def test_the_read_only_content_mount_waits_for_a_busy_device_too(loop, tmp_path:
     read: list[str] = []
     holder = hold(dev.path)
     try:
-        found = inspect_on_loop(dev, EXT4, mnt, state, lambda m: read.append(m) or [],
-                                on_wait=lambda w: release(holder))
+        found, waits = inspect_on_loop(dev, EXT4, mnt, state, lambda m: read.append(m) or [],
+                                       on_wait=lambda w: release(holder))
     finally:
         release(holder)
     assert found == [] and read == [mnt]
+    # The wait is evidence for the run's report (device_waits), as a recovery mount's is.
+    assert [w["errno"] for w in waits] == ["EBUSY"] and waits[0]["waited_s"] >= 0
     holder = hold(dev.path)
     try:
         with pytest.raises(EnvError, match="not a finding"):

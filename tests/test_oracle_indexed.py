@@ -97,7 +97,7 @@ def test_indexed_and_plain_oracles_agree_on_tampered_images(tmp_path: Path, monk
     assert pair.compared > 300 and {"durability", "stale-data"} <= pair.kinds
     assert pair.classified >= 3 and pair.torn > 0
     if wide == 2:
-        assert any(idx.wide for idx in pair.fast.model.index._event_index.values())
+        assert any(idx.near.wide for idx in pair.fast.model.index._event_index.values())
 
 
 @pytest.mark.e2e

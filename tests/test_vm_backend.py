@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from common import report, vm
+from common import newest, report, vm
 from conftest import POWERCUT, WORKLOADS, PcEnv, assert_log_replays_to
 from harness.backends.vm.kernel import resolve
 from test_corrupt_images import TORN_UNJOURNALED, assert_corrupt_images_are_findings
@@ -237,7 +237,6 @@ def test_calls_failing_after_a_kernel_error_are_part_of_the_kernel_finding(pc: P
     with one hash: a corrupt leaf, the write-time tree checker's WARNING, then the file system
     read-only): the mkdir, rename and link after it fail with EIO. They are listed in the kernel
     finding, not `semantics` findings of their own."""
-    from test_vm_fuzz import newest
     out = pc.tmp / "out"
     pc.run("run", str(WORKLOADS / "btrfs_xattr_packed_replace_eio.json"), "--fs", "btrfs", "--backend", "vm",
            "--kernel", "debian:" + newest("6.1", 1)[0], "--max-states", "1", "--out", str(out), check_rc=1)

@@ -56,8 +56,9 @@ class Verdict:
 
 def inspect_on_loop(loop: LoopDevice, fs: FsType, mnt: str, state: RunState,
                     inspect: MountInspect, *, on_wait: OnWait | None = None,
-                    wait_s: float | None = None) -> list[Finding]:
+                    wait_s: float | None = None) -> tuple[list[Finding], list[dict[str, Any]]]:
     """Let INSPECT read the image in LOOP's backing file, already recovered by another kernel:
+    (its findings, the waits for a busy device as in Verdict.device_waits).
     LOOP is read-only and the mount too, so the host kernel replays and writes nothing.
     LOOP serves many images (mount and umount are system calls, nothing attached per
     image): the caller rewrote its backing file, so its cached blocks are dropped first.
@@ -66,13 +67,14 @@ def inspect_on_loop(loop: LoopDevice, fs: FsType, mnt: str, state: RunState,
     loop.drop_caches()
     mount_res = state.record("mount", path=mnt)
     refused = mount_for_recovery(loop, fs, join_opts("ro", fs.recovery_opts), mnt, on_wait=on_wait, wait_s=wait_s)
+    waits = refused.device_waits if refused is not None else []
     if refused is not None and not refused.mount_ok:
         state.released(mount_res)
         return [Finding("mount", "read-only host mount of the recovered image (for the content checks) failed: "
                         f"{refused.mount_error}", evidence={"mount_error": refused.mount_error,
-                                                            "kernel_log": refused.kernel_log})]
+                                                            "kernel_log": refused.kernel_log})], waits
     try:
-        return guarded_inspect(inspect, mnt)
+        return guarded_inspect(inspect, mnt), waits
     finally:
         kmount.umount(mnt)
         state.released(mount_res)

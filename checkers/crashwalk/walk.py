@@ -419,6 +419,7 @@ def _check_with_engine(walk: _Walk, engines: dict[str, RecoveryEngine], reader: 
         for key, v in verdicts:
             seq, cs = pending.pop((mode, id(key)))
             walk.count_recovery(mode)
+            walk.result.device_waits.extend({"state_id": cs.id, **w} for w in v.device_waits)
             walk.checked(seq, cs, verdict_findings(v, cs, walk.fs, mode), count=mode == first_mode)
         walk.tick()
 

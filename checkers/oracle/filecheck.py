@@ -14,9 +14,9 @@ import numpy as np
 
 from checkers.findings import Finding
 from checkers.fsrules import rule
-from checkers.history import Inode
 from checkers.oracle.model import Model
 from checkers.oracle.view import PointView
+from checkers.timeline import Inode
 from checkers.untorn import WriteVerdict, classify_file
 from foundation.intervals import Piece, Src, merge_ranges, subtract_ranges
 from workloads.pattern import CHUNK, ChunkScan, decode_chunk, generate

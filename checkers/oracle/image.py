@@ -25,13 +25,14 @@ from checkers.design import RecordsInvariant, check_records
 from checkers.filememo import ImageFiles
 from checkers.findings import Finding, is_host_error, read_error
 from checkers.fsrules import RULES, Semantics, rule
-from checkers.history import History, Inode
+from checkers.history import History
 from checkers.oracle.filecheck import FileCheck
 from checkers.oracle.memo import CheckMemo, FileVerdict
 from checkers.oracle.metadata import check_metadata
 from checkers.oracle.model import Model
 from checkers.oracle.names import check_order, check_renames, name_finding
 from checkers.oracle.view import PointView
+from checkers.timeline import Inode
 from checkers.untorn import WriteVerdict
 
 

@@ -14,8 +14,9 @@ import bisect
 import numpy as np
 
 from checkers.eventindex import EventIndex, PlainEvents, PointEvents
-from checkers.history import History, Inode, Persist
+from checkers.history import History, Persist
 from checkers.oracle.view import PointView
+from checkers.timeline import Inode
 from checkers.untorn import classified
 from foundation.intervals import IntervalMap
 from workloads.pattern import CHUNK

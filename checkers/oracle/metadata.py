@@ -8,9 +8,10 @@ from typing import Any
 
 from checkers.findings import Finding
 from checkers.fsrules import rule
-from checkers.history import Inode, Persist
+from checkers.history import Persist
 from checkers.oracle.model import Model
 from checkers.oracle.view import PointView
+from checkers.timeline import Inode
 from foundation import fiemap
 from foundation.intervals import merge_ranges
 from workloads.pattern import generate

@@ -17,10 +17,11 @@ from typing import Any
 
 from checkers.eventindex import last_allowed
 from checkers.fsrules import Semantics
-from checkers.history import ROOT, Exec, History, Inode, Persist
+from checkers.history import ROOT, History, Persist
 from checkers.linux_names import NameIndex
 from checkers.oracle.index import HistoryIndex
 from checkers.oracle.view import CrashPoints, PointView
+from checkers.timeline import Exec, Inode
 from foundation.intervals import IntervalMap
 
 

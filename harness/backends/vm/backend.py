@@ -151,13 +151,15 @@ class LiveVm:
         self.close()
 
     def stats(self) -> dict[str, Any]:
-        """Where a worker's guest time went: boots and seconds per job kind."""
+        """Where a worker's guest time went: boots (one, plus one after each guest lost to a
+        kernel death or hang: `lost`) and seconds per job kind."""
         boots = [b for g in self.guests.values() for b in g.boots]
         jobs: dict[str, float] = {}
         for g in self.guests.values():
             for k, v in g.jobs.items():
                 jobs[k] = round(jobs.get(k, 0.0) + v, 3)
-        return {"boots": len(boots), "boot_seconds": round(sum(boots), 2), "job_seconds": jobs}
+        return {"boots": len(boots), "lost": sum(g.lost for g in self.guests.values()),
+                "boot_seconds": round(sum(boots), 2), "job_seconds": jobs}
 
 
 def _check_fault(fault: str | None) -> str | None:

@@ -76,6 +76,7 @@ class LiveGuest:
     accel: str = field(default_factory=lambda: "kvm" if kvm_usable() else "tcg")
     boots: list[float] = field(default_factory=list)      # seconds from spawn to "ready"
     jobs: dict[str, float] = field(default_factory=dict)  # job name -> seconds spent, summed
+    lost: int = 0                                         # jobs the guest died or hung in (each costs a boot)
     release: str = ""                                     # the guest's `uname -r`
     state: RunState | None = None
     disks: LiveDisks | None = None
@@ -250,6 +251,7 @@ class LiveGuest:
         self.jobs[job] = round(self.jobs.get(job, 0.0) + time.monotonic() - t0, 3)
         completed = not hung and bool(lines) and lines[-1] == "done"
         if not completed:
+            self.lost += 1
             self.stop()
         text = _read_from(self._console, console_start)
         if output is not None:

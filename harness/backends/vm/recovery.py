@@ -191,7 +191,8 @@ class VmRecovery:
                 def one_at_a_time(mnt: str) -> list[Finding]:
                     with lock:
                         return inspect(mnt, point)
-                verdict.content = inspect_on_loop(self._loop(i), self.fs, self.mnts[i], self.state, one_at_a_time)
+                verdict.content, verdict.device_waits = inspect_on_loop(self._loop(i), self.fs, self.mnts[i],
+                                                                        self.state, one_at_a_time)
             return verdict
         finally:
             self._free.put(i)

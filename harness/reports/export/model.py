@@ -25,8 +25,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from checkers.history import ROOT, Exec, HistoryBuilder
-from checkers.history import Inode as HInode
+from checkers.history import ROOT, HistoryBuilder
+from checkers.timeline import Exec
+from checkers.timeline import Inode as HInode
 from workloads.format import parse_workload, workload_doc
 from workloads.plan import build_plan
 from workloads.results import FLAG_SKIPPED, OpRecord
