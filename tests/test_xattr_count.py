@@ -18,7 +18,7 @@ import pytest
 
 from checkers.history import build_history
 from conftest import PcEnv, needs_root_stack
-from harness.reports.export.ops import repro_args
+from harness.reports.export.ops import repro_args, xfs_io_script
 from workloads import ace
 from workloads.plan import parse_plan
 from workloads.results import read_records
@@ -74,3 +74,5 @@ def test_the_exports_set_each_name() -> None:
     args = repro_args([{"op": "setxattr", "path": "f", "name": "user.m", "length": 8, "count": 3},
                        {"op": "setxattr", "path": "f", "name": "user.n", "length": 8}])
     assert args[:10] == ["setxattrs", "f", "user.m", "8", "3", "setxattr", "f", "user.n", "8", "mark"]
+    shell = xfs_io_script([{"op": "setxattr", "path": "f", "name": "user.m", "length": 8, "count": 3}]).lines
+    assert "-n user.m " in shell[0] and "$(seq 1 2)" in shell[1] and "-n user.m.$i " in shell[1]

@@ -296,7 +296,7 @@ def xfs_io_script(ops: list[dict[str, Any]]) -> XfsIoScript:
 def describe(op: dict[str, Any]) -> str:
     """One op as a reader writes it: `ftruncate(bar, 3000)`."""
     k = op["op"]
-    args = [str(op[a]) for a in ("path", "from", "to", "target", "name", "offset", "length") if a in op]
+    args = [str(op[a]) for a in ("path", "from", "to", "target", "name", "offset", "length", "count") if a in op]
     if k == "fallocate":
         args.insert(0, "|".join(op["mode"]) or "0")
     if "fd" in op and k not in ("open", "creat"):
