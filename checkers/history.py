@@ -26,7 +26,7 @@ from checkers.overlap import other_orders
 from checkers.timeline import DataEvent, Exec, Inode
 from foundation.intervals import Piece, Src
 from workloads.marks import parse_mark
-from workloads.plan import Plan
+from workloads.plan import Plan, xattr_names
 from workloads.results import FLAG_SIGBUS, Results, StatxResult
 
 PERSIST_INODE = {"fsync": "fsync-data", "fdatasync": "fdatasync-data"}
@@ -815,12 +815,17 @@ class HistoryBuilder:
         return None
 
     def op_setxattr(self, ex: Exec) -> None:
+        """COUNT setxattr calls as one op: the executor stops at the first failure (ext4's
+        ENOSPC when the inode and its xattr block are full, E2BIG, ...) and records in aux
+        how many it set; exactly those are applied, each with the op's value."""
         path = self.path(ex, "path")
         ino = self.lookup(path) if path else None
-        if ino is None or not ex.ok:
+        done = (ex.f("count") or 1) if ex.ok else 0 if ex.rec.skipped else ex.rec.aux
+        if ino is None or not done:
             return
         cur = dict(ino.xattrs_at(ex.pos + 1))
-        cur[ex.f("name")] = (ex.f("file"), ex.op.seq, ex.rec.iter, ex.f("length"))
+        for name in xattr_names(ex.f("name"), done):
+            cur[name] = (ex.f("file"), ex.op.seq, ex.rec.iter, ex.f("length"))
         ino.xattrs.append((ex.pos, cur))
 
     def op_removexattr(self, ex: Exec) -> None:

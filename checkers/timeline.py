@@ -34,7 +34,8 @@ class Exec:
         return self.op.fields.get(name)
 
     def describe(self) -> str:
-        args = ", ".join(f"{k}={v}" for k, v in self.op.fields.items() if k not in ("file", "stride"))
+        args = ", ".join(f"{k}={v}" for k, v in self.op.fields.items()
+                         if k not in ("file", "stride") and not (k == "count" and self.kind == "setxattr" and v == 1))
         it = f" iter {self.rec.iter}" if self.rec.iter else ""
         return f"{self.kind}({args}) [op {self.op.seq}{it}, thread {self.rec.thread}]"
 

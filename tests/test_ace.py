@@ -5,6 +5,7 @@ exhaustive --seq 2` walks it in that order through the whole stack."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -57,7 +58,9 @@ def test_every_core_op_succeeds_on_the_kernel_and_the_model_agrees(tmp_path: Pat
     for i in sorted(set(range(30)) | set(range(30, n, n // 30))):
         doc = exhaustive.workload(seq, i)
         h, root = execute(tmp_path / str(i), doc)
-        failed = [ex.describe() for ex in h.execs if not ex.ok]
+        # Hundreds of xattrs fill an ext4 inode's xattr block: ENOSPC after the first few (modelled)
+        failed = [ex.describe() for ex in h.execs if not ex.ok
+                  and not (ex.kind == "setxattr" and ex.f("count") > 1 and ex.rec.errno == errno.ENOSPC)]
         assert failed == [] and h.disagreements == [], (doc["description"], failed, h.disagreements)
         on_disk = {os.path.relpath(os.path.join(d, x), root) for d, dirs, files in os.walk(root) for x in dirs + files}
         assert on_disk == set(h.ns[-1]) - {"."}, doc["description"]
@@ -122,3 +125,21 @@ def test_the_set_up_xattr_names_share_one_btrfs_name_hash() -> None:
     assert len(XATTRS) == 2 and len(hashes) == 1
     names = [op["name"] for op in exhaustive.SETUP if op["op"] == "setxattr" and op["path"] == ace.XATTR_FILE]
     assert names == XATTRS
+
+
+def test_a_file_with_many_xattrs_is_freed_while_the_workload_goes_on() -> None:
+    """The many-xattrs op: its file has an fd only while a step uses it, so an unlink frees it
+    during the workload; then an fsync tail runs while the file system frees it in the
+    background. Tier 0 has the shape (xattrs, fsync, unlink, fsync of the directory)."""
+    sp = ace.space(2)
+    first = next(i for i in range(sp.tiers[0]) if ace.describe(2, i).startswith("xattrs(foo) fsync(foo); unlink(foo)"))
+    ops = ace.workload(2, first)["threads"][0]["ops"]
+    kinds = [(op["op"], op.get("path"), op.get("fd")) for op in ops]
+    many = next(k for k, op in enumerate(ops) if op["op"] == "setxattr" and op.get("count", 1) > 1)
+    unlink = kinds.index(("unlink", "foo", None))
+    fd = ops[many + 1]["fd"]
+    assert ops[many + 1]["op"] == "fsync" and ("close", None, fd) in kinds[many + 1:unlink]
+    assert [op["op"] for op in ops[-3:]] == ["open", "repeat", "close"] and ops[-2]["count"] > 1
+    # No tail where the file keeps its name (a link of it into another directory).
+    kept = next(i for i in range(sp.tiers[0]) if ace.describe(2, i).startswith("xattrs(foo) fsync(foo); link(foo,"))
+    assert ace.workload(2, kept)["threads"][0]["ops"][-2]["op"] != "repeat"

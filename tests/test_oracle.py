@@ -187,6 +187,37 @@ def test_durable_xattr_missing(tmp_path: Path) -> None:
     assert [f.kind for f in found] == ["durability"] and "xattr user.a" in found[0].detail
 
 
+def test_setxattr_with_a_count_sets_each_name_and_sync_makes_each_durable(tmp_path: Path) -> None:
+    ops = FSYNCED + [{"op": "setxattr", "path": "A/foo", "name": "user.m", "length": 64, "count": 3},
+                     {"op": "sync"}]
+    run = Run(tmp_path, ops)
+    names = ["user.m", "user.m.1", "user.m.2"]
+    assert sorted(n for n in os.listxattr(run.dir / "A/foo") if n.startswith("user.")) == names
+    want = generate(run.plan.wid, 1, 6, 0, 0, 64)  # file id 1 (A/foo), op 6, iteration 0
+    assert {os.getxattr(run.dir / "A/foo", n) for n in names} == {want}
+    assert run.check(run.after(7)) == []
+    os.removexattr(run.dir / "A/foo", "user.m.2")   # the last of the three lost after sync
+    assert run.check(run.before(7)) == []
+    found = run.check(run.after(7))
+    assert [f.kind for f in found] == ["durability"] and "xattr user.m.2" in found[0].detail
+
+
+def test_setxattr_with_a_count_that_fails_promises_only_the_names_it_set(tmp_path: Path) -> None:
+    """ext4 answers ENOSPC once the inode and its xattr block are full: the executor
+    stops there and records how many it set (aux); the model promises exactly those."""
+    ops = FSYNCED + [{"op": "setxattr", "path": "A/foo", "name": "user.m", "length": 64, "count": 3},
+                     {"op": "sync"}]
+
+    def tamper(r):  # as if the third setxattr had failed with ENOSPC
+        return dataclasses.replace(r, ret=-1, errno=errno.ENOSPC, aux=2) if r.kind == "setxattr" else r
+    run = Run(tmp_path, ops, tamper)
+    os.removexattr(run.dir / "A/foo", "user.m.2")   # never promised: no finding
+    assert run.check(run.after(7)) == []
+    os.removexattr(run.dir / "A/foo", "user.m.1")   # promised by the sync
+    found = run.check(run.after(7))
+    assert [f.kind for f in found] == ["durability"] and "xattr user.m.1" in found[0].detail
+
+
 def test_osync_write_is_durable_only_in_its_range(tmp_path: Path) -> None:
     ops = [{"op": "open", "path": "f", "flags": ["O_CREAT", "O_RDWR"], "fd": "a"},
            {"op": "pwrite", "fd": "a", "offset": 0, "length": 4096},

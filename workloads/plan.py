@@ -69,7 +69,7 @@ PLAN_FIELDS: dict[str, tuple[str, ...]] = {
     "unlink": ("path",),
     "mkdir": ("path", "mode"),
     "rmdir": ("path",),
-    "setxattr": ("path", "file", "name", "length"),
+    "setxattr": ("path", "file", "name", "length", "count"),
     "removexattr": ("path", "name"),
     "mmap_write": ("fd", "file", "offset", "stride", "length", "msync"),
     "fiemap": ("fd", "sync"),
@@ -83,6 +83,12 @@ _STRINGS = frozenset(("path", "from", "to", "target", "name", "id"))
 FILE_OPENERS = ("open", "creat", "setxattr")  # the ops whose path gets a file id
 
 Value = int | str | tuple[str, ...]
+
+
+def xattr_names(name: str, count: int) -> list[str]:
+    """The names a setxattr of COUNT sets, in order: NAME, then NAME.1 .. NAME.(COUNT-1)
+    (workloads/executor/ops.c set_xattrs)."""
+    return [name] + [f"{name}.{i}" for i in range(1, count)]
 
 
 @dataclass(frozen=True)
@@ -194,6 +200,8 @@ class _Builder:
                 return int(a[f])
             case "period_us":
                 return a.get("period_us") or 0
+            case "count" if op.kind == "setxattr":
+                return a.get("count", 1)
         return a[f]
 
 

@@ -103,7 +103,9 @@ LENGTHS: Tiers = [[4096, 8192, 16384, 65536], [1, 512, 1000, 5000], [1 << 20]]
 OFFSETS: Tiers = [[0, 4096, 8192, 16384, 65536], range(0, 70001)]
 TRUNCATE_LENGTHS: Tiers = [[0, 4096, 3000, 100000]]
 SFR_LENGTHS: Tiers = [[0, 4096, 65536]]
-XATTR_LENGTHS: Tiers = [[8, 100]]
+# setxattr (value length, count): one xattr, or hundreds of 1 KiB on one file (what Samba,
+# Ceph and backup tools keep per file): an attr tree of its own (xfs: node format).
+XATTR_SIZES: Tiers = [[(8, 1), (100, 1)], [(1024, 400)]]
 
 
 def kind_tiers(exchange: bool) -> Tiers:
@@ -225,7 +227,10 @@ class OpListBuilder:
         elif kind in ("mkdir", "rmdir"):
             op["path"] = pick([DIRS, FILES])  # a file's name reused as a directory too
         elif kind == "setxattr":
-            op.update(path=pick(one(PATHS)), name=pick(one(XATTRS)), length=pick(XATTR_LENGTHS))
+            op.update(path=pick(one(PATHS)), name=pick(one(XATTRS)))
+            op["length"], count = pick(XATTR_SIZES)
+            if count > 1:
+                op["count"] = count
         elif kind == "removexattr":
             op.update(path=pick(one(PATHS)), name=pick(one(XATTRS)))
         elif kind == "statx":

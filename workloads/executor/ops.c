@@ -9,6 +9,7 @@
 #include <string.h>
 #include <linux/fiemap.h>
 #include <linux/fs.h>
+#include <linux/limits.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -162,6 +163,30 @@ static int64_t pwritev2_offset(const struct pc_fd *f, const struct pc_op *op, ui
     return op->at_position ? position(f) : (int64_t)off;
 }
 
+/* setxattr of COUNT names with one value: NAME, then NAME.1 .. NAME.(COUNT-1) (what
+ * Samba, Ceph and backup tools do to one file, at one record's cost). Stops at the
+ * first failure; *DONE is how many were set, so the model applies exactly those. */
+static int set_xattrs(const struct pc_op *op, const void *value, size_t len, int64_t *done)
+{
+    char name[XATTR_NAME_MAX + 1];
+    uint64_t n = op->count ? op->count : 1;
+    *done = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        const char *nm = op->name;
+        if (i) {
+            if (snprintf(name, sizeof name, "%s.%llu", op->name, (unsigned long long)i) >= (int)sizeof name) {
+                errno = ERANGE;  /* what setxattr(2) answers for a name longer than XATTR_NAME_MAX */
+                return -1;
+            }
+            nm = name;
+        }
+        if (setxattr(op->path, nm, value, len, 0))
+            return -1;
+        *done = (int64_t)(i + 1);
+    }
+    return 0;
+}
+
 static void set_slot(struct pc_fd *f, int64_t fd, int append)
 {
     f->fd = fd < 0 ? -1 : (int)fd;
@@ -261,7 +286,7 @@ void pc_exec_op(const struct pc_plan *plan, struct pc_thread *t, const struct pc
     case K_UNLINK: TIMED(r, unlink(op->path)); break;
     case K_MKDIR: TIMED(r, mkdir(op->path, op->mode)); break;
     case K_RMDIR: TIMED(r, rmdir(op->path)); break;
-    case K_SETXATTR: TIMED(r, setxattr(op->path, op->name, t->buf, len, 0)); break;
+    case K_SETXATTR: TIMED(r, set_xattrs(op, t->buf, len, &r->aux)); break;
     case K_REMOVEXATTR: TIMED(r, removexattr(op->path, op->name)); break;
     case K_MMAP_WRITE: TIMED(r, mmap_write(fd, t->buf, off, len, op->msync, &r->flags)); break;
     case K_FIEMAP: TIMED(r, count_extents(fd, (uint32_t)op->flags)); break;

@@ -24,7 +24,7 @@
  *   sync_file_range: fd offset stride length flags
  *   rename: from to flags   link: from to   symlink: target path
  *   unlink, rmdir: path     mkdir: path mode
- *   setxattr: path file name length    removexattr: path name
+ *   setxattr: path file name length count(NAME, NAME.1 .. NAME.(count-1))    removexattr: path name
  *   mmap_write: fd file offset stride length msync(0|1)    fiemap: fd sync(0|1)
  *   pwritev2: fd file offset(-1: the fd's position) stride length iov(lengths joined by ',') flags
  *   statx: path flags(the mask)        linkat: fd to (AT_EMPTY_PATH: names the fd's file)
@@ -66,7 +66,7 @@ static const char *const kind_fields[K__COUNT] = {
     [K_SYNCFS] = "fd", [K_SYNC_FILE_RANGE] = "fd offset stride length flags",
     [K_RENAME] = "from to flags", [K_LINK] = "from to", [K_SYMLINK] = "target path",
     [K_UNLINK] = "path", [K_MKDIR] = "path mode", [K_RMDIR] = "path",
-    [K_SETXATTR] = "path file name length", [K_REMOVEXATTR] = "path name",
+    [K_SETXATTR] = "path file name length count", [K_REMOVEXATTR] = "path name",
     [K_MMAP_WRITE] = "fd file offset stride length msync", [K_FIEMAP] = "fd sync",
     [K_PWRITEV2] = "fd file offset stride length iov flags", [K_STATX] = "path flags", [K_LINKAT] = "fd to",
     [K_COPY_FILE_RANGE] = "from_fd fd from_offset offset length", [K_CLONE] = "from_fd fd from_offset offset length",

@@ -92,6 +92,8 @@ def repro_args(ops: list[dict[str, Any]]) -> list[str]:
             out += [k, op["path"]]
         elif k == "mkdir":
             out += [k, op["path"], str(_mode(op, "0755"))]
+        elif k == "setxattr" and op.get("count", 1) > 1:
+            out += ["setxattrs", op["path"], op["name"], str(op["length"]), str(op["count"])]
         elif k == "setxattr":
             out += [k, op["path"], op["name"], str(op["length"])]
         elif k == "removexattr":
@@ -208,6 +210,9 @@ class XfsIoScript:
             self.needs.add("_require_attrs")
             value = f"\"$(head -c {op['length']} /dev/zero | tr '\\0' '{chr(fill(i))}')\""
             self.emit(f"$SETFATTR_PROG -n {op['name']} -v {value} {_mnt(op['path'])}")
+            if op.get("count", 1) > 1:  # the names after the first: NAME.1 .. NAME.(COUNT-1)
+                self.emit(f"for i in $(seq 1 {op['count'] - 1}); do $SETFATTR_PROG -n {op['name']}.$i "
+                          f"-v {value} {_mnt(op['path'])}; done")
         elif k == "removexattr":
             self.needs.add("_require_attrs")
             self.emit(f"$SETFATTR_PROG -x {op['name']} {_mnt(op['path'])}")
@@ -312,7 +317,7 @@ def xfs_io_script(ops: list[dict[str, Any]]) -> XfsIoScript:
 def describe(op: dict[str, Any]) -> str:
     """One op as a reader writes it: `ftruncate(bar, 3000)`."""
     k = op["op"]
-    args = [str(op[a]) for a in ("path", "from", "to", "target", "name", "offset", "length") if a in op]
+    args = [str(op[a]) for a in ("path", "from", "to", "target", "name", "offset", "length", "count") if a in op]
     if k == "fallocate":
         args.insert(0, "|".join(op["mode"]) or "0")
     if "fd" in op and k not in ("open", "creat"):

@@ -11,6 +11,7 @@
  *      | syncfs NAME | sync | sync_file_range NAME OFF LEN FLAGS
  *      | rename FROM TO FLAGS | link FROM TO | linkat NAME TO | symlink TARGET PATH | unlink PATH
  *      | rmdir PATH | mkdir PATH MODE | setxattr PATH NAME LEN | removexattr PATH NAME
+ *      | setxattrs PATH NAME LEN COUNT (NAME, NAME.1 .. NAME.(COUNT-1); stops at a failure)
  *      | mmap_write NAME OFF LEN MSYNC | pwritev2 NAME OFF FLAGS LEN,LEN,...
  *      | copy_file_range FROM FROM_OFF NAME OFF LEN
  *      | clone FROM FROM_OFF NAME OFF LEN (0 0 0: FICLONE, else FICLONERANGE)
@@ -112,6 +113,22 @@ static long long mmap_write(int fd, off_t off, size_t len, int do_msync, int op)
     return r;
 }
 
+/* COUNT setxattr calls with one value: NAME, then NAME.1 .. NAME.(COUNT-1), as the
+ * executor's setxattr with a count makes them; stops at the first failure. */
+static long long set_xattrs(const char *path, const char *name, const char *buf, size_t len, long long count)
+{
+    char nm[256];
+    for (long long i = 0; i < count; i++) {
+        if (i && snprintf(nm, sizeof nm, "%s.%lld", name, i) >= (int)sizeof nm) {
+            errno = ERANGE;
+            return -1;
+        }
+        if (setxattr(path, i ? nm : name, buf, len, 0))
+            return -1;
+    }
+    return 0;
+}
+
 /* pwritev2(2) of consecutive parts (lengths LENS, comma separated) of one buffer. */
 static long long write_vec(int fd, off_t off, int flags, const char *lens, int op)
 {
@@ -144,7 +161,7 @@ static int one_op(char **a, int left, int op)
         {"fallocate", 5}, {"ftruncate", 3}, {"truncate", 3}, {"fsync", 2}, {"fdatasync", 2},
         {"syncfs", 2}, {"sync", 1}, {"sync_file_range", 5}, {"rename", 4}, {"link", 3}, {"linkat", 3},
         {"symlink", 3}, {"unlink", 2}, {"rmdir", 2}, {"mkdir", 3}, {"setxattr", 4},
-        {"removexattr", 3}, {"mmap_write", 5}, {"pwritev2", 5}, {"copy_file_range", 6},
+        {"setxattrs", 5}, {"removexattr", 3}, {"mmap_write", 5}, {"pwritev2", 5}, {"copy_file_range", 6},
         {"clone", 6}, {"exchange_range", 7}, {"mark", 2},
     };
     int n = 0;
@@ -209,6 +226,9 @@ static int one_op(char **a, int left, int op)
     } else if (!strcmp(k, "setxattr")) {
         buf = buffer((size_t)num(a[3]), op);
         r = buf ? setxattr(a[1], a[2], buf, (size_t)num(a[3]), 0) : -1;
+    } else if (!strcmp(k, "setxattrs")) {
+        buf = buffer((size_t)num(a[3]), op);
+        r = buf ? set_xattrs(a[1], a[2], buf, (size_t)num(a[3]), num(a[4])) : -1;
     } else if (!strcmp(k, "removexattr")) {
         r = removexattr(a[1], a[2]);
     } else if (!strcmp(k, "mmap_write")) {
