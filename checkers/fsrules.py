@@ -233,10 +233,12 @@ RULES.update({r.name: r for r in UNTORN_RULES})
 # XFS_IOC_EXCHANGE_RANGE (xfs made with -i exchange=1, Linux 6.10+).
 EXCHANGE_RULES = [
     Rule("exchange-range-dsync",
-         "an exchange_range with XFS_EXCHANGE_RANGE_DSYNC is durable when it returns: each file "
-         "holds the other's former bytes over its exchanged range (with TO_EOF, up to its new size)",
-         frozenset({"xfs"}), "ioctl_xfs_exchange_range(2): XFS_EXCHANGE_RANGE_DSYNC flushes the changed "
-         "file data and metadata to disk before the call returns; fs/xfs/xfs_exchrange.c: the ranges' "
+         "an exchange_range with XFS_EXCHANGE_RANGE_DSYNC (or on an O_SYNC/O_DSYNC fd of either file) is "
+         "durable when it returns: each file holds the other's former bytes over its exchanged range "
+         "(with TO_EOF, up to its new size)",
+         frozenset({"xfs"}), "ioctl_xfs_exchange_range(2): with XFS_EXCHANGE_RANGE_DSYNC all modified data in "
+         "both ranges and the exchange's metadata updates reach persistent storage before the call returns; "
+         "an O_SYNC or O_DSYNC fd on either file has the same effect; fs/xfs/xfs_exchrange.c: the ranges' "
          "dirty pages are written before the mappings change and the exchange's last transaction is "
          "committed synchronously (xfs_trans_set_sync)"),
 ]

@@ -400,9 +400,9 @@ class HistoryBuilder:
         O_APPEND (EBADF); a file system without the exchange-range feature refuses it
         (xfs: EOPNOTSUPP; ext4 and btrfs have no such ioctl: ENOTTY); then the ranges
         (exchange_range_check). The two ranges' contents change places; with TO_EOF
-        each file ends where the other's bytes from its offset end. DSYNC: durable
-        when it returns (the rule exchange-range-dsync); otherwise an fsync of each file
-        makes its side durable, as for any write."""
+        each file ends where the other's bytes from its offset end. DSYNC, or an O_SYNC or
+        O_DSYNC fd on either file: durable when it returns (the rule exchange-range-dsync);
+        otherwise an fsync of each file makes its side durable, as for any write."""
         f1, f2 = self.two_fds(ex)
         if f1 is None or f2 is None:
             return
@@ -436,7 +436,10 @@ class HistoryBuilder:
         if "TO_EOF" in flags:  # the sizes, whatever the ranges' tails hold (holes)
             self.resize(ex, f1, off1 + n2)
             self.resize(ex, f2, off2 + n1)
-        if "DSYNC" in flags:
+        # An O_SYNC/O_DSYNC fd on either file is the same as DSYNC (the man page; the kernel's
+        # xfs_exchange_range_prep tests both files' f_flags against O_SYNC's bits).
+        osync = any(self.fds[(ex.rec.thread, ex.f(k))][1] for k in ("from_fd", "fd"))
+        if "DSYNC" in flags or osync:
             for ino, at, n in ((f1, off1, n2), (f2, off2, n1)):
                 self.persists.append(Persist(ex, "exchange-range-dsync", ino.ino, ex.pos + 1, (at, at + n)))
 
