@@ -44,3 +44,11 @@ def test_the_mkfs_option_is_taken_out_for_an_older_mkfs() -> None:
     assert xfs_exchange.strip("-i exchange=1") == ""
     assert xfs_exchange.strip("-i sparse=1,exchange=1 -m reflink=0") == "-i sparse=1 -m reflink=0"
     assert xfs_exchange.wanted("-m crc=1 -i exchange=1") and not xfs_exchange.wanted("-i exchange=0")
+
+
+def test_every_input_decodes_and_an_exchange_has_two_files() -> None:
+    """Long inputs too: files closed earlier do not use up the names a new temporary file takes."""
+    rng = random.Random(3)
+    for _ in range(3000):
+        for o in _exchanges(decode(rng.randbytes(RECORD * rng.randint(1, 32)), True, True)):
+            assert o["fd"] != o["from_fd"]

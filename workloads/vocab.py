@@ -277,7 +277,7 @@ class OpListBuilder:
         until two fds are open."""
         while len(self.fds) < 2:
             last = self.last_fd
-            free = [p for p in FILES if p not in self.fd_path.values()]
+            free = [p for p in FILES if p not in {self.fd_path.get(f) for f in self.fds}]
             top = [p for p in free if "/" not in p]   # its directory exists: the root
             fd = self.open(pick(one(top or free)), ["O_CREAT", "O_RDWR"])
             self.ops.append({"op": "pwrite", "fd": fd, "offset": 0, "length": pick(one(EXCHANGE_FILL))})
