@@ -8,8 +8,10 @@ options and recovery mode come from the table; no seed, corpus entry or
 known workload is given), in sessions of `--max-findings 1`: when a session
 saves a finding, the finding's own shrunk workload is run on the fixed
 kernel (the bisect machinery, fuzz/bisect.py). A finding that is clean there
-is the bug's; the clock stops at the moment that finding was saved. A
-finding that shows on the fixed kernel too is reported but does not count,
+is the bug's; the clock stops at the moment that finding was saved. The
+re-check first runs it on the buggy kernel again, up to three times for a
+race with the kernel's background work, and then as many times on the
+fixed kernel, each clean. A finding that shows on the fixed kernel too is reported but does not count,
 and the campaign resumes (`--resume`) for the rest of the budget. Campaign
 time only: the fixed-kernel re-checks are timed on their own.
 """
@@ -131,21 +133,36 @@ def _verdict(workload: str, cfg: RunConfig, kernel: str, out: str) -> tuple[str,
     return verdict, b.tested[0].findings, b.tested[0].out
 
 
+# A finding whose workload races the kernel's background work (xfs inodegc, btrfs delayed iputs)
+# may not show in every run: the buggy side gets this many runs to show it again.
+RECHECK_TRIES = 3
+
+
 def recheck(bug: Bug, finding_dir: str, out: str) -> dict[str, Any]:
-    """The finding's shrunk workload again on the buggy kernel (a finding that does not come back there,
-    say a harness hiccup, is not the bug) and on the fixed kernel, with the bug's configuration; a test
-    table's fault stands in for the bug on the buggy side only."""
+    """The finding's shrunk workload again on the buggy kernel (a finding that does not come back there
+    in RECHECK_TRIES runs, say a harness hiccup, is not the bug) and on the fixed kernel, with the bug's
+    configuration, in as many runs as the buggy side needed, each clean; a test table's fault stands in
+    for the bug on the buggy side only."""
     workload, cfg = from_finding(finding_dir)
     t0 = time.monotonic()
-    buggy, _, _ = _verdict(workload, cfg, bug.kernel("buggy"), os.path.join(out, "buggy"))
+    buggy_runs: list[str] = []
+    while len(buggy_runs) < RECHECK_TRIES and (not buggy_runs or buggy_runs[-1] == "clean"):
+        name = "buggy" if not buggy_runs else f"buggy-{len(buggy_runs) + 1}"
+        buggy_runs.append(_verdict(workload, cfg, bug.kernel("buggy"), os.path.join(out, name))[0])
+    buggy = buggy_runs[-1]
+    again = buggy != "clean" and not buggy.startswith("error")
     cfg = RunConfig.parse({**cfg.to_json(), "fault": None})  # the flat form: the fault is a backend option
-    fixed, n_fixed, fixed_out = _verdict(workload, cfg, bug.kernel("fixed"), os.path.join(out, "fixed"))
+    fixed_runs: list[str] = []
+    while len(fixed_runs) < (len(buggy_runs) if again else 1) and (not fixed_runs or fixed_runs[-1] == "clean"):
+        name = "fixed" if not fixed_runs else f"fixed-{len(fixed_runs) + 1}"
+        fixed, n_fixed, fixed_out = _verdict(workload, cfg, bug.kernel("fixed"), os.path.join(out, name))
+        fixed_runs.append(fixed)
     with open(os.path.join(finding_dir, "finding.json")) as f:
         info = json.load(f)
-    again = buggy != "clean" and not buggy.startswith("error")
     return {"finding": os.path.basename(finding_dir), "kind": info.get("kind"),
             "signature": (info.get("signatures") or [""])[0], "ops": info.get("ops"),
-            "buggy_verdict": buggy, "fixed_kernel": bug.kernel("fixed"), "fixed_verdict": fixed,
+            "buggy_verdict": buggy, "buggy_runs": buggy_runs, "fixed_kernel": bug.kernel("fixed"),
+            "fixed_verdict": fixed, "fixed_runs": fixed_runs,
             "fixed_findings": n_fixed, "counts": again and fixed == "clean",
             "recheck_seconds": round(time.monotonic() - t0, 1), "recheck_out": fixed_out}
 

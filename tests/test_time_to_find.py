@@ -64,3 +64,34 @@ def test_the_shipped_table_names_kernel_pairs_with_their_fix_and_evidence() -> N
         assert b.fs in ("ext4", "xfs", "btrfs") and b.buggy != b.fixed
         assert b.fix.get("subject") and b.evidence and b.validation
         assert not b.fault and not b.fuzz_args   # the real table runs the default campaign
+
+
+@pytest.mark.parametrize("buggy,fixed,counts,runs", [
+    (["clean", "fsck"], ["clean", "clean"], True, 2),        # a race: the second run shows it, two clean runs
+    (["clean", "fsck"], ["clean", "fsck"], False, 2),        # ... and the fixed side fails in its second run
+    (["clean", "clean", "clean"], ["clean"], False, 3),      # never back: not the bug, one fixed run
+    (["durability"], ["clean"], True, 1),                   # the usual case: one run each
+])
+def test_a_recheck_gives_a_racy_finding_more_runs_on_both_kernels(tmp_path, monkeypatch: pytest.MonkeyPatch,
+                                                                 buggy: list[str], fixed: list[str],
+                                                                 counts: bool, runs: int) -> None:
+    """The re-check's policy (the verdicts stand in for guest runs, which the test above makes)."""
+    from bench import ttf
+    verdicts = {"buggy": iter(buggy), "fixed": iter(fixed)}
+    calls: list[str] = []
+
+    def verdict(workload: str, cfg: object, kernel: str, out: str) -> tuple[str, int, str]:
+        side = "buggy" if kernel.endswith("buggy") else "fixed"
+        calls.append(os.path.basename(out))
+        v = next(verdicts[side])
+        return v, int(v != "clean"), out
+
+    finding = tmp_path / "001-fsck"
+    finding.mkdir()
+    (finding / "finding.json").write_text(json.dumps({"kind": "fsck", "ops": 3, "signatures": ["fsck|x"]}))
+    monkeypatch.setattr(ttf, "_verdict", verdict)
+    monkeypatch.setattr(ttf, "from_finding", lambda d: ("w.json", ttf.RunConfig.parse({"fs": "xfs"})))
+    bug = ttf.Bug(id="b", fs="xfs", buggy="k-buggy", fixed="k-fixed")
+    c = ttf.recheck(bug, str(finding), str(tmp_path / "out"))
+    assert c["counts"] is counts and len(c["buggy_runs"]) == runs and c["buggy_runs"] == buggy
+    assert c["fixed_runs"] == fixed and calls[:runs] == ["buggy", *(f"buggy-{k}" for k in range(2, runs + 1))]
