@@ -138,6 +138,17 @@ def _verdict(workload: str, cfg: RunConfig, kernel: str, out: str) -> tuple[str,
 RECHECK_TRIES = 3
 
 
+def _runs_while_clean(workload: str, cfg: RunConfig, kernel: str, out: str, side: str,
+                      limit: int) -> list[tuple[str, int, str]]:
+    """WORKLOAD on KERNEL up to LIMIT times, until a run is not clean; each run's (verdict,
+    findings, run directory), the directories OUT/SIDE, OUT/SIDE-2, ..."""
+    runs: list[tuple[str, int, str]] = []
+    while len(runs) < limit and (not runs or runs[-1][0] == "clean"):
+        name = side if not runs else f"{side}-{len(runs) + 1}"
+        runs.append(_verdict(workload, cfg, kernel, os.path.join(out, name)))
+    return runs
+
+
 def recheck(bug: Bug, finding_dir: str, out: str) -> dict[str, Any]:
     """The finding's shrunk workload again on the buggy kernel (a finding that does not come back there
     in RECHECK_TRIES runs, say a harness hiccup, is not the bug) and on the fixed kernel, with the bug's
@@ -145,24 +156,18 @@ def recheck(bug: Bug, finding_dir: str, out: str) -> dict[str, Any]:
     for the bug on the buggy side only."""
     workload, cfg = from_finding(finding_dir)
     t0 = time.monotonic()
-    buggy_runs: list[str] = []
-    while len(buggy_runs) < RECHECK_TRIES and (not buggy_runs or buggy_runs[-1] == "clean"):
-        name = "buggy" if not buggy_runs else f"buggy-{len(buggy_runs) + 1}"
-        buggy_runs.append(_verdict(workload, cfg, bug.kernel("buggy"), os.path.join(out, name))[0])
-    buggy = buggy_runs[-1]
+    buggy_runs = _runs_while_clean(workload, cfg, bug.kernel("buggy"), out, "buggy", RECHECK_TRIES)
+    buggy = buggy_runs[-1][0]
     again = buggy != "clean" and not buggy.startswith("error")
     cfg = RunConfig.parse({**cfg.to_json(), "fault": None})  # the flat form: the fault is a backend option
-    fixed_runs: list[str] = []
-    while len(fixed_runs) < (len(buggy_runs) if again else 1) and (not fixed_runs or fixed_runs[-1] == "clean"):
-        name = "fixed" if not fixed_runs else f"fixed-{len(fixed_runs) + 1}"
-        fixed, n_fixed, fixed_out = _verdict(workload, cfg, bug.kernel("fixed"), os.path.join(out, name))
-        fixed_runs.append(fixed)
+    fixed_runs = _runs_while_clean(workload, cfg, bug.kernel("fixed"), out, "fixed", len(buggy_runs) if again else 1)
+    fixed, n_fixed, fixed_out = fixed_runs[-1]
     with open(os.path.join(finding_dir, "finding.json")) as f:
         info = json.load(f)
     return {"finding": os.path.basename(finding_dir), "kind": info.get("kind"),
             "signature": (info.get("signatures") or [""])[0], "ops": info.get("ops"),
-            "buggy_verdict": buggy, "buggy_runs": buggy_runs, "fixed_kernel": bug.kernel("fixed"),
-            "fixed_verdict": fixed, "fixed_runs": fixed_runs,
+            "buggy_verdict": buggy, "buggy_runs": [r[0] for r in buggy_runs], "fixed_kernel": bug.kernel("fixed"),
+            "fixed_verdict": fixed, "fixed_runs": [r[0] for r in fixed_runs],
             "fixed_findings": n_fixed, "counts": again and fixed == "clean",
             "recheck_seconds": round(time.monotonic() - t0, 1), "recheck_out": fixed_out}
 
