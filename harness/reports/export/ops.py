@@ -210,9 +210,10 @@ class XfsIoScript:
             self.needs.add("_require_attrs")
             value = f"\"$(head -c {op['length']} /dev/zero | tr '\\0' '{chr(fill(i))}')\""
             self.emit(f"$SETFATTR_PROG -n {op['name']} -v {value} {_mnt(op['path'])}")
-            if op.get("count", 1) > 1:  # the names after the first: NAME.1 .. NAME.(COUNT-1)
+            if op.get("count", 1) > 1:  # the names after the first: NAME.1 .. NAME.(COUNT-1),
+                # stopping at the first failure as the executor does (ext4: ENOSPC)
                 self.emit(f"for i in $(seq 1 {op['count'] - 1}); do $SETFATTR_PROG -n {op['name']}.$i "
-                          f"-v {value} {_mnt(op['path'])}; done")
+                          f"-v {value} {_mnt(op['path'])} || break; done")
         elif k == "removexattr":
             self.needs.add("_require_attrs")
             self.emit(f"$SETFATTR_PROG -x {op['name']} {_mnt(op['path'])}")
