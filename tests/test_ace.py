@@ -49,6 +49,7 @@ def test_the_start_state_is_the_set_up(tmp_path: Path) -> None:
     assert found == ace.START
 
 
+@pytest.mark.slow  # 60 workloads, each set-up syncing the host: minutes, not the seconds `quick` means
 @pytest.mark.timeout(1800)  # each workload's set-up syncs the host: slow on a loaded machine
 @pytest.mark.parametrize("seq", [2, 3])
 def test_every_core_op_succeeds_on_the_kernel_and_the_model_agrees(tmp_path: Path, seq: int) -> None:
