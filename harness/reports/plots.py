@@ -82,8 +82,9 @@ def over_time(path: str, title: str, series: Mapping[str, tuple[Sequence[float],
     """One scatter per label of (seconds since the run started, latency in us), log y axis."""
     fig, ax = _figure()
     for label, (ts, us) in series.items():
-        size = 24 if len(us) < FEW_POINTS else 6  # a few points must be seen
-        ax.scatter(ts, np.maximum(np.asarray(us, dtype=float), 0.01), s=size, alpha=0.6, label=label)
+        few = len(us) < FEW_POINTS  # a few points must be seen: larger, opaque
+        ax.scatter(ts, np.maximum(np.asarray(us, dtype=float), 0.01), s=30 if few else 6, alpha=1.0 if few else 0.6,
+                   label=label)
     if limit_us is not None:
         ax.axhline(limit_us, color="red", linestyle="--", linewidth=1, label=f"budget {limit_us:g} us")
     ax.set(yscale="log", xlabel="time since the workload started (s)", ylabel="latency (us)", title=title)
