@@ -18,7 +18,7 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from checkers.crashwalk.walk import Inspect
@@ -82,6 +82,7 @@ class Trial:
     result: RunResult
     plan: Plan
     seconds: float
+    known_bugs: dict[str, str] = field(default_factory=dict)  # signature key -> documented bug (fuzz/known.py)
 
     @property
     def findings(self) -> list[Finding]:
