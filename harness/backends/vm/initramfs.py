@@ -129,7 +129,7 @@ def base_tree(kernel: Kernel, fs: FsType | Sequence[FsType]) -> Tree:
             tree.add_host_file(path)
     for at, name in GUEST_SCRIPTS.items():
         tree.add_host_file(os.path.join(GUEST_DIR, name), at, executable=True)
-    add_modules(tree, kernel, [*GUEST_MODULES, *(f.name for f in fss)])
+    add_modules(tree, kernel, [*GUEST_MODULES, *(m for f in fss for m in (*f.guest_modules, f.name))])
     return tree
 
 
