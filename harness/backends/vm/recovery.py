@@ -202,7 +202,7 @@ class VmRecovery:
                     with lock:
                         return inspect(mnt, point)
                 if self.dumps:
-                    verdict.content = self._inspect_dump(slot, self.mnts[i], one_at_a_time)
+                    verdict.content = self._inspect_dump(slot, point, self.mnts[i], one_at_a_time)
                 else:
                     verdict.content, verdict.device_waits = inspect_on_loop(self._loop(i), self.fs, self.mnts[i],
                                                                             self.state, one_at_a_time)
@@ -210,10 +210,14 @@ class VmRecovery:
         finally:
             self._free.put(i)
 
-    def _inspect_dump(self, slot: int, root: str, inspect: Callable[[str], list[Finding]]) -> list[Finding]:
-        """The oracle on the tree the guest read from image SLOT, rebuilt under ROOT."""
+    def _inspect_dump(self, slot: int, point: Any, root: str, inspect: Callable[[str], list[Finding]]) -> list[Finding]:
+        """The oracle on the tree the guest read from image SLOT (crash state POINT), rebuilt under ROOT."""
         at = (len(self.pending) + slot) * self.image_bytes
         failed = contentdump.rebuild(contentdump.read_region(self.batch_fd, at, self.image_bytes), root)
+        state_id = getattr(point, "id", None)  # as the oracle labels its own findings
+        for f in failed:
+            if state_id:
+                f.evidence["state_id"] = state_id
         return failed + contentdump.judged_by_failures(guarded_inspect(inspect, root), failed)
 
 
