@@ -32,9 +32,6 @@ class FsType:
     fsck_could_not_run: tuple[str, ...] = ()
     # Host tools the guest needs besides mkfs (xfs_db: foundation/xfs_exchange.py).
     guest_tools: tuple[str, ...] = ()
-    # Kernel modules the guest loads before the file system's own: those it asks the
-    # crypto API for by algorithm name at mount time, which modules.dep does not list.
-    guest_modules: tuple[str, ...] = ()
 
     def fsck_failed(self, code: int) -> bool:
         """Judge fsck by exit code only, never by its text (see block-recording.md)."""
@@ -136,7 +133,7 @@ FILESYSTEMS: dict[str, FsType] = {
     # overprovisions a third of a 64 MiB one. fsck.f2fs -f checks the whole image
     # whatever its checkpoint flags say; --dry-run writes nothing (fsck.f2fs(8)).
     "f2fs": FsType("f2fs", ["mkfs.f2fs", "-q", "-f"], ["fsck.f2fs", "-f", "--dry-run"],
-                   "f2fs-tools", 128, 64, guest_modules=("crc32_generic",)),
+                   "f2fs-tools", 128, 64),
 }
 
 
