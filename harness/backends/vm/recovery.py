@@ -42,6 +42,7 @@ from foundation.loopdev import LoopDevice, recorded_loop
 from foundation.runstate import RunState
 from foundation.sparse import copy_range
 from harness.backends.vm import console as vmconsole
+from harness.backends.vm.coverage import RunCoverage, guest_env
 from harness.backends.vm.guests import VmGuest
 from harness.backends.vm.qemu import Disk, Outcome
 
@@ -56,8 +57,9 @@ _MOUNT_LINE = re.compile(r"^pc: mount (\d+)\s*$", re.M)
 class VmRecovery:
     def __init__(self, guest: VmGuest, fs: FsType, mount_opts: str, state: RunState, *, timeout: float,
                  inspect: PointInspect | None = None, fault: str | None = None,
-                 max_images: int = MAX_IMAGES_PER_BOOT, engine: int = 0) -> None:
+                 max_images: int = MAX_IMAGES_PER_BOOT, engine: int = 0, coverage: RunCoverage | None = None) -> None:
         self.guest, self.fs, self.state, self.timeout, self.inspect = guest, fs, state, timeout, inspect
+        self.coverage = coverage  # the recovery path's kernel coverage goes here (harness/backends/vm/coverage.py)
         self.fault, self.max_images = fault, max_images
         tag = f"-{engine + 1}" if engine else ""  # each engine has its own files
         self.mount_opts = join_opts(mount_opts, fs.recovery_opts)
@@ -150,8 +152,11 @@ class VmRecovery:
         """One guest job over slots FIRST..N-1; returns the first slot it did not finish."""
         env = {"PC_FS": self.fs.name, "PC_MOUNT_OPTS": self.mount_opts, "PC_FIRST": str(first),
                "PC_IMAGES": str(n), "PC_IMAGE_SECTORS": str(self.image_bytes // 512),
-               "PC_BATCH_DISK": self.batch_device, **({"PC_FAULT": self.fault} if self.fault else {})}
+               "PC_BATCH_DISK": self.batch_device, **({"PC_FAULT": self.fault} if self.fault else {}),
+               **(guest_env(self.fs) if self.coverage is not None else {})}
         outcome = self.guest.run_job("recover", env, [Disk(self.batch_path)], timeout=self.timeout, on_line=on_line)
+        if self.coverage is not None:
+            self.coverage.add_lines(outcome.lines)
         begun = first - 1
         for line in outcome.lines:
             word, slot, msg = (line.split(" ", 2) + ["", ""])[:3]
