@@ -34,6 +34,7 @@ from harness.pipeline.live import live_guest
 from harness.pipeline.config import RunConfig
 from harness.pipeline.run import terminate_as_exception
 from fuzz.coordinator import Coordinator, CoordinatorLost, Heartbeat
+from fuzz.coverage import campaign_coverage
 from fuzz.layout import CampaignDir, Totals
 from fuzz.status import StatusLine, clock
 from fuzz.shared_store import SharedFindingStore
@@ -42,7 +43,7 @@ from fuzz.worker import FindingBudget, Stopped, Worker, WorkloadBudget
 from workloads import exhaustive
 
 ENGINES = {"hypothesis": "fuzz.engine_hypothesis", "exhaustive": "fuzz.engine_exhaustive", "afl": "fuzz.engine_afl",
-           "mixed": "fuzz.engine_mixed"}
+           "mixed": "fuzz.engine_mixed", "coverage": "fuzz.engine_coverage"}
 WALKS_SPACE = ("exhaustive", "mixed")   # engines that walk the exhaustive space (its size, its progress)
 POLL_S = 1.0
 JOIN_S = 300.0
@@ -313,6 +314,9 @@ class Campaign:
         if self.coord is not None:
             report["joined"] = {"coordinator": self.coord.url, "campaign": self.coord.name,
                                 "machine": self.coord.machine, **({"lost": self.lost} if self.lost else {})}
+        cov = campaign_coverage(self.cdir.entries(), self.start)
+        if cov is not None:  # kernel coverage (vm): the union over all runs, and its growth
+            report["coverage"] = cov
         if self.spec.engine == "afl":
             report["afl"] = afl_stats(self.spec.options.get("afl_sync_dir") or self.cdir.sub("afl"))
         return report
