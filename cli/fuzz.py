@@ -213,7 +213,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                         "--backend vm, left out of the kernel's log); recovery-drop-flush: the same, only while a "
                         "recovery is recorded for --recovery-crash; recovery-panic (vm): the guest kernel crashes "
                         "at the first recovery mount of every batch; recovery-hang (vm): that mount waits for I/O "
-                        "that never completes (the live guest's hang watchdog, POWERCUT_VM_HANG_S)")
+                        "that never completes (the live guest's hang watchdog, POWERCUT_VM_HANG_S); coverage-plant (vm): a "
+                        "planted kernel finding for every workload whose path ran POWERCUT_VM_PLANT_FUNCTIONS (300) "
+                        "functions of the file system's modules")
     add_backend_options(p)
 
 

@@ -107,7 +107,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="test-only: make the recorder lie (drop-flush: flushes are acknowledged but not logged; "
                         "recovery-drop-flush: the same, only while a recovery is recorded for --recovery-crash); "
                         "--backend vm also: recovery-panic (the guest kernel crashes at a recovery mount), "
-                        "recovery-hang (a recovery mount waits for I/O that never completes)")
+                        "recovery-hang (a recovery mount waits for I/O that never completes), coverage-plant (a planted "
+                        "kernel finding when the workload ran POWERCUT_VM_PLANT_FUNCTIONS functions of the modules)")
     add_recovery_args(p)
     p.add_argument("--scale", type=float, default=None,
                    help="scenario:NAME only: size of the experiment, 1.0 = the paper's counts (default 1.0)")

@@ -23,6 +23,7 @@ count in) nothing is ever novel and it generates random workloads only.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -35,6 +36,7 @@ from workloads.vocab import kind_tiers
 
 SEEDS = 6
 RANDOM_SHARE = 8
+CROSSOVER = 0.4  # share of mutations that join two entries (the rest: edits of one)
 REMOVING = ("unlink", "rmdir", "rename")
 CREATING = ("mkdir", "symlink", "link", "open")   # open creates a file (O_CREAT among its flag choices)
 
@@ -46,7 +48,9 @@ class Entry:
     picked: int = 0
 
     def energy(self) -> float:
-        return self.score / (1 + self.picked)
+        # log: an early entry with a hundred new functions must not starve the later ones that
+        # each added a little (the steps toward deep coverage); picks wear it down.
+        return (1 + math.log2(1 + self.score)) / (1 + self.picked)
 
 
 class Corpus:
@@ -70,12 +74,27 @@ class Corpus:
         return b"".join(random_record(self.rng) for _ in range(self.rng.randint(self.min_ops, self.max_ops)))
 
     def mutate(self, parent: bytes, other: bytes) -> bytes:
-        if self.rng.random() < 0.25:
-            recs = records(parent)
-            edit = self.rng.choice((self._new_directory, self._reuse_name))
-            edit(recs)
-            return b"".join(recs[:MAX_RECORDS])
-        return bytes(afl_mutator.fuzz(bytearray(parent), bytearray(other), MAX_RECORDS * RECORD))
+        r = self.rng.random()
+        recs = records(parent)
+        if r < CROSSOVER:
+            self._crossover(recs, records(other))
+        elif r < CROSSOVER + 0.2:
+            self.rng.choice((self._new_directory, self._reuse_name, self._fresh_ops))(recs)
+        else:
+            return bytes(afl_mutator.fuzz(bytearray(parent), bytearray(other), MAX_RECORDS * RECORD))
+        return b"".join(recs[:MAX_RECORDS])
+
+    def _crossover(self, recs: list[bytes], other: list[bytes]) -> None:
+        """A run of OTHER's records put into RECS: two entries' novel ops in one workload
+        (coverage that needs both: a conjunction neither reaches alone)."""
+        i = self.rng.randrange(len(other))
+        part = other[i:i + self.rng.randint(1, max(1, len(other) - i))]
+        at = self.rng.randint(0, len(recs))
+        recs[at:at] = part
+
+    def _fresh_ops(self, recs: list[bytes]) -> None:
+        for _ in range(self.rng.randint(1, 3)):
+            recs.insert(self.rng.randint(0, len(recs)), random_record(self.rng))
 
     def _new_directory(self, recs: list[bytes]) -> None:
         recs.insert(self.rng.randint(0, len(recs)), random_record(self.rng, kind="mkdir"))

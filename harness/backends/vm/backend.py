@@ -253,6 +253,9 @@ class VmBackend:
                     "output": os.path.basename(output)}
         event = outcome.kernel_event("workload")
         findings = [kernel_finding(event)] if event else []
+        plant = coverage.planted(self.coverage) if self.fault == "coverage-plant" and self.coverage else None
+        if plant is not None:
+            findings.append(kernel_finding(plant))
         return Recording(log_path, device_bytes, SECTOR_SIZE, info, final_image=data, kernel=outcome.kernel,
                          findings=findings)
 

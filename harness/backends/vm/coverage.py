@@ -30,6 +30,7 @@ from foundation.filesystems import FsType
 MODULES = {"ext4": ("ext4", "jbd2"), "btrfs": ("btrfs",), "xfs": ("xfs",), "f2fs": ("f2fs",)}
 BLOCK_FLUSH = "blk-flush"  # pc-cover's name for the block layer's flush functions (built in)
 PATHS = {"w": "workload", "r": "recovery"}
+PLANT_FUNCTIONS = 300
 SOURCE = "BPF counters on a kprobe-multi link over every ftrace-able function of the modules"
 
 
@@ -44,6 +45,17 @@ def modules(fs: FsType) -> tuple[str, ...]:
 def guest_env(fs: FsType) -> dict[str, str]:
     """The job variable that turns coverage on in the guest (guest/init.sh `cover_begin`)."""
     return {"PC_COVERAGE": " ".join(modules(fs))} if enabled() else {}
+
+
+def planted(cov: RunCoverage) -> dict[str, str] | None:
+    """The `coverage-plant` test fault's kernel event, if the workload path ran at least
+    POWERCUT_VM_PLANT_FUNCTIONS functions (default PLANT_FUNCTIONS)."""
+    limit = int(os.environ.get("POWERCUT_VM_PLANT_FUNCTIONS", PLANT_FUNCTIONS))
+    n = len(cov.paths["workload"])
+    if n < limit:
+        return None
+    return {"event": "planted", "phase": "workload", "rule": "workload:coverage-plant", "console": "",
+            "line": f"coverage-plant: the workload ran {n} functions of {', '.join(cov.modules)} (>= {limit})"}
 
 
 def parse_counts(words: Iterable[str]) -> Counter[str]:
