@@ -61,6 +61,9 @@ class Corpus:
         sem = Semantics(fs=w.cfg.fs, mkfs_opts=w.cfg.mkfs_opts)
         self.reflink, self.exchange = sem.reflink(), sem.exchange()
         self.min_ops, self.max_ops = int(w.options.get("min_ops", 3)), int(w.options.get("max_ops", 8))
+        # Joined entries grow: at most twice --max-ops records (a record is an op and maybe its
+        # persistence op, plus the opens and closes the decoder adds): a run's cost grows with it.
+        self.cap = min(MAX_RECORDS, 2 * self.max_ops)
         self.entries: list[Entry] = []
         self.done = w.campaign.totals().workloads  # names stay unique in a resumed campaign
         self.n = 0
@@ -81,8 +84,8 @@ class Corpus:
         elif r < CROSSOVER + 0.2:
             self.rng.choice((self._new_directory, self._reuse_name, self._fresh_ops))(recs)
         else:
-            return bytes(afl_mutator.fuzz(bytearray(parent), bytearray(other), MAX_RECORDS * RECORD))
-        return b"".join(recs[:MAX_RECORDS])
+            return bytes(afl_mutator.fuzz(bytearray(parent), bytearray(other), self.cap * RECORD))
+        return b"".join(recs[:self.cap])
 
     def _crossover(self, recs: list[bytes], other: list[bytes]) -> None:
         """A run of OTHER's records put into RECS: two entries' novel ops in one workload

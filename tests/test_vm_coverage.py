@@ -52,3 +52,33 @@ def test_coverage_map_is_non_empty_and_grows_with_a_workload_reaching_new_functi
     assert {"ext4_fallocate", "ext4_rename2"} <= new, sorted(new)
     assert more["total_functions"] > plain["total_functions"]
     assert pc.leftovers() == []
+
+
+# Functions of ext4 + jbd2 a workload path must run for the planted violation: more than the
+# random workloads the coverage engine starts from reach (in the runs measured, up to 310), so
+# it takes a workload grown from kept ones (docs/coverage.md).
+PLANT = "330"
+
+
+def test_a_violation_only_coverage_rich_paths_reach_is_found_by_the_coverage_engine(pc: PcEnv) -> None:
+    out = pc.tmp / "campaign"
+    p = pc.run("fuzz", "--out", str(out), "--fs", "ext4", "--backend", "vm", "--kernel", KERNEL,
+               "--engine", "coverage", "--fault", "coverage-plant", "--seed", "3", "--max-states", "5",
+               "--max-findings", "1", "--max-workloads", "80", "--shrink-seconds", "1", "--duration", "30m",
+               timeout=2400, env={**pc.env(), "POWERCUT_VM_PLANT_FUNCTIONS": PLANT})
+    assert p.returncode == 1, f"exit {p.returncode}\n{p.stdout}\n{p.stderr}"
+    report = json.loads((out / "report.json").read_text())
+    saved = [s for s in report["saved_findings"] if s["signature"].endswith("workload:coverage-plant")]
+    assert saved, report["saved_findings"]
+    entries = [json.loads(line) for f in sorted((out / "journal").iterdir()) for line in f.read_text().splitlines()]
+    runs = [e for e in entries if e.get("engine") == "coverage" and not e.get("shrink")]
+    first = next(i for i, e in enumerate(runs) if any(s.endswith("coverage-plant") for s in e.get("signatures", [])))
+    # Found by a mutation of kept workloads, after random ones that did not reach it.
+    assert runs[first]["mutated"] and runs[first]["coverage"]["workload"] >= int(PLANT)
+    assert any(not e["mutated"] for e in runs[:first])
+    assert all(e["coverage"]["workload"] < int(PLANT) for e in runs[:first])
+    # The campaign's report has its coverage: the union and its growth over time.
+    cov = report["coverage"]
+    assert cov["workload_functions"] >= int(PLANT) and cov["recovery_functions"] > 0
+    assert cov["over_time"] and cov["over_time"][-1][1] == cov["workload_functions"]
+    assert pc.leftovers() == []
