@@ -395,6 +395,10 @@ def summary(report: dict[str, Any], path: str) -> str:
              f"checked: {report['crash_states_checked']} ({report['crash_states_per_second']}/s), shrink runs: "
              f"{report['shrink_runs']}",
              f"  findings (crash states): {kinds}"]
+    cov = report.get("coverage")
+    if cov:
+        lines.append(f"  kernel coverage: workload {cov['workload_functions']} functions, recovery "
+                     f"{cov['recovery_functions']} ({cov['runs_with_new_functions']} of {cov['runs']} runs added some)")
     if report.get("expected_damage"):
         lines.append(f"  expected damage (the configuration documents it, e.g. ext4 without a journal before a "
                      f"completed sync; not findings): {report['expected_damage']}")
