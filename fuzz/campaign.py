@@ -33,6 +33,7 @@ from foundation.errors import PowercutError, Terminated
 from harness.pipeline.live import live_guest
 from harness.pipeline.config import RunConfig
 from harness.pipeline.run import terminate_as_exception
+from fuzz import campaign_report
 from fuzz.coordinator import Coordinator, CoordinatorLost, Heartbeat
 from fuzz.coverage import campaign_coverage
 from fuzz.layout import CampaignDir, Totals
@@ -158,7 +159,7 @@ class Campaign:
         failed = [p.name for p in procs if p.exitcode not in (0, None, -signal.SIGTERM)]
         self._leave()
         report = self.report(failed)
-        path = self.cdir.write_report(report)
+        path, _ = campaign_report.write(self.cdir.path, report, list(self.cdir.entries()))
         print(summary(report, path))
         if interrupted:
             return 130
@@ -430,9 +431,13 @@ def summary(report: dict[str, Any], path: str) -> str:
     for s in report["saved_findings"]:
         shrunk = "" if s.get("shrink_complete") else f" (NOT fully shrunk: {s.get('shrink_cut_short', 'not shrunk')})"
         lines.append(f"  saved {s['dir']}: {s['signature']}, {s['ops']} ops, crash state {s['state_id']}{shrunk}")
+        if s.get("triage"):
+            lines.append(f"    triage: {s['triage']}")
     if report["failed_workers"]:
         lines.append(f"  workers that failed: {', '.join(report['failed_workers'])}")
     for name, line in report.get("worker_errors", {}).items():
         lines.append(f"  worker {name}: {line}")
-    lines.append(f"  report: {path}")
+    for bug, n in report.get("known_bug_hits", {}).items():
+        lines.append(f"  documented bug {bug}: shown by {n} workloads (saved once, not shrunk)")
+    lines.append(f"  report: {path} (and report.md beside it)")
     return "\n".join(lines)

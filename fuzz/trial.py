@@ -18,7 +18,7 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from checkers.crashwalk.walk import Inspect
@@ -84,6 +84,7 @@ class Trial:
     plan: Plan
     seconds: float
     novelty: Novelty | None = None  # what the run added to its worker's kernel coverage (vm backend)
+    known_bugs: dict[str, str] = field(default_factory=dict)  # signature key -> documented bug (fuzz/known.py)
 
     @property
     def findings(self) -> list[Finding]:
