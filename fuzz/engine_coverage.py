@@ -28,6 +28,8 @@ import random
 from dataclasses import dataclass
 
 from checkers.fsrules import Semantics
+from fuzz import engine_hypothesis
+from fuzz.engine import FuzzEngine, register_engine
 from fuzz.worker import Worker
 from workloads import afl_mutator
 from workloads.format import workload_doc
@@ -137,3 +139,16 @@ def run(w: Worker) -> None:
     corpus = Corpus(w)
     while not w.should_stop():
         corpus.next()
+
+
+class CoverageEngine(FuzzEngine):
+    name = "coverage"
+    summary = ("an AFL-style corpus kept by the kernel's own coverage of the workload and its recovery "
+               "mounts (vm backend; docs/coverage.md)")
+    groups = (engine_hypothesis.GENERATION,)  # --min-ops/--max-ops: the random workloads' sizes
+
+    def run(self, w: Worker) -> None:
+        run(w)
+
+
+register_engine(CoverageEngine())
