@@ -32,7 +32,9 @@ from foundation.errors import PowercutError, Terminated
 from harness.pipeline.live import live_guest
 from harness.pipeline.config import RunConfig
 from harness.pipeline.run import terminate_as_exception
+from fuzz import campaign_report
 from fuzz.coordinator import Coordinator, CoordinatorLost, Heartbeat
+from fuzz.coverage import campaign_coverage
 from fuzz.engines import FuzzEngine, engine as fuzz_engine
 from fuzz.layout import CampaignDir, Totals
 from fuzz.status import StatusLine, clock
@@ -158,7 +160,7 @@ class Campaign:
         failed = [p.name for p in procs if p.exitcode not in (0, None, -signal.SIGTERM)]
         self._leave()
         report = self.report(failed)
-        path = self.cdir.write_report(report)
+        path, _ = campaign_report.write(self.cdir.path, report, list(self.cdir.entries()))
         print(summary(report, path))
         if interrupted:
             return 130
@@ -310,6 +312,9 @@ class Campaign:
         if self.coord is not None:
             report["joined"] = {"coordinator": self.coord.url, "campaign": self.coord.name,
                                 "machine": self.coord.machine, **({"lost": self.lost} if self.lost else {})}
+        cov = campaign_coverage(self.cdir.entries(), self.start)
+        if cov is not None:  # kernel coverage (vm): the union over all runs, and its growth
+            report["coverage"] = cov
         report.update(self.spec.generator.report_extra(self.spec.options, self.cdir.sub))
         return report
 
@@ -350,6 +355,10 @@ def summary(report: dict[str, Any], path: str) -> str:
              f"checked: {report['crash_states_checked']} ({report['crash_states_per_second']}/s), shrink runs: "
              f"{report['shrink_runs']}",
              f"  findings (crash states): {kinds}"]
+    cov = report.get("coverage")
+    if cov:
+        lines.append(f"  kernel coverage: workload {cov['workload_functions']} functions, recovery "
+                     f"{cov['recovery_functions']} ({cov['runs_with_new_functions']} of {cov['runs']} runs added some)")
     if report.get("expected_damage"):
         lines.append(f"  expected damage (the configuration documents it, e.g. ext4 without a journal before a "
                      f"completed sync; not findings): {report['expected_damage']}")
@@ -376,9 +385,13 @@ def summary(report: dict[str, Any], path: str) -> str:
     for s in report["saved_findings"]:
         shrunk = "" if s.get("shrink_complete") else f" (NOT fully shrunk: {s.get('shrink_cut_short', 'not shrunk')})"
         lines.append(f"  saved {s['dir']}: {s['signature']}, {s['ops']} ops, crash state {s['state_id']}{shrunk}")
+        if s.get("triage"):
+            lines.append(f"    triage: {s['triage']}")
     if report["failed_workers"]:
         lines.append(f"  workers that failed: {', '.join(report['failed_workers'])}")
     for name, line in report.get("worker_errors", {}).items():
         lines.append(f"  worker {name}: {line}")
-    lines.append(f"  report: {path}")
+    for bug, n in report.get("known_bug_hits", {}).items():
+        lines.append(f"  documented bug {bug}: shown by {n} workloads (saved once, not shrunk)")
+    lines.append(f"  report: {path} (and report.md beside it)")
     return "\n".join(lines)

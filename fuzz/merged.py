@@ -18,8 +18,8 @@ from typing import Any
 from foundation import ownership
 from foundation.errors import UsageError
 from foundation.jsondoc import write_json
-from foundation.mdtable import table
-from fuzz.campaign import saved_entry, summary, totals_fields
+from fuzz import campaign_report
+from fuzz.campaign import saved_entry, totals_fields
 from fuzz.coordinator import Coordinator
 from fuzz.engines import engine as fuzz_engine
 from fuzz.layout import totals_of
@@ -103,10 +103,6 @@ def write_merged(coord: Coordinator, out: str) -> dict[str, Any]:
         else:
             ownership.make_dir(os.path.join(findings, f["dir"]))
             write_json(os.path.join(findings, f["dir"], "finding.json"), f)
-    path = write_json(os.path.join(out, "report.json"), report)
-    with open(os.path.join(out, "report.md"), "w") as md:
-        rows = [(m, s["host"], s.get("workloads", 0), s.get("workloads_per_minute", 0.0), s.get("saved_findings", 0))
-                for m, s in report["machines"].items()]
-        md.write(f"# Campaign {coord.name} (joined, {len(rows)} machines)\n\n```\n{summary(report, path)}\n```\n\n")
-        md.write("\n".join(table(["machine", "host", "workloads", "per minute", "saved findings"], rows)) + "\n")
+    entries = [*coord.done_entries(), *coord.journal()]
+    campaign_report.write(out, report, entries, f"{coord.name} (joined, {len(report['machines'])} machines)")
     return report
