@@ -90,7 +90,7 @@ $(BUILD)/pc-dmlog: $(DMLOG_SRC) | $(APT_DEP)
 	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(DMLOG_SRC) $(FUSE_LIBS)
 
 # pc-recover: the recovery mounts of a vm guest's batch (copied into the guest).
-$(BUILD)/pc-recover: $(RECOVER_SRC) | $(APT_DEP)
+$(BUILD)/pc-recover: $(RECOVER_SRC) $(wildcard harness/backends/vm/*.h) | $(APT_DEP)
 	$(CC) $(CFLAGS) -o $@ $(RECOVER_SRC)
 
 # pc-cover: which kernel functions a vm guest's workload and recovery mounts ran (BPF, copied into the guest).

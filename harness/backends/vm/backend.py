@@ -33,7 +33,7 @@ from harness.backends.dm.logdisk import finish_log, log_disk_bytes, log_end
 from harness.backends.vm.recovery import MAX_IMAGES_PER_BOOT, VmRecovery
 from foundation import ownership
 from foundation.errors import EnvError, KernelFailure, UsageError
-from foundation.filesystems import FsType
+from foundation.filesystems import FsType, host_kernel_lacks
 from foundation.runstate import RunState
 from foundation.sparse import copy_range
 from harness.backends.recording import Recording
@@ -58,6 +58,15 @@ RECORDS_DISK_BYTES = 1 << 30  # sparse: only what the executor writes is allocat
 RECOVERY_FAULTS = ("recovery-panic", "recovery-hang")
 CONTENT_CHECKS = ("guest kernel recovers (mount + umount); host fsck, then the content oracle reads a "
                   "read-only host mount of the recovered image (no replay by the host kernel)")
+CONTENT_CHECKS_IN_GUEST = ("guest kernel recovers (mount), reads the recovered tree for the content oracle "
+                           "(pc-dump, rebuilt on the host) and unmounts; host fsck")
+# POWERCUT_CONTENT_READER=guest: the guest reads every file system for the oracle, also one the
+# host could mount (to compare the two paths and measure them, docs/vm-backend.md).
+
+
+def guest_reads(fs: FsType) -> bool:
+    """Whether the guest reads the recovered images for the content oracle (the host cannot mount FS)."""
+    return os.environ.get("POWERCUT_CONTENT_READER") == "guest" or bool(host_kernel_lacks(fs.name))
 EXECUTOR_COMMAND = f'/usr/bin/pc-exec --plan {GUEST_PLAN} --dir /mnt --out {GUEST_RECORDS} --mark-file "$POWERCUT_MARK_FILE"'
 
 
@@ -166,6 +175,7 @@ class VmBackend:
                  kernel_modules: str | None, fault: str | None, live: LiveVm | None = None) -> None:
         self.fault = fault
         self.workload = workload
+        self.fs = fs
         self.command = guest_command(workload)
         self.live = live
         if live is not None:
@@ -282,7 +292,7 @@ class VmBackend:
         # One engine per recovery mode (--recovery both): each has its own batch disk and files.
         self._engines += 1
         return VmRecovery(self.guest, fs, mount_opts, state, timeout=BOOT_TIMEOUT_S, inspect=inspect, fault=fault,
-                          engine=self._engines - 1, coverage=self.coverage)
+                          engine=self._engines - 1, guest_reads=guest_reads(fs), coverage=self.coverage)
 
     def recovery_recorder(self, fs: FsType, state: RunState, device_bytes: int) -> None:
         raise UsageError("--recovery-crash records recovery mounts on the fuse recorder, not in the vm guest")
@@ -294,7 +304,7 @@ class VmBackend:
                               "kernel_modules": self.kernel.modules if not self.kernel.label.startswith("debian:") else None,
                               "fault": self.fault}
         if isinstance(self.workload, ExecutorWorkload):
-            vm["content_checks"] = CONTENT_CHECKS
+            vm["content_checks"] = CONTENT_CHECKS_IN_GUEST if guest_reads(self.fs) else CONTENT_CHECKS
         return {"vm": vm, **({"coverage": self.coverage.report()} if self.coverage is not None else {})}
 
 
