@@ -36,6 +36,10 @@ def add_backend_options(p: argparse.ArgumentParser) -> None:
                         "(e.g. debian:linux-image-6.12-amd64) or a vmlinux/bzImage file")
     p.add_argument("--kernel-modules", default=None, metavar="DIR",
                    help="--backend vm with --kernel PATH: its lib/modules/VERSION directory (with modules.dep)")
+    p.add_argument("--tools", default=None, metavar="debian:SUITE",
+                   help="mkfs and fsck from that Debian suite (e.g. debian:sid, for a kernel from sid), unpacked "
+                        "into powercut's cache and run with the suite's own C library, in the guest and on the "
+                        "host; default: the host's")
 
 
 def fault_choices() -> list[str]:
@@ -45,7 +49,8 @@ def fault_choices() -> list[str]:
 
 def backend_values(args: argparse.Namespace) -> dict[str, Any]:
     """--backend and the engines' own options this command has (--kernel, --fault, --data-dev, ...)."""
-    return {"backend": args.backend, **{k: getattr(args, k) for k in option_keys() if hasattr(args, k)}}
+    return {"backend": args.backend, **{k: getattr(args, k) for k in option_keys() if hasattr(args, k)},
+            **({"tools": args.tools} if getattr(args, "tools", None) else {})}
 
 
 def recovery_values(args: argparse.Namespace) -> dict[str, Any]:

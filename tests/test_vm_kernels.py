@@ -143,3 +143,39 @@ def test_suites_are_in_powercuts_own_sources() -> None:
         assert f" {suite} main\n" in text
     assert all(o.split("=", 1)[1].startswith(debian.APT_DIR) for o in debian.apt_options()
                if o.startswith(("Dir::Etc::source", "Dir::State::Lists", "Dir::Cache")))
+
+
+# -- --tools debian:SUITE ------------------------------------------------------------------
+@require_root
+def test_a_suites_fsck_runs_on_the_host_with_its_own_c_library() -> None:
+    from foundation.filesystems import get_fs
+    from harness.backends.vm import tools
+    sid = debian.find("e2fsprogs", "sid")
+    assert sid is not None
+    fs = tools.for_fs("debian:sid", get_fs("ext4"))
+    p = subprocess.run([fs.fsck[0], "-V"], capture_output=True, text=True)
+    assert p.returncode == 0 and f"e2fsck {sid.version.split('-')[0]}" in p.stderr, p.stderr
+
+
+@require_root
+def test_an_unknown_tools_suite_is_one_line_exit_2(pc: PcEnv) -> None:
+    p = pc.run("run", str(WORKLOADS / "mixed.sh"), "--fs", "ext4", "--tools", "debian:hamm",
+               "--out", str(pc.tmp / "out"), check_rc=2)
+    assert p.stderr.strip().splitlines() == [
+        f"powercut: --tools debian:hamm: give debian:SUITE, a suite of {', '.join(debian.SUITE_NAMES)} (or host)"]
+
+
+@pytest.mark.e2e
+@pytest.mark.vm
+@require_root
+def test_sids_tools_make_the_file_system_in_the_guest_and_check_it_on_the_host(pc: PcEnv) -> None:
+    """The guest carries only the suite's mke2fs (through its wrapper): a clean run proves it ran;
+    report.json names sid's versions, as apt has them."""
+    out = pc.tmp / "out"
+    pc.run("run", str(WORKLOADS / "mixed.sh"), "--fs", "ext4", "--backend", "vm", "--kernel", SID,
+           "--tools", "debian:sid", "--out", str(out), check_rc=0)
+    r = json.loads((out / "report.json").read_text())
+    sid = debian.find("e2fsprogs", "sid")
+    assert sid is not None and r["tools"]["from"] == "debian:sid"
+    assert r["tools"]["packages"]["e2fsprogs"] == sid.version and "libc6" in r["tools"]["packages"]
+    assert r["findings"] == [] and r["crash_states_checked"] > 0

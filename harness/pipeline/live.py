@@ -16,16 +16,17 @@ from typing import TYPE_CHECKING
 
 from harness.backends import BackendConfig, BackendOpener
 from foundation.filesystems import get_fs
+from harness.backends.vm.tools import for_fs as tools_for_fs
 
 if TYPE_CHECKING:
     from harness.backends.vm.backend import LiveVm
 
 
 @contextmanager
-def live_guest(backend: BackendConfig, fs_names: Iterable[str]) -> Iterator["LiveVm | None"]:
-    """BACKEND's live guest serving FS_NAMES (None unless its engine keeps one: vm); closed
-    (QEMU killed, its scratch disks removed) on the way out, whatever happens."""
-    fss = [get_fs(n) for n in sorted(set(fs_names))]
+def live_guest(backend: BackendConfig, fs_names: Iterable[str], tools: str | None = None) -> Iterator["LiveVm | None"]:
+    """BACKEND's live guest serving FS_NAMES (None unless its engine keeps one: vm), with the
+    mkfs of TOOLS (--tools); closed (QEMU killed, its scratch disks removed) on the way out, whatever happens."""
+    fss = [tools_for_fs(tools, get_fs(n)) for n in sorted(set(fs_names))]
     with backend.engine.live_guest(backend.options, fss) as live:
         yield live
 
