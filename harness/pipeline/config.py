@@ -21,6 +21,7 @@ from foundation.errors import UsageError
 from foundation.filesystems import FsType, get_fs
 from harness.backends import BackendConfig, configure
 from harness.backends.engine import option_keys
+from harness.backends.vm.tools import parse as tools_suite
 from replay.crashpoints import EVERY_POINT, Budget, CrashPointSpec, parse_budget
 from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER, ReorderSpec
 
@@ -52,6 +53,7 @@ class RunConfig:
     markdown: bool = False          # also write OUT/report.md with latency figures (powercut run)
     semantics: str = DEFAULT_TIER   # the oracle's tier of rules: posix or linux (checkers/fsrules.py)
     known_damage_findings: bool = False  # damage the configuration documents as findings (checkers/known_damage.py)
+    tools: str | None = None        # mkfs/fsck: None the host's, "debian:SUITE" that suite's (vm/tools.py)
 
     @classmethod
     def parse(cls, values: Mapping[str, Any]) -> RunConfig:
@@ -75,6 +77,7 @@ class RunConfig:
         check_recovers(v["mount_opts"])
         crash_spec = RecoveryCrashSpec(v["recovery_crash_states"], v["recovery_crash_rate"])
         backend = configure(v["backend"] or "fuse", v)
+        tools_suite(v["tools"])
         if v["recovery_crash"] and not backend.engine.records_recovery:
             raise UsageError(f"--recovery-crash records the recovery mount on the fuse recorder; "
                              f"not available with --backend {backend.name}")
@@ -84,7 +87,7 @@ class RunConfig:
                    recovery=modes, recovery_crash=crash_spec if v["recovery_crash"] else None,
                    keep_image=v["keep_image"], calibrate=v["calibrate"], max_states=budget, quiet=v["quiet"],
                    markdown=v["markdown"], semantics=v["semantics"],
-                   known_damage_findings=v["known_damage_findings"])
+                   known_damage_findings=v["known_damage_findings"], tools=v["tools"])
 
     def to_json(self) -> dict[str, Any]:
         """The flat form (RunConfig.parse reads it back)."""
@@ -98,7 +101,7 @@ class RunConfig:
                 "keep_image": self.keep_image, "calibrate": self.calibrate,
                 "max_states": str(self.max_states) if self.max_states else EVERY_POINT, "quiet": self.quiet,
                 "markdown": self.markdown, "semantics": self.semantics,
-                "known_damage_findings": self.known_damage_findings}
+                "known_damage_findings": self.known_damage_findings, "tools": self.tools}
 
 
 def check_size(fs: FsType, size_mib: int) -> None:
@@ -113,6 +116,6 @@ FLAT_DEFAULTS: dict[str, Any] = {
     "jobs": 0, "first_failure": False, "recovery": "rw", "recovery_crash": False,
     "recovery_crash_states": RecoveryCrashSpec.budget, "recovery_crash_rate": RecoveryCrashSpec.rate,
     "keep_image": False, "calibrate": False, "max_states": 0, "quiet": False, "markdown": False,
-    "semantics": DEFAULT_TIER, "known_damage_findings": False,
+    "semantics": DEFAULT_TIER, "known_damage_findings": False, "tools": None,
 }
 KEYS = {"fs", *FLAT_DEFAULTS, *option_keys()}
