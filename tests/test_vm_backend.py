@@ -212,7 +212,7 @@ def test_boot_deadline_is_a_clear_error(pc: PcEnv) -> None:
 
 @pytest.mark.parametrize("args,message", [
     (["--backend", "vm"], "--backend vm needs --kernel"),
-    (["--backend", "vm", "--kernel", "debian:no-such-kernel-package"], "apt knows no such package"),
+    (["--backend", "vm", "--kernel", "debian:no-such-kernel-package"], "no package no-such-kernel-package in any suite searched (bookworm, "),
     (["--backend", "vm", "--kernel", "/nonexistent/vmlinux"], "--kernel /nonexistent/vmlinux: no such file"),
     (["--backend", "vm", "--kernel", "debian:Bad Name"], "not a Debian package name"),
     (["--kernel", KERNEL_612], "--kernel and --kernel-modules need --backend vm"),

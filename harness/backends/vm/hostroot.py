@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from harness.backends.vm import cpio, initramfs
+from harness.backends.vm import capabilities, cpio, initramfs
 from harness.backends.vm.kernel import Kernel
 from harness.backends.vm.qemu import Guest, Share
 from foundation import paths
@@ -24,7 +24,8 @@ from foundation.runstate import RunState
 
 # Besides the vm backend's own modules: 9p for the shared root, loop for
 # powercut's devices, the file systems.
-HOSTROOT_MODULES = [*initramfs.GUEST_MODULES, "9p", "9pnet_virtio", "loop", "ext4", "xfs", "btrfs"]
+HOSTROOT_CAPABILITIES = [capabilities.NINEP, capabilities.NINEP_VIRTIO, capabilities.LOOP]
+HOSTROOT_FILESYSTEMS = ["ext4", "xfs", "btrfs"]
 MEMORY_MIB = 2048  # tmpfs holds every image and log of the runs
 # The host's programs may use any instruction this CPU has (pyenv builds
 # Python with -march=native): QEMU's default model lacks many, `max` has all it can emulate.
@@ -48,7 +49,8 @@ def initrd(kernel: Kernel, modules: list[str] | None = None) -> str:
     tree.add(cpio.symlink("bin/sh", "busybox"))
     for at, name in {"init": "init.sh", "pc/hostroot.sh": "hostroot.sh"}.items():
         tree.add_host_file(os.path.join(initramfs.GUEST_DIR, name), at, executable=True)
-    initramfs.add_modules(tree, kernel, list(dict.fromkeys([*HOSTROOT_MODULES, *(modules or [])])))
+    more = [*HOSTROOT_CAPABILITIES, *(capabilities.module(m) for m in modules or [])]
+    initramfs.add_modules(tree, kernel, initramfs.guest_modules(kernel, HOSTROOT_FILESYSTEMS, more))
     return initramfs.cached(tree)
 
 

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from foundation import paths
 from foundation.errors import EnvError
 from foundation.filesystems import FsType
-from harness.backends.vm import cpio
+from harness.backends.vm import capabilities, cpio
 from harness.backends.vm.kernel import Kernel
 
 CACHE = os.path.join(paths.CACHE, "initramfs")
@@ -40,10 +40,8 @@ GUEST_BUILD_PROGRAMS = ["pc-dmlog", "pc-exec", "pc-recover"]
 GUEST_FILES = ["/etc/mke2fs.conf"]
 # Loaded at boot before the file system's own module (and the dependencies of
 # all of them): virtio disks, device-mapper (dm-linear is part of dm-mod),
-# dm-log-writes, fuse for the mark file (pc-dmlog markfs); crc32c_generic because ext4/xfs/btrfs
-# ask the crypto API for crc32c and TCG's default CPU has no SSE4.2 for
-# crc32c-intel.
-GUEST_MODULES = ["virtio_pci", "virtio_blk", "dm_mod", "dm_log_writes", "fuse", "crc32c_generic"]
+# dm-log-writes, fuse for the mark file (pc-dmlog markfs), the file system and
+# its checksum driver: capabilities.GUEST and capabilities.for_fs, resolved per kernel.
 # Guest scripts: /init and one script per job.
 GUEST_SCRIPTS = {"init": "init.sh", "pc/record.sh": "record.sh", "pc/recover.sh": "recover.sh", "pc/serve.sh": "serve.sh"}
 
@@ -129,8 +127,14 @@ def base_tree(kernel: Kernel, fs: FsType | Sequence[FsType]) -> Tree:
             tree.add_host_file(path)
     for at, name in GUEST_SCRIPTS.items():
         tree.add_host_file(os.path.join(GUEST_DIR, name), at, executable=True)
-    add_modules(tree, kernel, [*GUEST_MODULES, *(f.name for f in fss)])
+    add_modules(tree, kernel, guest_modules(kernel, [f.name for f in fss]))
     return tree
+
+
+def guest_modules(kernel: Kernel, fs_names: Sequence[str], more: Sequence[capabilities.Capability] = ()) -> list[str]:
+    """The modules the vm backend's guest loads on KERNEL for FS_NAMES (and MORE capabilities)."""
+    caps = [*capabilities.GUEST, *(c for f in fs_names for c in capabilities.for_fs(f)), *more]
+    return capabilities.modules_for(kernel, caps)
 
 
 def add_modules(tree: Tree, kernel: Kernel, modules: list[str]) -> None:

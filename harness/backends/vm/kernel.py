@@ -1,7 +1,11 @@
 """The kernel under test: `--kernel debian:PACKAGE` or `--kernel PATH`.
 
-A Debian kernel package is fetched with `apt-get download`, unpacked with
-`dpkg-deb -x` (never installed), given a modules.dep with `depmod -b`, and
+A Debian kernel package (`debian:PACKAGE` or `debian:PACKAGE/SUITE`, any
+suite powercut's own apt configuration knows: harness/backends/vm/debian.py)
+is followed through meta packages to the versioned one, fetched with
+`apt-get download` together with its linux-binary/-modules/-base parts when
+it is split (sid's 7.x), unpacked with `dpkg-deb -x` (never installed),
+given a modules.dep with `depmod -b`, and
 its uncompressed `vmlinux` is extracted from the bzImage so QEMU can boot it
 directly through PVH (~3.4 s instead of ~6 s under TCG). All of that is
 cached per package version in KERNEL_CACHE and reused by later runs.
@@ -25,10 +29,10 @@ from dataclasses import dataclass
 
 from foundation import paths, sysres
 from foundation.errors import EnvError, UsageError
+from harness.backends.vm import debian
 
 KERNEL_CACHE = os.path.join(paths.CACHE, "kernels")
 DEBIAN_PREFIX = "debian:"
-_PKG_NAME = re.compile(r"[a-z0-9][a-z0-9.+-]*")
 _READY = ".ready"
 
 
@@ -37,6 +41,7 @@ class Kernel:
     label: str               # as given on the command line
     image: str               # what QEMU boots: an ELF vmlinux (PVH) or a bzImage
     modules: str | None      # lib/modules/VERSION with modules.dep, None if all built in
+    config: str | None = None  # the kernel's .config, if known
 
     def module_order(self, names: list[str]) -> list[str]:
         """Paths (relative to `modules`) of NAMES and their dependencies, in load order.
@@ -62,6 +67,21 @@ class Kernel:
                     order.append(p)
         return order
 
+    def module_state(self, name: str) -> str | None:
+        """"built in", "module" (in modules.dep) or None (neither) for module NAME."""
+        if self.modules is None:
+            return None
+        key = _module_key(name)
+        if key in _read_builtin(self.modules):
+            return "built in"
+        return "module" if key in _read_modules_dep(self.modules) else None
+
+    def config_option(self, symbol: str) -> str | None:
+        """The value of CONFIG symbol SYMBOL ("y", "m", ...), None if not set; "?" if no .config is known."""
+        if self.config is None:
+            return "?"
+        return config_values(self.config).get(symbol)
+
 
 def resolve(spec: str, modules_dir: str | None = None) -> Kernel:
     if spec.startswith(DEBIAN_PREFIX):
@@ -76,58 +96,89 @@ def path_kernel(path: str, modules_dir: str | None) -> Kernel:
         raise UsageError(f"--kernel {path}: no such file (want a vmlinux, a bzImage or debian:PACKAGE)")
     if modules_dir is not None and not os.path.isfile(os.path.join(modules_dir, "modules.dep")):
         raise UsageError(f"--kernel-modules {modules_dir}: no modules.dep there (run depmod, or give lib/modules/VERSION)")
-    return Kernel(path, os.path.abspath(path), modules_dir and os.path.abspath(modules_dir))
+    # A build tree's .config sits beside its vmlinux; an installed tree's as lib/modules/VERSION/config.
+    configs = [os.path.join(os.path.dirname(path), ".config"), *([os.path.join(modules_dir, "config")] if modules_dir else [])]
+    config = next((os.path.abspath(c) for c in configs if os.path.isfile(c)), None)
+    return Kernel(path, os.path.abspath(path), modules_dir and os.path.abspath(modules_dir), config)
 
 
 # -- Debian packages ---------------------------------------------------------
-def debian_kernel(name: str) -> Kernel:
-    if not _PKG_NAME.fullmatch(name):
-        raise UsageError(f"--kernel debian:{name}: not a Debian package name")
-    pkg, version = _real_package(name)
-    root = os.path.join(KERNEL_CACHE, f"{pkg}_{version}")
+_SPEC = re.compile(r"([a-z0-9][a-z0-9.+-]*)(?:/([a-z][a-z-]*))?")   # PACKAGE or PACKAGE/SUITE
+# The parts of a split kernel package (sid's 7.x): linux-image-R depends on these, version-pinned.
+_PARTS = ("binary", "modules", "base")
+
+
+def debian_kernel(spec: str) -> Kernel:
+    m = _SPEC.fullmatch(spec)
+    if m is None:
+        raise UsageError(f"--kernel debian:{spec}: not a Debian package name (PACKAGE or PACKAGE/SUITE)")
+    name, suite = m[1], m[2]
+    if suite is not None and suite not in debian.SUITE_NAMES:
+        raise UsageError(f"--kernel debian:{spec}: powercut knows the suites {', '.join(debian.SUITE_NAMES)}")
+    image, parts = kernel_packages(spec, name, suite)
+    root = os.path.join(KERNEL_CACHE, f"{image.name}_{image.version}")
     if not os.path.exists(os.path.join(root, _READY)):
-        _fetch(pkg, version, root)
-    return _cached_kernel(f"debian:{name}", root)
+        _fetch(image.name, parts, root)
+    return _cached_kernel(f"debian:{spec}", root)
 
 
-def _apt_show(name: str) -> dict[str, str]:
-    p = sysres.run(["apt-cache", "show", "--no-all-versions", name], check=False, timeout=60)
-    if p.returncode != 0 or not p.stdout.strip():
-        raise EnvError(f"--kernel debian:{name}: apt knows no such package (try `apt-get update`, or check the name with `apt-cache search linux-image`)")
-    fields: dict[str, str] = {}
-    for line in p.stdout.splitlines():
-        if ":" in line and not line.startswith(" "):
-            key, value = line.split(":", 1)
-            fields[key] = value.strip()
-    return fields
+def _depends(text: str) -> list[tuple[str, str | None]]:
+    """(name, pinned version or None) of each Depends entry (an alternative's first choice)."""
+    out = []
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        m = re.match(r"([^\s(|]+)\s*(?:\(\s*=\s*([^)\s]+)\s*\))?", entry.split("|")[0].strip())
+        if m:
+            out.append((m[1], m[2]))
+    return out
 
 
-def _real_package(name: str) -> tuple[str, str]:
-    """(package, version) of the kernel itself: meta packages such as
-    linux-image-6.12-amd64 are followed to the linux-image-VERSION package they depend on."""
+def kernel_packages(spec: str, name: str, suite: str | None) -> tuple[debian.Candidate, list[debian.Candidate]]:
+    """The versioned kernel package NAME leads to (meta packages such as linux-image-amd64 or
+    linux-image-6.12-amd64 are followed) and every package its files are in: itself, or
+    itself and its linux-binary/-modules/-base parts."""
+    pkg = debian.find(name, suite)
+    if pkg is None:
+        where = suite or ", ".join(debian.SUITE_NAMES)
+        raise EnvError(f"--kernel debian:{spec}: no package {name} in any suite searched ({where})")
     for _ in range(4):
-        info = _apt_show(name)
-        deps = re.findall(r"(linux-image-[0-9][^\s,|()]*)", info.get("Depends", ""))
-        if not deps:
-            return name, info["Version"]
-        name = deps[0]
-    raise EnvError(f"--kernel debian:{name}: meta packages nest too deep")
+        deps = _depends(debian.show(pkg).get("Depends", ""))
+        nested = [(n, v) for n, v in deps if re.fullmatch(r"linux-image-[0-9].*", n)]
+        if nested:  # a meta package: the kernel it pins
+            n, v = nested[0]
+            nxt = debian.find(n, None if v else suite, v)
+            if nxt is None:
+                raise EnvError(f"--kernel debian:{spec}: {pkg.name} {pkg.version} needs {n} {v or ''}, which no suite has")
+            pkg = nxt
+            continue
+        release = pkg.name.removeprefix("linux-image-")
+        parts = [pkg]
+        for n, v in deps:
+            if v and n in {f"linux-{p}-{release}" for p in _PARTS}:
+                part = debian.find(n, version=v)
+                if part is None:
+                    raise EnvError(f"--kernel debian:{spec}: {pkg.name} needs {n} {v}, which no suite has")
+                parts.append(part)
+        return pkg, parts
+    raise EnvError(f"--kernel debian:{spec}: meta packages nest too deep")
 
 
-def _fetch(pkg: str, version: str, root: str) -> None:
+def _fetch(name: str, pkgs: list[debian.Candidate], root: str) -> None:
     os.makedirs(KERNEL_CACHE, exist_ok=True)
     # Build next to the final place and rename: a concurrent or killed run
     # never sees (or leaves) a half-unpacked kernel under the final name.
-    tmp = tempfile.mkdtemp(prefix=f".{pkg}-", dir=KERNEL_CACHE)
+    tmp = tempfile.mkdtemp(prefix=f".{name}-", dir=KERNEL_CACHE)
     try:
-        sysres.run(["apt-get", "download", "-q", f"{pkg}={version}"], timeout=900, cwd=tmp)
-        deb = next(f for f in os.listdir(tmp) if f.endswith(".deb"))
-        sysres.run(["dpkg-deb", "-x", os.path.join(tmp, deb), tmp], timeout=600)
-        os.unlink(os.path.join(tmp, deb))
+        debs = os.path.join(tmp, ".debs")
+        os.mkdir(debs)
+        for deb in debian.download(pkgs, debs):
+            sysres.run(["dpkg-deb", "-x", deb, tmp], timeout=600)
+        shutil.rmtree(debs)
         base = _modules_base(tmp)
         release = _only_release(base)
         sysres.run(["depmod", "-b", base, release], timeout=600)
-        extract_vmlinux(os.path.join(tmp, "boot", f"vmlinuz-{release}"), os.path.join(tmp, "vmlinux"))
+        image, config = _kernel_files(tmp, release)
+        if config is not None:
+            extract_vmlinux(image, os.path.join(tmp, "vmlinux"), config)
         open(os.path.join(tmp, _READY), "w").close()
         try:
             os.rename(tmp, root)
@@ -150,17 +201,32 @@ def _only_release(base: str) -> str:
     return releases[0]
 
 
+def _kernel_files(root: str, release: str) -> tuple[str, str | None]:
+    """(bzImage, config) of an unpacked package: boot/vmlinuz-R and boot/config-R (one
+    linux-image package), or lib/modules/R/vmlinuz and .../config (the split packages)."""
+    mods = os.path.join(_modules_base(root), "lib", "modules", release)
+    image = next((p for p in (os.path.join(root, "boot", f"vmlinuz-{release}"), os.path.join(mods, "vmlinuz"))
+                  if os.path.exists(p)), None)
+    if image is None:
+        raise EnvError(f"{root}: no boot/vmlinuz-{release} nor lib/modules/{release}/vmlinuz in the kernel package")
+    config = next((p for p in (os.path.join(root, "boot", f"config-{release}"), os.path.join(mods, "config"))
+                   if os.path.exists(p)), None)
+    return image, config
+
+
 def _cached_kernel(label: str, root: str) -> Kernel:
     base = _modules_base(root)
     release = _only_release(base)
     vmlinux = os.path.join(root, "vmlinux")
-    image = vmlinux if os.path.exists(vmlinux) else os.path.join(root, "boot", f"vmlinuz-{release}")
-    return Kernel(label, image, os.path.join(base, "lib", "modules", release))
+    image, config = _kernel_files(root, release)
+    return Kernel(label, vmlinux if os.path.exists(vmlinux) else image,
+                  os.path.join(base, "lib", "modules", release), config)
 
 
 # -- bzImage -> vmlinux --------------------------------------------------------
-def extract_vmlinux(bzimage: str, out: str) -> None:
-    """Write the ELF kernel inside BZIMAGE to OUT, if it can be booted via PVH (else nothing).
+def extract_vmlinux(bzimage: str, out: str, config: str) -> None:
+    """Write the ELF kernel inside BZIMAGE to OUT, if it can be booted via PVH (CONFIG: the kernel's
+    .config says so; else nothing is written).
 
     Uses the bzImage header (Documentation/arch/x86/boot.rst): the protected-
     mode code starts after (setup_sects + 1) * 512 bytes; payload_offset and
@@ -172,12 +238,8 @@ def extract_vmlinux(bzimage: str, out: str) -> None:
     payload_offset, payload_length = struct.unpack_from("<II", img, 0x248)
     start = (setup_sects + 1) * 512 + payload_offset
     payload = img[start:start + payload_length]
-    config = bzimage.replace("vmlinuz-", "config-")  # Debian ships boot/config-VERSION beside it
-    if not os.path.exists(config):
+    if config_values(config).get("CONFIG_PVH") != "y":
         return
-    with open(config) as f:
-        if "CONFIG_PVH=y\n" not in f.read():
-            return
     elf = _decompress(payload)
     if elf is not None and elf.startswith(b"\x7fELF"):
         with open(out, "wb") as f:
@@ -202,6 +264,17 @@ def _module_key(name: str) -> str:
     """dm-log-writes, dm_log_writes and kernel/.../dm-log-writes.ko.xz are one module."""
     base = os.path.basename(name).split(".ko")[0]
     return base.replace("-", "_")
+
+
+def config_values(config: str) -> dict[str, str]:
+    """CONFIG_X -> "y", "m" or a value, from a kernel .config (options not set are absent)."""
+    out = {}
+    with open(config) as f:
+        for line in f:
+            key, sep, value = line.strip().partition("=")
+            if sep and key.startswith("CONFIG_"):
+                out[key] = value
+    return out
 
 
 def _read_modules_dep(modules: str) -> dict[str, tuple[str, list[str]]]:

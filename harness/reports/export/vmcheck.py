@@ -23,8 +23,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 
-from harness.backends.vm import initramfs, packages
-from harness.backends.vm.initramfs import GUEST_MODULES
+from harness.backends.vm import capabilities, initramfs, packages
 from harness.backends.vm import kernel as vmkernel
 from harness.backends.vm.qemu import Disk, Guest
 from foundation import ownership
@@ -114,7 +113,7 @@ def _initrd(kernel: vmkernel.Kernel, fs_name: str, repro: str) -> str:
     for name in (fs.fsck[0], "xfs_io"):
         tree.add_program(initramfs.which(name))
     tree.add_program(repro, at="pc/pc-repro")
-    initramfs.add_modules(tree, kernel, [*GUEST_MODULES, fs.name, "dm_flakey"])
+    initramfs.add_modules(tree, kernel, initramfs.guest_modules(kernel, [fs.name], [capabilities.DM_FLAKEY]))
     return initramfs.cached(tree)
 
 
