@@ -42,7 +42,7 @@ def parse_duration(text: str) -> float:
 
 def _run_config(args: argparse.Namespace) -> RunConfig:
     if not args.fs:
-        raise UsageError("--fs is required (ext4, xfs or btrfs), unless --resume DIR")
+        raise UsageError("--fs is required (ext4, xfs, btrfs or f2fs), unless --resume DIR")
     # auto is resolved here: the campaign records (and says) dm or fuse.
     cfg = run_config(args, fs=args.fs, mkfs_opts=args.mkfs_opts, mount_opts=args.mount_opts, size_mib=args.size,
                      quiet=True, crash_points=args.crash_points, reorder=args.reorder,
@@ -194,7 +194,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                    "finding shrunk, with its crash image and reproduce.sh. Exit 0: nothing found, "
                                    "1: findings saved, 2: error, 3: internal error (a worker died of a bug), "
                                    "130: interrupted (the report is written).")
-    p.add_argument("--fs", help="ext4, xfs or btrfs")
+    p.add_argument("--fs", help="ext4, xfs, btrfs or f2fs")
     p.add_argument("--engine", choices=sorted(ENGINES), default=None,
                    help="workload generator: " + "; ".join(f"{e.name}: {e.summary}" for e in ENGINES.values()))
     p.add_argument("--duration", default="10m", help="how long this session runs, e.g. 90s, 10m, 2h (default 10m)")
@@ -222,7 +222,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                        description="Run WORKLOAD, then remove ops and simplify fields as long as the same finding "
                                    "(its signature: kind, op, rule) still shows. Writes OUT/workload.min.json and the shrunk run.")
     m.add_argument("workload", help="a powercut-workload/1 .json file that shows a finding")
-    m.add_argument("--fs", required=True, help="ext4, xfs or btrfs")
+    m.add_argument("--fs", required=True, help="ext4, xfs, btrfs or f2fs")
     _add_run_options(m)
     m.add_argument("--kind", choices=KINDS, help="the finding kind to keep (default: the first the workload shows)")
     m.add_argument("--out", default="", help="output directory (default: out/minimize-NAME-FS-TIME)")

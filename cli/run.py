@@ -60,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                    "Exit 0: nothing found, 1: findings, 2: usage or environment error, 3: internal error.")
     p.add_argument("workload", help="a workload: a powercut-workload/1 .json file or scenario:NAME (run by the "
                                     "timing executor), or an executable, .sh or .py program run in the mounted directory")
-    p.add_argument("--fs", required=True, help="ext4, xfs or btrfs")
+    p.add_argument("--fs", required=True, help="ext4, xfs, btrfs or f2fs")
     add_backend_options(p, scopes=("test", "one-run"))
     p.add_argument("--mkfs-opts", default="", help="extra mkfs options, e.g. \"-O ^has_journal\"")
     add_semantics_option(p)

@@ -17,7 +17,7 @@ from harness.backends.engine import Engine, Option, fault_choices
 from harness.backends.recording import Recording
 from harness.backends.tuning import tuned
 from foundation.errors import EnvError
-from foundation.filesystems import FsType, join_opts
+from foundation.filesystems import FsType, host_kernel_lacks, join_opts
 from foundation.runstate import RunState
 from workloads.marks import MARK_MKFS, MARK_MOUNTED, MARK_WORKLOAD_END
 from workloads.runner import WorkloadRunner
@@ -35,10 +35,16 @@ FAULT = Option("fault", "--fault", choices=fault_choices, scope="test",
                     "--backend vm, left out of the kernel's log; recovery-drop-flush: the same, only while a recovery "
                     "is recorded for --recovery-crash); --backend vm also: recovery-panic (the guest kernel crashes "
                     "at the first recovery mount of every batch), recovery-hang (that mount waits for I/O that never "
-                    "completes: the live guest's hang watchdog, POWERCUT_VM_HANG_S)")
+                    "completes: the live guest's hang watchdog, POWERCUT_VM_HANG_S), coverage-plant (a planted kernel finding "
+                    "for every workload whose path ran POWERCUT_VM_PLANT_FUNCTIONS, default 300, functions of the file "
+                    "system's modules)")
 
 def record(device: RecordedDevice, fs: FsType, mkfs_opts: str, mount_opts: str,
            workload: WorkloadRunner, state: RunState, out_dir: str) -> Recording:
+    lacks = host_kernel_lacks(fs.name)
+    if lacks:  # the host kernel mounts here: say so before a recorder is set up for nothing
+        raise EnvError(f"{fs.name} on this host: {lacks}; the vm backend runs it in a guest kernel "
+                       f"(--backend vm --kernel debian:PACKAGE)")
     with device:
         with tuned(device.block_device, workload.device) as tuning:
             fs.make(device.block_device, mkfs_opts)

@@ -15,9 +15,7 @@ import multiprocessing
 import os
 import platform
 import queue
-import shutil
 import signal
-import subprocess
 import sys
 import time
 import traceback
@@ -32,7 +30,7 @@ from checkers.fsrules import DEFAULT_TIER
 from foundation import ownership
 from harness.corpus.entries import load_doc, VERDICT_KINDS, Entry, Row
 from foundation.errors import EnvError, KernelFailure, PowercutError, Terminated, UsageError
-from foundation.filesystems import get_fs
+from foundation.filesystems import get_fs, host_kernel_lacks
 from foundation.parentdeath import signal_on_parent_death
 from harness.backends import BackendConfig, KeptGuest
 from harness.backends.engine import option_keys
@@ -96,14 +94,7 @@ def host_cannot_run(row: Row) -> str:
         check_tools(get_fs(row.fs))
     except PowercutError as e:
         return str(e)
-    with open("/proc/filesystems") as f:
-        if any(line.split()[-1] == row.fs for line in f if line.strip()):
-            return ""
-    # Not loaded yet: the first mount loads the module, if the kernel has one.
-    if not shutil.which("modprobe"):
-        return ""  # cannot tell: let the case's mount say
-    probe = subprocess.run(["modprobe", "-n", row.fs], capture_output=True, check=False)
-    return "" if probe.returncode == 0 else f"the kernel has no {row.fs} (not built in, no module)"
+    return host_kernel_lacks(row.fs)
 
 
 # What an entry's `run` may set: not what the row, the corpus run or its backend decide.

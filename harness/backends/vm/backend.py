@@ -33,12 +33,12 @@ from harness.backends.dm.logdisk import finish_log, log_disk_bytes, log_end
 from harness.backends.vm.recovery import MAX_IMAGES_PER_BOOT, VmRecovery
 from foundation import ownership
 from foundation.errors import EnvError, KernelFailure, UsageError
-from foundation.filesystems import FsType
+from foundation.filesystems import FsType, host_kernel_lacks
 from foundation.runstate import RunState
 from foundation.sparse import copy_range
 from harness.backends.recording import Recording
 from workloads.marks import MARK_MKFS, MARK_MOUNTED, MARK_WORKLOAD_END
-from harness.backends.vm import initramfs, kernel as vmkernel, packages
+from harness.backends.vm import coverage, initramfs, kernel as vmkernel, packages
 from harness.backends.vm.live import LiveGuest
 from harness.backends.vm.qemu import Disk, Guest, Outcome
 from workloads.runner import (RECORDS_FILE, SYSCTLS, ExecutorWorkload, ExternalProgram, WorkloadRunner,
@@ -58,6 +58,15 @@ RECORDS_DISK_BYTES = 1 << 30  # sparse: only what the executor writes is allocat
 RECOVERY_FAULTS = ("recovery-panic", "recovery-hang")
 CONTENT_CHECKS = ("guest kernel recovers (mount + umount); host fsck, then the content oracle reads a "
                   "read-only host mount of the recovered image (no replay by the host kernel)")
+CONTENT_CHECKS_IN_GUEST = ("guest kernel recovers (mount), reads the recovered tree for the content oracle "
+                           "(pc-dump, rebuilt on the host) and unmounts; host fsck")
+# POWERCUT_CONTENT_READER=guest: the guest reads every file system for the oracle, also one the
+# host could mount (to compare the two paths and measure them, docs/vm-backend.md).
+
+
+def guest_reads(fs: FsType) -> bool:
+    """Whether the guest reads the recovered images for the content oracle (the host cannot mount FS)."""
+    return os.environ.get("POWERCUT_CONTENT_READER") == "guest" or bool(host_kernel_lacks(fs.name))
 EXECUTOR_COMMAND = f'/usr/bin/pc-exec --plan {GUEST_PLAN} --dir /mnt --out {GUEST_RECORDS} --mark-file "$POWERCUT_MARK_FILE"'
 
 
@@ -166,6 +175,7 @@ class VmBackend:
                  kernel_modules: str | None, fault: str | None, live: LiveVm | None = None) -> None:
         self.fault = fault
         self.workload = workload
+        self.fs = fs
         self.command = guest_command(workload)
         self.live = live
         if live is not None:
@@ -177,6 +187,7 @@ class VmBackend:
             self.base_initrd = initramfs.build(self.kernel, fs)
         self.guest: Guest | LiveGuest | None = None
         self._engines = 0   # recovery engines made (one per recovery mode)
+        self.coverage = coverage.RunCoverage(coverage.modules(fs)) if coverage.enabled() else None
         self.mkfs = shlex.join([initramfs.which(fs.mkfs[0]), *fs.mkfs[1:]])
 
     def _guest(self, state: RunState, out_dir: str) -> Guest:
@@ -189,7 +200,7 @@ class VmBackend:
         files, records_disk, extra_env = self._workload_inputs(state, out_dir)
         env = {"PC_FS": fs.name, "PC_MKFS": fs.guest_mkfs(self.mkfs, mkfs_opts), "PC_MOUNT_OPTS": mount_opts,
                "PC_WORKLOAD": self.command, "PC_MARK_MKFS": MARK_MKFS, "PC_MARK_MOUNTED": MARK_MOUNTED,
-               "PC_MARK_END": MARK_WORKLOAD_END, **extra_env}
+               "PC_MARK_END": MARK_WORKLOAD_END, **extra_env, **coverage.guest_env(fs)}
         output = os.path.join(out_dir, "workload.out")
         prefix = None
         if self.live is not None:
@@ -209,6 +220,8 @@ class VmBackend:
             disks = [Disk(data, discard=True), Disk(log_path)] + ([Disk(records_disk)] if records_disk else [])
             outcome = self._guest(state, out_dir).boot("record", env, disks, timeout=BOOT_TIMEOUT_S,
                                                        files=files, output=output)
+        if self.coverage is not None:
+            self.coverage.add_lines(outcome.lines)
         if not outcome.completed:
             event = outcome.kernel_event("workload")
             assert event is not None
@@ -228,7 +241,8 @@ class VmBackend:
 
     def _recording(self, outcome: Outcome, out_dir: str, output: str, records_disk: str | None,
                    log_path: str, device_bytes: int, data: str) -> Recording:
-        words = dict(line.split(" ", 1) for line in outcome.lines if " " in line and not line.startswith("sysctl "))
+        words = dict(line.split(" ", 1) for line in outcome.lines
+                     if " " in line and not line.startswith(("sysctl ", "cov ", "cov-error ")))
         code = int(words["workload-exit"])
         if isinstance(self.workload, ExecutorWorkload):
             check_executor_exit(code, output)
@@ -241,6 +255,9 @@ class VmBackend:
                     "output": os.path.basename(output)}
         event = outcome.kernel_event("workload")
         findings = [kernel_finding(event)] if event else []
+        plant = coverage.planted(self.coverage) if self.fault == "coverage-plant" and self.coverage else None
+        if plant is not None:
+            findings.append(kernel_finding(plant))
         return Recording(log_path, device_bytes, SECTOR_SIZE, info, final_image=data, kernel=outcome.kernel,
                          findings=findings)
 
@@ -275,7 +292,7 @@ class VmBackend:
         # One engine per recovery mode (--recovery both): each has its own batch disk and files.
         self._engines += 1
         return VmRecovery(self.guest, fs, mount_opts, state, timeout=BOOT_TIMEOUT_S, inspect=inspect, fault=fault,
-                          engine=self._engines - 1)
+                          engine=self._engines - 1, guest_reads=guest_reads(fs), coverage=self.coverage)
 
     def recovery_recorder(self, fs: FsType, state: RunState, device_bytes: int) -> None:
         raise UsageError("--recovery-crash records recovery mounts on the fuse recorder, not in the vm guest")
@@ -287,8 +304,8 @@ class VmBackend:
                               "kernel_modules": self.kernel.modules if not self.kernel.label.startswith("debian:") else None,
                               "fault": self.fault}
         if isinstance(self.workload, ExecutorWorkload):
-            vm["content_checks"] = CONTENT_CHECKS
-        return {"vm": vm}
+            vm["content_checks"] = CONTENT_CHECKS_IN_GUEST if guest_reads(self.fs) else CONTENT_CHECKS
+        return {"vm": vm, **({"coverage": self.coverage.report()} if self.coverage is not None else {})}
 
 
 def check_log_rebuilds_disk(log_path: str, disk: str, scratch_dir: str) -> None:
