@@ -10,6 +10,11 @@ signature moves as ops go (the last op before the crash point changes), so
 its shrinks ended as "flaky" after a run or two and saved workloads of 20
 ops. Known signatures pass: a campaign keeps exploring past a bug it has saved.
 
+Where runs have kernel coverage (vm backend, fuzz/coverage.py), each
+example reports its novelty score to Hypothesis' `target()` (new functions
+of the file system's modules, recovery-path ones weighed most), so its
+target phase mutates toward workloads that reach new kernel code.
+
 Settings for expensive examples (peers.md): no deadline, no explain or
 shrink phase, health checks about slow or large data off. The example
 database is CAMPAIGN/hypothesis-db unless --hypothesis-db names a shared
@@ -33,16 +38,46 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
+from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings, target
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.extra.redis import RedisExampleDatabase
 
 from checkers.fsrules import Semantics
+from foundation.errors import UsageError
+from foundation.options import Option
+from fuzz.engine import FuzzEngine, OptionGroup, register_engine
 from fuzz.trial import op_count
 from fuzz.worker import Worker
 from workloads.strategies import workloads
 
 ROUND_EXAMPLES = 20
+
+
+def parse_ops_range(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    lo, sep, hi = text.partition("-")
+    if not (sep and lo.isdigit() and hi.isdigit() and 1 <= int(lo) <= int(hi)):
+        raise UsageError(f"--ops {text}: expected LO-HI with 1 <= LO <= HI, e.g. 5-20")
+    return [int(lo), int(hi)]
+
+
+def _check(options: dict[str, Any]) -> None:
+    if not 1 <= options["min_ops"] <= options["max_ops"]:
+        raise UsageError("--min-ops/--max-ops: need 1 <= min <= max")
+
+
+GENERATION = OptionGroup("generated workloads (the hypothesis engine, and engines that use it)", (
+    Option("min_ops", "--min-ops", type=int, default=2,
+           help="fewest op records in a generated workload (default 2; a record is an op and maybe a "
+                "persistence op after it)"),
+    Option("max_ops", "--max-ops", type=int, default=10, help="most op records (default 10)"),
+    Option("ops_range", "--ops", metavar="LO-HI", parse=parse_ops_range,
+           help="keep only workloads of LO..HI ops as the executor runs them (opens and persistence ops "
+                "count), e.g. 5-20; shrinking stays in the range too"),
+    Option("hypothesis_db", "--hypothesis-db", metavar="DIR|redis://HOST:PORT/N",
+           help="example database to share between machines (default: CAMPAIGN/hypothesis-db)"),
+), _check)
 
 
 class NewFinding(Exception):
@@ -89,6 +124,16 @@ def failed(doc: dict[str, Any]) -> None:
     raise NewFinding(doc["name"])
 
 
+class HypothesisEngine(FuzzEngine):
+    name = "hypothesis"
+    summary = "random workloads from the op vocabulary (the default on the host's kernel)"
+    groups = (GENERATION,)
+    default_on = "host"
+
+    def run(self, w: Worker) -> None:
+        run(w)
+
+
 def run(w: Worker) -> None:
     rounds = Rounds(w)
     while not w.should_stop():
@@ -116,7 +161,7 @@ class Rounds:
         failing: list[str] = []  # the workload of this round's NewFinding, as JSON
 
         @settings(database=self.db, max_examples=self.examples, deadline=None, report_multiple_bugs=False,
-                  phases=[Phase.explicit, *([Phase.reuse] if n == 1 else []), Phase.generate],
+                  phases=[Phase.explicit, *([Phase.reuse] if n == 1 else []), Phase.generate, Phase.target],
                   suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet, print_blob=False)
         @seed(hash((w.seed, w.number, done, n)) & 0xFFFFFFFF)
         @given(self.generated)
@@ -130,6 +175,8 @@ class Rounds:
             calls += 1
             doc["name"] = f"hyp-{w.name}-{done}-{n}-{calls}"
             trial = w.run(doc, engine="hypothesis")
+            if trial is not None and trial.novelty is not None:
+                target(trial.novelty.score(), label="kernel coverage")  # recovery-path novelty weighs most
             if trial is not None and w.triage(trial):
                 failing.append(text)
                 failed(doc)
@@ -138,3 +185,6 @@ class Rounds:
             example()
         except NewFinding:
             return
+
+
+register_engine(HypothesisEngine())

@@ -105,13 +105,16 @@ class FindingStore:
         shutil.rmtree(os.path.join(self.path, CLAIMS), ignore_errors=True)
 
     def save(self, trial: Trial, sig: Signature, finding: Finding, cfg: RunConfig, *,
-             original: dict[str, Any], also: list[Signature], shrink: dict[str, Any]) -> str:
+             original: dict[str, Any], also: list[Signature], shrink: dict[str, Any],
+             triage: dict[str, str] | None = None) -> str:
         """Move TRIAL's run into a new finding directory and complete it; returns the directory
         ("" from a joined campaign's store when another machine saved it first)."""
         with self._locked():
             d = ownership.make_dir(os.path.join(self.path, f"{self.next_number():03d}-{finding.kind}"))
             os.replace(trial.out_dir, os.path.join(d, RUN_DIR))
             info = finding_json(trial, sig, finding, cfg, original=original, also=also, shrink=shrink)
+            if triage:  # checkers/documented_bugs.py: a documented bug's name, or new
+                info["triage"] = triage
             write_json(os.path.join(d, "workload.json"), trial.doc, indent=1)
             write_crash_state(d, cfg, finding.state_id, finding.recovery)
             write_reproduce(d, cfg, finding, info)

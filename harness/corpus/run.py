@@ -32,7 +32,7 @@ from harness.corpus.entries import load_doc, VERDICT_KINDS, Entry, Row
 from foundation.errors import EnvError, KernelFailure, PowercutError, Terminated, UsageError
 from foundation.filesystems import get_fs, host_kernel_lacks
 from foundation.parentdeath import signal_on_parent_death
-from harness.backends import BackendConfig
+from harness.backends import BackendConfig, KeptGuest
 from harness.backends.engine import option_keys
 from harness.pipeline.config import KEYS, RunConfig, host_backend
 from harness.pipeline.live import live_guest, opener
@@ -40,7 +40,6 @@ from harness.pipeline.run import check_tools, run_checked
 
 if TYPE_CHECKING:
     import multiprocessing.queues
-    from harness.backends.vm.backend import LiveVm
 
 RESULTS_FORMAT = "powercut-corpus-results/1"
 LATENCY_STATS = ("p99_us", "max_us")
@@ -116,7 +115,7 @@ def run_config(entry: Entry, row: Row, options: CorpusOptions = CorpusOptions())
 
 
 def run_case(entry: Entry, row: Row, out_dir: str, options: CorpusOptions = CorpusOptions(),
-             live: LiveVm | None = None) -> Case:
+             live: KeptGuest | None = None) -> Case:
     """One case; with LIVE (--backend vm) in that live guest."""
     case = Case(entry.name, row.name, row.fs, row.mkfs_opts, row.mount_opts, entry.expected(row),
                 may=entry.allowed(row))
