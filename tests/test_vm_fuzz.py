@@ -123,9 +123,12 @@ def bisect_inode_cache(pc: PcEnv, kernels: str) -> tuple[subprocess.CompletedPro
     w.write_text(json.dumps(exhaustive.workload(1, 0)))
     out = pc.tmp / "bisect"
     # Few crash states (marks only, in order): the bisection is about kernels, not states.
-    p = pc.run("bisect", str(w), "--fs", "btrfs", "--mount-opts", "inode_cache", "--crash-points", "mark",
-               "--reorder", "none", "--kernels", kernels, "--out", str(out), timeout=1800)
-    return p, json.loads((out / "bisect.json").read_text())
+    # --mkfs-opts: btrfs' default node size, given, so every kernel's run must carry it.
+    p = pc.run("bisect", str(w), "--fs", "btrfs", "--mkfs-opts", "-n 16384", "--mount-opts", "inode_cache",
+               "--crash-points", "mark", "--reorder", "none", "--kernels", kernels, "--out", str(out), timeout=1800)
+    report = json.loads((out / "bisect.json").read_text())
+    assert report["run"]["mkfs_opts"] == "-n 16384", report["run"]
+    return p, report
 
 
 def test_bisect_searches_a_directory_of_three_real_kernels(pc: PcEnv) -> None:
