@@ -48,11 +48,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"no corpus entry matches {args.entries!r} in {args.corpus}")
     rows = _rows(args)
     values = backend_values(args)
+    tools = values.pop("tools", None)
     # auto is resolved once: every case, and results.json, name the backend that recorded.
     backend = configure(values.pop("backend"), {k: v or None for k, v in values.items()})
     if args.semantics not in TIERS:
         raise UsageError(f"--semantics {args.semantics}: choose {' or '.join(TIERS)}")
-    options = CorpusOptions(backend, recovery_values(args), args.semantics)
+    options = CorpusOptions(backend, recovery_values(args), args.semantics, tools)
     backend.engine.require()
     baseline = load_results(args.baseline) if args.baseline else None
     if args.jobs < 1:

@@ -105,7 +105,7 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
 def _run_in_live_guest(w: Worker, generator: FuzzEngine) -> None:
     """--backend vm: the worker's workloads all run in one guest it boots once (and again
     only after the guest kernel died); where the guest's time went is kept in CAMPAIGN/guests/."""
-    with live_guest(w.cfg.backend, [w.cfg.fs]) as live:
+    with live_guest(w.cfg.backend, [w.cfg.fs], w.cfg.tools) as live:
         assert live is not None
         w.opener = live.open
         try:

@@ -87,15 +87,16 @@ def test_duration_stop_writes_the_page_and_a_documented_bug_costs_no_shrink(pc: 
     assert "Triage: documented kernel bug planted-fsck" in (tmp_path / "x" / f"{fsck[0]['dir']}.md").read_text(), e.stdout
 
 
-def test_ctrl_c_leaves_the_page_too(pc: PcEnv) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_and_sigterm_leave_the_page_too(pc: PcEnv, sig: signal.Signals) -> None:
     out = pc.tmp / "campaign"
     proc = subprocess.Popen([*POWERCUT, "fuzz", "--out", str(out), "--seed", "5", *FAULT, "--duration", "20m"],
                             cwd=pc.tmp, env=pc.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 600
-    while not list((out / "findings").glob("[0-9]*/finding.json")) if (out / "findings").is_dir() else True:
+    while not list(out.glob("findings/[0-9]*/finding.json")):
         assert proc.poll() is None and time.monotonic() < deadline, "no finding saved"
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 130, stdout + stderr
     report = json.loads((out / "report.json").read_text())

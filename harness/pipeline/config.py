@@ -21,6 +21,7 @@ from foundation.errors import UsageError
 from foundation.filesystems import FsType, get_fs
 from harness.backends import BackendConfig, configure
 from harness.backends.engine import option_keys
+from harness.backends.vm.tools import parse as tools_suite
 from replay.crashpoints import EVERY_POINT, Budget, CrashPointSpec, parse_budget
 from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER, ReorderSpec
 
@@ -52,6 +53,7 @@ class RunConfig:
     markdown: bool = False          # also write OUT/report.md with latency figures (powercut run)
     semantics: str = DEFAULT_TIER   # the oracle's tier of rules: posix or linux (checkers/fsrules.py)
     known_damage_findings: bool = False  # damage the configuration documents as findings (checkers/known_damage.py)
+    tools: str | None = None        # mkfs/fsck: None the host's, "debian:SUITE" that suite's (vm/tools.py)
 
     @classmethod
     def parse(cls, values: Mapping[str, Any]) -> RunConfig:
@@ -75,6 +77,7 @@ class RunConfig:
         check_recovers(v["mount_opts"])
         crash_spec = RecoveryCrashSpec(v["recovery_crash_states"], v["recovery_crash_rate"])
         backend = configure(v["backend"] or "fuse", v)
+        tools_suite(v["tools"])
         if v["recovery_crash"] and not backend.engine.records_recovery:
             raise UsageError(f"--recovery-crash records the recovery mount on the fuse recorder; "
                              f"not available with --backend {backend.name}")
