@@ -33,6 +33,9 @@ STATE_ROOT = os.environ.get("POWERCUT_STATE_DIR", "/run/powercut")
 SCRATCH_ROOT = os.environ.get(
     "POWERCUT_SCRATCH", "/dev/shm/powercut" if os.path.isdir("/dev/shm") else "/var/tmp/powercut"
 )
+# A Unix socket's path has at most 107 bytes (AF_UNIX): sockets (a live guest's control
+# channel) live under this short root, whatever the state and scratch roots are.
+SOCKET_ROOT = "/run/powercut-sockets"
 
 
 @dataclass
@@ -115,6 +118,14 @@ class RunState:
         os.makedirs(path)
         ownership.tag(path, "scratch")
         return path
+
+    def socket_dir(self) -> str:
+        """A new short directory for this run's Unix sockets, recorded for removal."""
+        try:
+            _ensure_root(SOCKET_ROOT)
+        except PermissionError as e:
+            raise EnvError(f"cannot create {e.filename}: powercut needs root (loop devices, mounts)") from e
+        return self.make_dir(os.path.join(SOCKET_ROOT, self.run_id))
 
     # -- teardown --------------------------------------------------------
     def live_resources(self) -> list[Resource]:
