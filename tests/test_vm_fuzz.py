@@ -66,7 +66,7 @@ def test_documented_bug_saved_unshrunk(pc: PcEnv) -> None:
     """Debian's 6.12.117 btrfs has generic/764's bug (docs/bugs/): the ordered space meets it
     within its first few dozen workloads. The campaign names it, saves it as found (no shrink
     run) and report.md says so; its latencies are the emulator's and report.json says that."""
-    out = pc.tmp / "c"  # short: the guest's control socket lives under it (AF_UNIX: 108 bytes)
+    out = pc.tmp / "c"
     p = pc.run("fuzz", "--out", str(out), "--fs", "btrfs", "--backend", "vm", "--kernel",
                "debian:linux-image-6.12.117+deb12-amd64", "--engine", "exhaustive", "--seq", "2", "--jobs", "1",
                "--max-findings", "1", "--max-workloads", "60", "--duration", "20m", timeout=1800)
