@@ -89,7 +89,7 @@ $(BUILD)/pc-dmlog: $(DMLOG_SRC) | $(APT_DEP)
 	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(DMLOG_SRC) $(FUSE_LIBS)
 
 # pc-recover: the recovery mounts of a vm guest's batch (copied into the guest).
-$(BUILD)/pc-recover: $(RECOVER_SRC) | $(APT_DEP)
+$(BUILD)/pc-recover: $(RECOVER_SRC) $(wildcard harness/backends/vm/*.h) | $(APT_DEP)
 	$(CC) $(CFLAGS) -o $@ $(RECOVER_SRC)
 
 CPROGS := $(if $(RECORDER_SRC),$(BUILD)/pc-recorder) $(if $(EXEC_SRC),$(BUILD)/pc-exec) \

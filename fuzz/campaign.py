@@ -14,7 +14,6 @@ line and writes the report; it never touches a device.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import multiprocessing
 import os
 import platform
@@ -35,16 +34,13 @@ from harness.pipeline.config import RunConfig
 from harness.pipeline.run import terminate_as_exception
 from fuzz import campaign_report
 from fuzz.coordinator import Coordinator, CoordinatorLost, Heartbeat
+from fuzz.engines import FuzzEngine, engine as fuzz_engine
 from fuzz.layout import CampaignDir, Totals
 from fuzz.status import StatusLine, clock
 from fuzz.shared_store import SharedFindingStore
 from fuzz.store import FindingStore
 from fuzz.worker import FindingBudget, Stopped, Worker, WorkloadBudget
-from workloads import exhaustive
 
-ENGINES = {"hypothesis": "fuzz.engine_hypothesis", "exhaustive": "fuzz.engine_exhaustive", "afl": "fuzz.engine_afl",
-           "mixed": "fuzz.engine_mixed"}
-WALKS_SPACE = ("exhaustive", "mixed")   # engines that walk the exhaustive space (its size, its progress)
 POLL_S = 1.0
 JOIN_S = 300.0
 
@@ -63,6 +59,11 @@ class CampaignSpec:
     max_workloads: int = 0       # 0: no limit
     max_findings: int = 0        # 0: no limit
     options: dict[str, Any] = field(default_factory=dict)  # engine options (seq, shard, AFL and Hypothesis settings)
+
+    @property
+    def generator(self) -> FuzzEngine:
+        """The registered engine (fuzz/engine.py)."""
+        return fuzz_engine(self.engine)
 
 
 def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline: float,
@@ -84,9 +85,9 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
                budget=budget, findings_budget=findings, coord=coord)
     try:
         if cfg.backend.engine.keeps_guest:
-            _run_in_live_guest(w)
+            _run_in_live_guest(w, spec.generator)
         else:
-            importlib.import_module(ENGINES[spec.engine]).run(w)
+            spec.generator.run(w)
     except (Stopped, Terminated):
         pass  # stopped: whatever was running has torn down
     except PowercutError as e:
@@ -100,14 +101,14 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
         sys.exit(internal_error.EXIT_CODE)
 
 
-def _run_in_live_guest(w: Worker) -> None:
+def _run_in_live_guest(w: Worker, generator: FuzzEngine) -> None:
     """--backend vm: the worker's workloads all run in one guest it boots once (and again
     only after the guest kernel died); where the guest's time went is kept in CAMPAIGN/guests/."""
     with live_guest(w.cfg.backend, [w.cfg.fs]) as live:
         assert live is not None
         w.opener = live.open
         try:
-            importlib.import_module(ENGINES[w.campaign.config()["spec"]["engine"]]).run(w)
+            generator.run(w)
         finally:
             w.campaign.add_guest_stats(w.name, live.stats())
 
@@ -194,7 +195,7 @@ class Campaign:
         elif self.stop_reason == "duration" and findings is not None and findings.spent():
             self.stop_reason = "max-findings"  # the worker that saved the last one stopped them all
         elif not stop.is_set():
-            self.stop_reason = "exhausted" if self.spec.engine == "exhaustive" else "workers-exited"
+            self.stop_reason = "exhausted" if self.spec.generator.ends_space else "workers-exited"
 
     def _stop_workers(self, procs: list[multiprocessing.process.BaseProcess], terminate: bool) -> None:
         for p in procs:
@@ -277,20 +278,17 @@ class Campaign:
         r = self.rates(t)
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(t.kinds.items())) or "none"
         remaining = max(0.0, self.start + self.spec.duration_s - time.time())
-        space = space_progress(self.spec.engine, self.spec.options, len(t.indices))
+        space = self.spec.generator.space_progress(self.spec.options, len(t.indices))
         inner = f" (+{t.recovery_states} inside recoveries)" if self.cfg.recovery_crash else ""
         done = f"{t.workloads}{space} workloads"
         if self.coord is not None and space:  # this machine's numbers, and how far the whole space is
             done = (f"{t.workloads} workloads here (campaign {self.coord.name}: {self._joined_done()}"
-                    f"{space_size(self.spec.engine, self.spec.options)} done)")
+                    f"{self.spec.generator.space_size(self.spec.options)} done)")
         elif self.coord is not None:
             done = f"{t.workloads} workloads here (campaign {self.coord.name})"
         return (f"{self.spec.engine} {self.cfg.fs}: {done} ({r['workloads_per_minute']}/min)"
                 f", {t.states} crash states{inner} ({r['crash_states_per_second']}/s), findings: {kinds}, "
                 f"saved {len(self.store.dirs())}, elapsed {clock(r['elapsed_s'])}, remaining {clock(remaining)}")
-
-    def space(self) -> int:
-        return space_of(self.spec.options)
 
     def report(self, failed_workers: list[str]) -> dict[str, Any]:
         t = self.cdir.totals()
@@ -306,39 +304,15 @@ class Campaign:
             "failed_workers": failed_workers,
             "worker_errors": self.cdir.worker_errors(),   # wN -> the line a failed worker ended with
         }
-        if self.spec.engine in WALKS_SPACE:
-            report["exhaustive"] = {"seq": self.spec.options["seq"], "space": self.space(), "done": len(t.indices)}
+        report.update(self.spec.generator.space_report(self.spec.options, len(t.indices)))
         backend = self.cfg.backend
         if backend.engine.keeps_guest:
             report[backend.name] = {**backend.engine.describe(backend.options), **self.cdir.guest_stats()}
         if self.coord is not None:
             report["joined"] = {"coordinator": self.coord.url, "campaign": self.coord.name,
                                 "machine": self.coord.machine, **({"lost": self.lost} if self.lost else {})}
-        if self.spec.engine == "afl":
-            report["afl"] = afl_stats(self.spec.options.get("afl_sync_dir") or self.cdir.sub("afl"))
+        report.update(self.spec.generator.report_extra(self.spec.options, self.cdir.sub))
         return report
-
-
-def space_size(engine: str, options: dict[str, Any]) -> str:
-    """' of SIZE' for an engine that walks the exhaustive space (' of SIZE ordered seq-N' for
-    mixed, whose other workloads are generated), '' for one that does not."""
-    if engine not in WALKS_SPACE:
-        return ""
-    ordered = f" ordered seq-{options['seq']}" if engine == "mixed" else ""
-    return f" of {space_of(options)}{ordered}"
-
-
-def space_progress(engine: str, options: dict[str, Any], done: int) -> str:
-    """What follows a workload count in a status line: for exhaustive every workload is one
-    of the space's; for mixed, DONE of them are."""
-    size = space_size(engine, options)
-    return f" ({done}{size})" if engine == "mixed" else size
-
-
-def space_of(options: dict[str, Any]) -> int:
-    """The size of the exhaustive space the engine OPTIONS bound."""
-    total = exhaustive.space_size(options["seq"], options.get("core_ops"))
-    return min(total, options["seq_cap"] or total)
 
 
 def totals_fields(t: Totals) -> dict[str, Any]:
@@ -365,21 +339,6 @@ def ops_distribution(ops: Counter[int]) -> dict[str, Any]:
     sizes = sorted(ops.elements())
     return {"min": sizes[0], "median": sizes[len(sizes) // 2], "max": sizes[-1],
             "histogram": {str(n): c for n, c in sorted(ops.items())}}
-
-
-AFL_STATS = ("corpus_count", "execs_done", "saved_crashes", "stability", "bitmap_cvg")
-
-
-def afl_stats(sync_dir: str) -> dict[str, dict[str, str]]:
-    """Each AFL++ instance's fuzzer_stats (the ones this report needs)."""
-    out = {}
-    for name in sorted(os.listdir(sync_dir)) if os.path.isdir(sync_dir) else []:
-        path = os.path.join(sync_dir, name, "fuzzer_stats")
-        if os.path.isfile(path):
-            with open(path) as f:
-                stats = {k.strip(): v.strip() for k, v in (ln.split(":", 1) for ln in f if ":" in ln)}
-            out[name] = {k: stats[k] for k in AFL_STATS if k in stats}
-    return out
 
 
 def summary(report: dict[str, Any], path: str) -> str:
@@ -414,12 +373,7 @@ def summary(report: dict[str, Any], path: str) -> str:
     if report.get("ops_per_workload"):
         o = report["ops_per_workload"]
         lines.insert(2, f"  ops per workload: min {o['min']}, median {o['median']}, max {o['max']}")
-    if "exhaustive" in report:
-        e = report["exhaustive"]
-        lines.append(f"  seq-{e['seq']} space: {e['done']} of {e['space']} workloads done")
-    for name, st in report.get("afl", {}).items():
-        lines.append(f"  afl {name}: corpus {st.get('corpus_count')}, execs {st.get('execs_done')}, "
-                     f"crashes {st.get('saved_crashes')}, stability {st.get('stability')}")
+    lines += fuzz_engine(report["engine"]).summary_lines(report)
     for s in report["saved_findings"]:
         shrunk = "" if s.get("shrink_complete") else f" (NOT fully shrunk: {s.get('shrink_cut_short', 'not shrunk')})"
         lines.append(f"  saved {s['dir']}: {s['signature']}, {s['ops']} ops, crash state {s['state_id']}{shrunk}")

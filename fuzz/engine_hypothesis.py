@@ -38,11 +38,41 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.extra.redis import RedisExampleDatabase
 
 from checkers.fsrules import Semantics
+from foundation.errors import UsageError
+from foundation.options import Option
+from fuzz.engine import FuzzEngine, OptionGroup, register_engine
 from fuzz.trial import op_count
 from fuzz.worker import Worker
 from workloads.strategies import workloads
 
 ROUND_EXAMPLES = 20
+
+
+def parse_ops_range(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    lo, sep, hi = text.partition("-")
+    if not (sep and lo.isdigit() and hi.isdigit() and 1 <= int(lo) <= int(hi)):
+        raise UsageError(f"--ops {text}: expected LO-HI with 1 <= LO <= HI, e.g. 5-20")
+    return [int(lo), int(hi)]
+
+
+def _check(options: dict[str, Any]) -> None:
+    if not 1 <= options["min_ops"] <= options["max_ops"]:
+        raise UsageError("--min-ops/--max-ops: need 1 <= min <= max")
+
+
+GENERATION = OptionGroup("generated workloads (the hypothesis engine, and engines that use it)", (
+    Option("min_ops", "--min-ops", type=int, default=2,
+           help="fewest op records in a generated workload (default 2; a record is an op and maybe a "
+                "persistence op after it)"),
+    Option("max_ops", "--max-ops", type=int, default=10, help="most op records (default 10)"),
+    Option("ops_range", "--ops", metavar="LO-HI", parse=parse_ops_range,
+           help="keep only workloads of LO..HI ops as the executor runs them (opens and persistence ops "
+                "count), e.g. 5-20; shrinking stays in the range too"),
+    Option("hypothesis_db", "--hypothesis-db", metavar="DIR|redis://HOST:PORT/N",
+           help="example database to share between machines (default: CAMPAIGN/hypothesis-db)"),
+), _check)
 
 
 class NewFinding(Exception):
@@ -87,6 +117,16 @@ def worker_database(w: Worker) -> ExampleDatabase:
 def failed(doc: dict[str, Any]) -> None:
     """One place that raises NewFinding: Hypothesis tells failures apart by where they are raised."""
     raise NewFinding(doc["name"])
+
+
+class HypothesisEngine(FuzzEngine):
+    name = "hypothesis"
+    summary = "random workloads from the op vocabulary (the default on the host's kernel)"
+    groups = (GENERATION,)
+    default_on = "host"
+
+    def run(self, w: Worker) -> None:
+        run(w)
 
 
 def run(w: Worker) -> None:
@@ -138,3 +178,6 @@ class Rounds:
             example()
         except NewFinding:
             return
+
+
+register_engine(HypothesisEngine())

@@ -19,8 +19,9 @@ from foundation import ownership
 from foundation.errors import UsageError
 from foundation.jsondoc import write_json
 from fuzz import campaign_report
-from fuzz.campaign import WALKS_SPACE, saved_entry, space_of, space_progress, totals_fields
+from fuzz.campaign import saved_entry, totals_fields
 from fuzz.coordinator import Coordinator
+from fuzz.engines import engine as fuzz_engine
 from fuzz.layout import totals_of
 from fuzz.status import clock
 
@@ -54,13 +55,12 @@ def merged_report(coord: Coordinator) -> dict[str, Any]:
         "joined": {"coordinator": coord.url, "campaign": coord.name, "leases_outstanding": snap["leases"],
                    "duplicate_runs": snap["duplicates"], "positions_given_up": snap["failed"]},
     }
-    if engine in WALKS_SPACE:
-        report["exhaustive"] = {"seq": options["seq"], "space": space_of(options), "done": snap["done"]}
+    report.update(fuzz_engine(engine).space_report(options, snap["done"]))
     return report
 
 
 def stop_reason(engine: str, options: dict[str, Any], snap: dict[str, Any]) -> str:
-    if engine == "exhaustive" and snap["done"] + snap["failed"] >= space_of(options) and not snap["leases"]:
+    if fuzz_engine(engine).exhausted(options, snap["done"], snap["failed"], snap["leases"]):
         return "exhausted"
     return "running" if snap["alive"] else "stopped"
 
@@ -81,7 +81,7 @@ def status_text(coord: Coordinator) -> str:
                      f"saved {st.get('saved_findings', 0)}, {seen}")
     t = totals_of([*coord.done_entries(), *coord.journal()])
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(t.kinds.items())) or "none"
-    space = space_progress(config["engine"], config["options"], snap["done"])
+    space = fuzz_engine(config["engine"]).space_progress(config["options"], snap["done"])
     lines.append(f"  total: {t.workloads}{space} workloads, {round(total_rate, 2)}/min now on "
                  f"{len(snap['alive'])} machines; crash states {t.states}; findings: {kinds}; "
                  f"saved {snap['findings']}")

@@ -182,5 +182,5 @@ def test_runnable_skips_rows_this_host_cannot_run(pc: PcEnv) -> None:
     p = pc.run("corpus", "run", "--matrix", str(matrix), "--runnable", "--entries", "append-fsync",
                "--out", str(pc.tmp / "out"), check_rc=2)
     assert p.stderr.splitlines() == [
-        "powercut corpus: skipping row odd: unknown --fs 'nilfs9': choose one of ext4, xfs, btrfs",
+        "powercut corpus: skipping row odd: unknown --fs 'nilfs9': choose one of ext4, xfs, btrfs, f2fs",
         "powercut: no matrix row left after --fs/--rows and --runnable"], p.stderr

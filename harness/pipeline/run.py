@@ -37,7 +37,7 @@ from foundation.progress import CrashProgress
 from harness.reports.report import budget_line, build_report, latency_clock, write_report
 from harness.reports.markdown import write_markdown
 from foundation.runstate import RunState
-from harness.backends.session import Recording
+from harness.backends.recording import Recording
 from harness.backends.calibrate import recorder_vs_loop
 from foundation.sparse import sparse_copy
 from workloads.runner import ExecutorWorkload, WorkloadRunner, load_runner, read_document
