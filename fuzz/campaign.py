@@ -34,6 +34,7 @@ from harness.pipeline.config import RunConfig
 from harness.pipeline.run import terminate_as_exception
 from fuzz import campaign_report
 from fuzz.coordinator import Coordinator, CoordinatorLost, Heartbeat
+from fuzz.coverage import campaign_coverage
 from fuzz.engines import FuzzEngine, engine as fuzz_engine
 from fuzz.layout import CampaignDir, Totals
 from fuzz.status import StatusLine, clock
@@ -311,6 +312,9 @@ class Campaign:
         if self.coord is not None:
             report["joined"] = {"coordinator": self.coord.url, "campaign": self.coord.name,
                                 "machine": self.coord.machine, **({"lost": self.lost} if self.lost else {})}
+        cov = campaign_coverage(self.cdir.entries(), self.start)
+        if cov is not None:  # kernel coverage (vm): the union over all runs, and its growth
+            report["coverage"] = cov
         report.update(self.spec.generator.report_extra(self.spec.options, self.cdir.sub))
         return report
 
@@ -351,6 +355,10 @@ def summary(report: dict[str, Any], path: str) -> str:
              f"checked: {report['crash_states_checked']} ({report['crash_states_per_second']}/s), shrink runs: "
              f"{report['shrink_runs']}",
              f"  findings (crash states): {kinds}"]
+    cov = report.get("coverage")
+    if cov:
+        lines.append(f"  kernel coverage: workload {cov['workload_functions']} functions, recovery "
+                     f"{cov['recovery_functions']} ({cov['runs_with_new_functions']} of {cov['runs']} runs added some)")
     if report.get("expected_damage"):
         lines.append(f"  expected damage (the configuration documents it, e.g. ext4 without a journal before a "
                      f"completed sync; not findings): {report['expected_damage']}")

@@ -10,6 +10,11 @@ signature moves as ops go (the last op before the crash point changes), so
 its shrinks ended as "flaky" after a run or two and saved workloads of 20
 ops. Known signatures pass: a campaign keeps exploring past a bug it has saved.
 
+Where runs have kernel coverage (vm backend, fuzz/coverage.py), each
+example reports its novelty score to Hypothesis' `target()` (new functions
+of the file system's modules, recovery-path ones weighed most), so its
+target phase mutates toward workloads that reach new kernel code.
+
 Settings for expensive examples (peers.md): no deadline, no explain or
 shrink phase, health checks about slow or large data off. The example
 database is CAMPAIGN/hypothesis-db unless --hypothesis-db names a shared
@@ -33,7 +38,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
+from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings, target
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.extra.redis import RedisExampleDatabase
 
@@ -156,7 +161,7 @@ class Rounds:
         failing: list[str] = []  # the workload of this round's NewFinding, as JSON
 
         @settings(database=self.db, max_examples=self.examples, deadline=None, report_multiple_bugs=False,
-                  phases=[Phase.explicit, *([Phase.reuse] if n == 1 else []), Phase.generate],
+                  phases=[Phase.explicit, *([Phase.reuse] if n == 1 else []), Phase.generate, Phase.target],
                   suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet, print_blob=False)
         @seed(hash((w.seed, w.number, done, n)) & 0xFFFFFFFF)
         @given(self.generated)
@@ -170,6 +175,8 @@ class Rounds:
             calls += 1
             doc["name"] = f"hyp-{w.name}-{done}-{n}-{calls}"
             trial = w.run(doc, engine="hypothesis")
+            if trial is not None and trial.novelty is not None:
+                target(trial.novelty.score(), label="kernel coverage")  # recovery-path novelty weighs most
             if trial is not None and w.triage(trial):
                 failing.append(text)
                 failed(doc)

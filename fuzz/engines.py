@@ -11,3 +11,4 @@ from fuzz import engine_hypothesis as _hypothesis  # noqa: F401,E402
 from fuzz import engine_exhaustive as _exhaustive  # noqa: F401,E402
 from fuzz import engine_mixed as _mixed  # noqa: F401,E402
 from fuzz import engine_afl as _afl  # noqa: F401,E402
+from fuzz import engine_coverage as _coverage  # noqa: F401,E402

@@ -20,6 +20,7 @@ from harness.backends import BackendOpener
 from foundation.errors import PowercutError, Terminated
 from harness.pipeline.config import RunConfig
 from fuzz.coordinator import Coordinator, CoordinatorLost
+from fuzz.coverage import CoverageMap, journal_coverage, run_hits
 from fuzz.known import documented_signatures, finding_triage
 from fuzz.layout import CampaignDir, remove_owned
 from fuzz.minimize import Shrinker
@@ -88,6 +89,7 @@ class Worker:
     findings_budget: FindingBudget | None = None  # --max-findings, shared by all workers
     coord: Coordinator | None = None      # --coordinator: the campaign is joined with other machines
     last_entry: dict[str, Any] = field(default_factory=dict)  # the journal entry of the last run
+    coverage: CoverageMap = field(default_factory=CoverageMap)  # kernel coverage of this worker's runs (vm)
 
     def __post_init__(self) -> None:
         path = self.campaign.sub("findings")
@@ -114,6 +116,10 @@ class Worker:
                 raise
             return None
         self.errors = 0
+        hits = run_hits(trial.result.report)
+        if hits is not None:
+            trial.novelty = self.coverage.add(hits)
+            journal["coverage"] = journal_coverage(hits, trial.novelty)
         known = documented_signatures(trial, self.cfg)
         self._journal(trial.journal_entry(**journal, **({"known_bugs": known} if known else {})))
         trial.known_bugs = known

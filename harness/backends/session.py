@@ -35,7 +35,9 @@ FAULT = Option("fault", "--fault", choices=fault_choices, scope="test",
                     "--backend vm, left out of the kernel's log; recovery-drop-flush: the same, only while a recovery "
                     "is recorded for --recovery-crash); --backend vm also: recovery-panic (the guest kernel crashes "
                     "at the first recovery mount of every batch), recovery-hang (that mount waits for I/O that never "
-                    "completes: the live guest's hang watchdog, POWERCUT_VM_HANG_S)")
+                    "completes: the live guest's hang watchdog, POWERCUT_VM_HANG_S), coverage-plant (a planted kernel finding "
+                    "for every workload whose path ran POWERCUT_VM_PLANT_FUNCTIONS, default 300, functions of the file "
+                    "system's modules)")
 
 def record(device: RecordedDevice, fs: FsType, mkfs_opts: str, mount_opts: str,
            workload: WorkloadRunner, state: RunState, out_dir: str) -> Recording:

@@ -114,6 +114,10 @@ def summary(report: dict[str, Any], report_path: str | None) -> str:
         if rc.get("recorded_mounts_failed"):
             lines.append(f"  warning: {rc['recorded_mounts_failed']} recovery mounts failed while recorded "
                          "(their recoveries were not crashed in)")
+    cov = report.get("coverage")
+    if cov and cov.get("available"):
+        lines.append(f"  kernel coverage ({', '.join(cov['modules'])}): workload {cov['workload']['functions']} functions, "
+                     f"recovery {cov['recovery']['functions']}, {cov['total_functions']} in all")
     if report["workload"].get("exit_code"):
         lines.append(f"  warning: workload exited with {report['workload']['exit_code']}")
     for r in report.get("mount_retries", [])[:SUMMARY_FINDINGS]:

@@ -38,7 +38,7 @@ from foundation.runstate import RunState
 from foundation.sparse import copy_range
 from harness.backends.recording import Recording
 from workloads.marks import MARK_MKFS, MARK_MOUNTED, MARK_WORKLOAD_END
-from harness.backends.vm import initramfs, kernel as vmkernel, packages
+from harness.backends.vm import coverage, initramfs, kernel as vmkernel, packages
 from harness.backends.vm.live import LiveGuest
 from harness.backends.vm.qemu import Disk, Guest, Outcome
 from workloads.runner import (RECORDS_FILE, SYSCTLS, ExecutorWorkload, ExternalProgram, WorkloadRunner,
@@ -191,6 +191,7 @@ class VmBackend:
         self.guest: Guest | LiveGuest | None = None
         self._engines = 0   # recovery engines made (one per recovery mode)
         self._recoveries: list[VmRecovery] = []
+        self.coverage = coverage.RunCoverage(coverage.modules(fs)) if coverage.enabled() else None
         self.mkfs = shlex.join([initramfs.which(fs.mkfs[0]), *fs.mkfs[1:]])
 
     def _guest(self, state: RunState, out_dir: str) -> Guest:
@@ -203,7 +204,7 @@ class VmBackend:
         files, records_disk, extra_env = self._workload_inputs(state, out_dir)
         env = {"PC_FS": fs.name, "PC_MKFS": fs.guest_mkfs(self.mkfs, mkfs_opts), "PC_MOUNT_OPTS": mount_opts,
                "PC_WORKLOAD": self.command, "PC_MARK_MKFS": MARK_MKFS, "PC_MARK_MOUNTED": MARK_MOUNTED,
-               "PC_MARK_END": MARK_WORKLOAD_END, **extra_env}
+               "PC_MARK_END": MARK_WORKLOAD_END, **extra_env, **coverage.guest_env(fs)}
         output = os.path.join(out_dir, "workload.out")
         prefix = None
         if self.live is not None:
@@ -223,6 +224,8 @@ class VmBackend:
             disks = [Disk(data, discard=True), Disk(log_path)] + ([Disk(records_disk)] if records_disk else [])
             outcome = self._guest(state, out_dir).boot("record", env, disks, timeout=BOOT_TIMEOUT_S,
                                                        files=files, output=output)
+        if self.coverage is not None:
+            self.coverage.add_lines(outcome.lines)
         if not outcome.completed:
             event = outcome.kernel_event("workload")
             assert event is not None
@@ -242,7 +245,8 @@ class VmBackend:
 
     def _recording(self, outcome: Outcome, out_dir: str, output: str, records_disk: str | None,
                    log_path: str, device_bytes: int, data: str) -> Recording:
-        words = dict(line.split(" ", 1) for line in outcome.lines if " " in line and not line.startswith("sysctl "))
+        words = dict(line.split(" ", 1) for line in outcome.lines
+                     if " " in line and not line.startswith(("sysctl ", "cov ", "cov-error ")))
         code = int(words["workload-exit"])
         if isinstance(self.workload, ExecutorWorkload):
             check_executor_exit(code, output)
@@ -255,6 +259,9 @@ class VmBackend:
                     "output": os.path.basename(output)}
         event = outcome.kernel_event("workload")
         findings = [kernel_finding(event)] if event else []
+        plant = coverage.planted(self.coverage) if self.fault == "coverage-plant" and self.coverage else None
+        if plant is not None:
+            findings.append(kernel_finding(plant))
         return Recording(log_path, device_bytes, SECTOR_SIZE, info, final_image=data, kernel=outcome.kernel,
                          findings=findings)
 
@@ -288,8 +295,11 @@ class VmBackend:
         fault = self.fault if self.fault in RECOVERY_FAULTS else None
         # One engine per recovery mode (--recovery both): each has its own batch disk and files.
         self._engines += 1
-        return VmRecovery(self.guest, fs, mount_opts, state, timeout=BOOT_TIMEOUT_S, inspect=inspect, fault=fault,
-                          engine=self._engines - 1, guest_reads=guest_reads(fs))
+        engine = VmRecovery(self.guest, fs, mount_opts, state, timeout=BOOT_TIMEOUT_S, inspect=inspect, fault=fault,
+                            engine=self._engines - 1, guest_reads=guest_reads(fs), coverage=self.coverage,
+                            profile_sink=self.live.state_profile if self.live else None)
+        self._recoveries.append(engine)
+        return engine
 
     def recovery_recorder(self, fs: FsType, state: RunState, device_bytes: int) -> None:
         raise UsageError("--recovery-crash records recovery mounts on the fuse recorder, not in the vm guest")
@@ -302,7 +312,13 @@ class VmBackend:
                               "fault": self.fault}
         if isinstance(self.workload, ExecutorWorkload):
             vm["content_checks"] = CONTENT_CHECKS_IN_GUEST if guest_reads(self.fs) else CONTENT_CHECKS
-        return {"vm": vm}
+        if self._recoveries:   # where this run's guest crash states' time went
+            total: dict[str, float] = {}
+            for r in self._recoveries:
+                for k, v in r.profile.items():
+                    total[k] = total.get(k, 0.0) + v
+            vm["state_profile"] = state_profile(total)
+        return {"vm": vm, **({"coverage": self.coverage.report()} if self.coverage is not None else {})}
 
 
 def check_log_rebuilds_disk(log_path: str, disk: str, scratch_dir: str) -> None:

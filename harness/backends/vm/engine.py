@@ -24,8 +24,11 @@ _NEEDS_VM = "--kernel and --kernel-modules need --backend vm"
 # its log (as the fuse recorder's fault does); recovery-panic crashes the
 # guest kernel (sysrq) at the first recovery mount of every batch;
 # recovery-hang suspends that mount's device-mapper device first, so the
-# mount waits on I/O that never completes (the live guest's hang watchdog).
-FAULTS = ("drop-flush", "recovery-panic", "recovery-hang")
+# mount waits on I/O that never completes (the live guest's hang watchdog);
+# coverage-plant plants a violation only coverage-rich paths reach: a `kernel` finding
+# for every workload whose path ran at least POWERCUT_VM_PLANT_FUNCTIONS functions of the
+# file system's modules (harness/backends/vm/coverage.py; the coverage engine's test).
+FAULTS = ("drop-flush", "recovery-panic", "recovery-hang", "coverage-plant")
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from foundation.runstate import RunState
 from foundation.sparse import copy_range
 from harness.backends.vm import console as vmconsole
 from harness.backends.vm import contentdump
+from harness.backends.vm.coverage import RunCoverage, guest_env
 from harness.backends.vm.guests import VmGuest
 from harness.backends.vm.qemu import Disk, Outcome
 
@@ -71,8 +72,9 @@ class VmRecovery:
     def __init__(self, guest: VmGuest, fs: FsType, mount_opts: str, state: RunState, *, timeout: float,
                  inspect: PointInspect | None = None, fault: str | None = None,
                  max_images: int = MAX_IMAGES_PER_BOOT, engine: int = 0, guest_reads: bool = False,
-                 profile_sink: dict[str, float] | None = None) -> None:
+                 coverage: RunCoverage | None = None, profile_sink: dict[str, float] | None = None) -> None:
         self.guest, self.fs, self.state, self.timeout, self.inspect = guest, fs, state, timeout, inspect
+        self.coverage = coverage  # the recovery path's kernel coverage goes here (harness/backends/vm/coverage.py)
         # Each image's dump region follows the batch's images: half the slots hold dumps.
         self.dumps = guest_reads and inspect is not None
         self.fault, self.max_images = fault, max(1, max_images // 2) if self.dumps else max_images
@@ -189,8 +191,11 @@ class VmRecovery:
                "PC_IMAGES": str(n), "PC_IMAGE_SECTORS": str(self.image_bytes // 512),
                "PC_BATCH_DISK": self.batch_device, **({"PC_FAULT": self.fault} if self.fault else {}),
                **({"PC_DUMP_AT": str(n * self.image_bytes), "PC_DUMP_BYTES": str(self.image_bytes)}
-                  if self.dumps else {})}
+                  if self.dumps else {}),
+               **(guest_env(self.fs) if self.coverage is not None else {})}
         outcome = self.guest.run_job("recover", env, [Disk(self.batch_path)], timeout=self.timeout, on_line=on_line)
+        if self.coverage is not None:
+            self.coverage.add_lines(outcome.lines)
         begun = first - 1
         for line in outcome.lines:
             word, slot, msg = (line.split(" ", 2) + ["", ""])[:3]
