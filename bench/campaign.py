@@ -14,8 +14,13 @@ the pairs see the same load on a shared machine. Reported per campaign:
 - one-time costs apart: the boots, and the time from the command's start to
   the campaign's clock (install, kernel and initramfs from the cache, worker
   start-up): the command's wall time less elapsed_s;
-- where the guest workers' time went (vm.job_seconds, per workload) and the
-  guest's per-state profile (vm.state_profile, where the backend reports it).
+- where the guest workers' time went (vm.job_seconds, per workload) and
+  where a guest crash state's time went (vm.state_profile: staging into the
+  batch disk, the guest's recovery job, copy out, the host's fsck and content
+  check, the wait for checks after the guest; per state and in all).
+
+The guest's kernel coverage (POWERCUT_VM_COVERAGE, on by default) is part of
+what campaigns pay; `guest_coverage` says which way the bench ran.
 
 `vm_cost_over_fuse_campaign` is the vm side's cost per workload over the
 fuse side's, per file system and at most over all: issue 36's target is 3.
@@ -32,6 +37,7 @@ from typing import Any
 
 from foundation import paths
 from foundation.errors import EnvError
+from harness.backends.vm import coverage
 
 FILE_SYSTEMS = ("btrfs", "ext4", "xfs")
 JOBS = 2
@@ -99,6 +105,7 @@ def bench_campaign(kernel: str, scratch: str, minutes: float, file_systems: tupl
                       "vm_states_cost_over_fuse": round(fuse["crash_states_per_s"] / max(vm["crash_states_per_s"], 1e-6), 2),
                       "load_avg_1min": [round(load, 2), round(os.getloadavg()[0], 2)]}
     return {"kernel": kernel, "jobs": jobs, "minutes": minutes, "engine": "exhaustive --seq 1", "seed": SEED,
+            "guest_coverage": coverage.enabled(),   # POWERCUT_VM_COVERAGE (BPF coverage in the guest's jobs)
             "vm_cost_over_fuse_campaign": {fs: r["vm_cost_over_fuse"] for fs, r in per_fs.items()},
             "vm_cost_over_fuse_campaign_max": max(r["vm_cost_over_fuse"] for r in per_fs.values()),
             "per_fs": per_fs}

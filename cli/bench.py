@@ -8,7 +8,7 @@ import os
 import time
 
 from bench import ttf
-from bench.campaign import bench_campaign
+from bench.campaign import FILE_SYSTEMS, bench_campaign
 from bench.run import bench, owned_file
 from foundation.errors import UsageError
 from foundation.runstate import RunState
@@ -37,7 +37,8 @@ def _campaign(args: argparse.Namespace) -> dict:
         raise UsageError("bench --only campaign needs --kernel debian:PACKAGE|PATH")
     state = RunState.create("bench campaign")
     try:
-        return bench_campaign(args.kernel, state.scratch, args.minutes or 3, jobs=args.jobs)
+        fss = tuple(f for f in args.fs.split(",") if f) or FILE_SYSTEMS
+        return bench_campaign(args.kernel, state.scratch, args.minutes or 3, fss, jobs=args.jobs)
     finally:
         state.teardown_or_warn()
 
@@ -64,6 +65,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     g.add_argument("--minutes", type=float, default=0,
                    help="campaign budget per bug (default 15); with campaign: per vm campaign (default 3)")
     g.add_argument("--jobs", type=int, default=2, help="campaign workers (vm guests) per campaign (default 2)")
+    g.add_argument("--fs", default="", metavar="FS,...",
+                   help=f"with campaign: these file systems (default {','.join(FILE_SYSTEMS)})")
     g.add_argument("--bugs", default="", metavar="IDS", help="only these bugs of the table, comma-separated")
     g.add_argument("--table", default="", metavar="FILE", help="another bug table (default bench/bugpairs.json)")
     g.add_argument("--out", default="", help="campaigns and re-checks (default out/time-to-find-TIME)")
