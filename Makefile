@@ -12,6 +12,9 @@ FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null)
 
 FS         ?= ext4
 PC          = $(VENV)/bin/powercut
+# PC=PATH on the command line: a powercut installed elsewhere (pip install .), so make builds nothing
+# here (and a test that replaces powercut never rebuilds the checkout's venv).
+PC_DEPS     = $(if $(filter command line,$(origin PC)),,deps)
 
 # make fuzz / make soak
 # Empty: powercut's default (hypothesis; mixed with KERNEL=, the vm backend).
@@ -53,7 +56,7 @@ help:
 	@echo "                 host kernel; FSTABLE_ROWS=ids FSTABLE_FS=ext4,.. FSTABLE_OUT=$(FSTABLE_OUT) (about an hour)"
 	@echo "make fstests FSTESTS=DIR  build a user's fstests checkout (for powercut export --verify --fstests DIR)"
 	@echo "make clean       remove build products and the venv"
-	@echo "make ci-kernel KERNEL=debian:PKG [PREV_KERNEL=debian:PKG] [ENTRIES=globs] [ROWS=rows] [OUT=dir]"
+	@echo "make ci-kernel KERNEL=debian:PKG [PREV_KERNEL=debian:PKG] [TOOLS=debian:SUITE] [ENTRIES=globs] [ROWS=rows] [OUT=dir]"
 	@echo "                 corpus sample on that kernel (vm backend) vs the host kernel, diffed"
 
 deps: apt venv cbuild
@@ -185,13 +188,14 @@ ci-kernel: OUT ?= out/ci-kernel
 ci-kernel: CI_FUZZ_WORKLOADS ?= 10
 ci-kernel: CI_FUZZ_DURATION ?= 10m
 ci-kernel: CI_FUZZ_ARGS ?=
-ci-kernel: deps
+ci-kernel: TOOLS ?=
+ci-kernel: $(PC_DEPS)
 	@test -n "$(KERNEL)" || { echo "make ci-kernel: set KERNEL=debian:PACKAGE (e.g. debian:linux-image-6.12-amd64)" >&2; exit 2; }
 	@rm -f $(OUT)/diff.rc $(OUT)/fuzz.rc $(OUT)/bisect.rc $(OUT)/bisect.txt; mkdir -p $(OUT)
 	$(PC) corpus run --entries '$(ENTRIES)' --rows '$(ROWS)' --out $(OUT)/host || [ $$? = 1 ]
-	$(PC) corpus run --backend vm --kernel '$(KERNEL)' --entries '$(ENTRIES)' --rows '$(ROWS)' \
-	    --out $(OUT)/kernel || [ $$? = 1 ]
-	$(PC) fuzz --fs ext4 --backend vm --kernel '$(KERNEL)' --engine exhaustive --seq 1 \
+	$(PC) corpus run --backend vm --kernel '$(KERNEL)' $(if $(TOOLS),--tools '$(TOOLS)') --entries '$(ENTRIES)' \
+	    --rows '$(ROWS)' --out $(OUT)/kernel || [ $$? = 1 ]
+	$(PC) fuzz --fs ext4 --backend vm --kernel '$(KERNEL)' $(if $(TOOLS),--tools '$(TOOLS)') --engine exhaustive --seq 1 \
 	    --max-workloads $(CI_FUZZ_WORKLOADS) --duration $(CI_FUZZ_DURATION) $(CI_FUZZ_ARGS) \
 	    --out $(OUT)/fuzz-$$(date +%Y%m%d-%H%M%S); \
 	    rc=$$?; echo $$rc > $(OUT)/fuzz.rc; [ $$rc -le 1 ]

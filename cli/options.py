@@ -40,11 +40,16 @@ def add_backend_options(p: argparse.ArgumentParser, scopes: tuple[str, ...] = ()
     for o in declared_options():
         if not o.scope or o.scope in scopes:
             add_option(p, o)
+    p.add_argument("--tools", default=None, metavar="debian:SUITE",
+                   help="mkfs and fsck from that Debian suite (e.g. debian:sid, for a kernel from sid), unpacked "
+                        "into powercut's cache and run with the suite's own C library, in the guest and on the "
+                        "host; default: the host's")
 
 
 def backend_values(args: argparse.Namespace) -> dict[str, Any]:
     """--backend and the engines' own options this command has (--kernel, --fault, --data-dev, ...)."""
-    return {"backend": args.backend, **{k: getattr(args, k) for k in option_keys() if hasattr(args, k)}}
+    return {"backend": args.backend, **{k: getattr(args, k) for k in option_keys() if hasattr(args, k)},
+            **({"tools": args.tools} if getattr(args, "tools", None) else {})}
 
 
 def recovery_values(args: argparse.Namespace) -> dict[str, Any]:

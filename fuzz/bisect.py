@@ -12,8 +12,9 @@ change in the range, as `git bisect` does). Each tested kernel's verdict is
 reported.
 
 Kernel lists (`--kernels`):
-  debian:A..debian:B   every Debian package apt knows between A and B (inclusive)
-                       of the same series and flavour, in version order
+  debian:A..debian:B   every released Debian kernel package of A's flavour, in any
+                       suite, whose version lies between A's and B's (inclusive),
+                       in dpkg's version order (bookworm 6.12 .. trixie 6.12 .. sid 7.2)
   SPEC,SPEC,...        an explicit list (debian:PKG or paths), in that order
   DIR                  each subdirectory of DIR (sorted by name) holding a
                        vmlinux or bzImage and, optionally, lib/modules/VERSION
@@ -24,12 +25,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from foundation.jsondoc import write_json
+from harness.backends.vm import debian
 from harness.corpus.diff import diff as corpus_diff
 from harness.corpus.entries import VERDICT_KINDS
 from foundation import ownership
@@ -56,31 +57,39 @@ class Tested:
     out: str
 
 
-def _version_key(name: str) -> list[Any]:
+def _natural_key(name: str) -> list[Any]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
-def _series_pattern(pkg: str) -> re.Pattern[str]:
-    """linux-image-6.12.117+deb12-amd64 -> linux-image-6.12.N+deb12-amd64; 6.1.0-56-amd64 -> 6.1.0-N-amd64."""
-    for rx in (r"(linux-image-\d+\.\d+\.\d+-)(\d+)(-.*)", r"(linux-image-\d+\.\d+\.)(\d+)(\+.*)"):
-        m = re.fullmatch(rx, pkg)
-        if m is not None:
-            return re.compile(re.escape(m[1]) + r"\d+" + re.escape(m[3]))
-    raise UsageError(f"--kernels {pkg}: not a versioned Debian kernel package (e.g. linux-image-6.12.117+deb12-amd64)")
+# A released Debian kernel: an ABI number (6.1.0-56) or a +debN tag (6.12.117+deb12), then the
+# flavour (amd64, rt-amd64, cloud-amd64; -dbg and -unsigned are other flavours, never mixed in).
+_RELEASED = re.compile(r"linux-image-(\d+\.\d+\.\d+(?:-\d+|\+deb\d+))-([a-z0-9-]+)")
+
+
+def _flavour(pkg: str) -> str:
+    m = _RELEASED.fullmatch(pkg)
+    if m is None:
+        raise UsageError(f"--kernels {pkg}: not a versioned Debian kernel package (e.g. linux-image-6.12.117+deb12-amd64)")
+    return m[2]
 
 
 def debian_range(first: str, last: str) -> list[KernelChoice]:
-    pat = _series_pattern(first)
-    if not pat.fullmatch(last):
-        raise UsageError(f"--kernels: {first} and {last} are not of the same series and flavour")
-    p = subprocess.run(["apt-cache", "search", "--names-only", "^linux-image-"], capture_output=True, text=True)
-    names = sorted({line.split(" ", 1)[0] for line in p.stdout.splitlines() if pat.fullmatch(line.split(" ", 1)[0])},
-                   key=_version_key)
-    lo, hi = _version_key(first), _version_key(last)
-    chosen = [n for n in names if lo <= _version_key(n) <= hi]
+    """Every released kernel package of FIRST's flavour, in any suite, whose Debian version lies
+    between FIRST's and LAST's, in dpkg's version order (bookworm's 6.12.117-1~deb12u1 sorts
+    before trixie's 6.12.117-1, both before sid's 7.2.13-1)."""
+    flavour = _flavour(first)
+    if _flavour(last) != flavour:
+        raise UsageError(f"--kernels: {first} and {last} are not of the same flavour")
+    names = debian.search(rf"^linux-image-[0-9]+\.[0-9]+\.[0-9]+(-[0-9]+|\+deb[0-9]+)-{re.escape(flavour)}$")
+    versions = debian.newest_versions([n for n in names if _RELEASED.fullmatch(n) and _flavour(n) == flavour])
     for end in (first, last):
-        if end not in chosen:
-            raise UsageError(f"--kernels: apt knows no package {end} (try `apt-get update`)")
+        if end not in versions:
+            raise UsageError(f"--kernels: no suite has a package {end} (suites searched: {', '.join(debian.SUITE_NAMES)})")
+    lo, hi = debian.version_key(versions[first]), debian.version_key(versions[last])
+    if lo > hi:
+        raise UsageError(f"--kernels {first}..{last}: {first} ({versions[first]}) is newer than {last} ({versions[last]})")
+    chosen = sorted((n for n, v in versions.items() if lo <= debian.version_key(v) <= hi),
+                    key=lambda n: debian.version_key(versions[n]))
     return [KernelChoice(_DEBIAN + n) for n in chosen]
 
 
@@ -92,7 +101,7 @@ def kernel_list(text: str) -> list[KernelChoice]:
         return debian_range(a[len(_DEBIAN):], b[len(_DEBIAN):])
     if os.path.isdir(text):
         out = []
-        for name in sorted(os.listdir(text), key=_version_key):
+        for name in sorted(os.listdir(text), key=_natural_key):
             d = os.path.join(text, name)
             image = next((os.path.join(d, f) for f in ("vmlinux", "bzImage") if os.path.isfile(os.path.join(d, f))), None)
             if image is None:
@@ -124,7 +133,8 @@ class Bisection:
             k = self.kernels[i]
             cfg = RunConfig.parse({**self.cfg.to_json(), "backend": "vm", "kernel": k.spec,
                                    "kernel_modules": k.modules, "quiet": True})
-            out = os.path.join(self.out, f"{i:02d}-{os.path.basename(k.spec).replace(':', '_')}")
+            name = k.spec.replace("/", "_") if k.spec.startswith(_DEBIAN) else os.path.basename(k.spec)
+            out = os.path.join(self.out, f"{i:02d}-{name.replace(':', '_')}")
             t0 = time.monotonic()
             try:
                 result = run_checked(self.workload, cfg, out)

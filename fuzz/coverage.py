@@ -53,6 +53,12 @@ def run_hits(report: Mapping[str, Any]) -> dict[str, dict[str, int]] | None:
     return {p: dict(cov.get(p, {}).get("hits", {})) for p in PATHS}
 
 
+def reach(hits: Mapping[str, Mapping[str, int]]) -> float:
+    """How much of the modules' code one run ran: its functions, recovery-path ones weighed
+    RECOVERY_WEIGHT (Hypothesis' target(): a score that does not change when a run is repeated)."""
+    return sum((RECOVERY_WEIGHT if p == "recovery" else 1.0) * len(hits.get(p, {})) for p in PATHS)
+
+
 class CoverageMap:
     """The union of the features of the runs added so far (one worker's)."""
 

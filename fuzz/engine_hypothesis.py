@@ -10,10 +10,12 @@ signature moves as ops go (the last op before the crash point changes), so
 its shrinks ended as "flaky" after a run or two and saved workloads of 20
 ops. Known signatures pass: a campaign keeps exploring past a bug it has saved.
 
-Where runs have kernel coverage (vm backend, fuzz/coverage.py), each
-example reports its novelty score to Hypothesis' `target()` (new functions
-of the file system's modules, recovery-path ones weighed most), so its
-target phase mutates toward workloads that reach new kernel code.
+With --coverage-target, where runs have kernel coverage (vm backend,
+fuzz/coverage.py), each example reports how much of the file system's code
+it ran to Hypothesis' `target()` (`reach`: recovery-path functions weighed
+most), and the target phase hill-climbs toward workloads that run more of it.
+A stationary score, not the run's novelty: Hypothesis' optimiser compares
+scores of examples, and novelty falls to zero when an example is run again.
 
 Settings for expensive examples (peers.md): no deadline, no explain or
 shrink phase, health checks about slow or large data off. The example
@@ -46,6 +48,7 @@ from checkers.fsrules import Semantics
 from foundation.errors import UsageError
 from foundation.options import Option
 from fuzz.engine import FuzzEngine, OptionGroup, register_engine
+from fuzz.coverage import reach, run_hits
 from fuzz.trial import op_count
 from fuzz.worker import Worker
 from workloads.strategies import workloads
@@ -75,6 +78,10 @@ GENERATION = OptionGroup("generated workloads (the hypothesis engine, and engine
     Option("ops_range", "--ops", metavar="LO-HI", parse=parse_ops_range,
            help="keep only workloads of LO..HI ops as the executor runs them (opens and persistence ops "
                 "count), e.g. 5-20; shrinking stays in the range too"),
+    Option("coverage_target", "--coverage-target", action="store_true", default=False,
+           help="vm: give Hypothesis each example's kernel coverage (recovery-path functions weighed 3x) "
+                "through target(), and run its target phase (hill-climbing toward workloads that run more "
+                "of the file system's code); off by default until a benchmark shows it helps"),
     Option("hypothesis_db", "--hypothesis-db", metavar="DIR|redis://HOST:PORT/N",
            help="example database to share between machines (default: CAMPAIGN/hypothesis-db)"),
 ), _check)
@@ -161,7 +168,8 @@ class Rounds:
         failing: list[str] = []  # the workload of this round's NewFinding, as JSON
 
         @settings(database=self.db, max_examples=self.examples, deadline=None, report_multiple_bugs=False,
-                  phases=[Phase.explicit, *([Phase.reuse] if n == 1 else []), Phase.generate, Phase.target],
+                  phases=[Phase.explicit, *([Phase.reuse] if n == 1 else []), Phase.generate,
+                          *([Phase.target] if w.options.get("coverage_target") else [])],
                   suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet, print_blob=False)
         @seed(hash((w.seed, w.number, done, n)) & 0xFFFFFFFF)
         @given(self.generated)
@@ -175,8 +183,9 @@ class Rounds:
             calls += 1
             doc["name"] = f"hyp-{w.name}-{done}-{n}-{calls}"
             trial = w.run(doc, engine="hypothesis")
-            if trial is not None and trial.novelty is not None:
-                target(trial.novelty.score(), label="kernel coverage")  # recovery-path novelty weighs most
+            hits = run_hits(trial.result.report) if trial is not None and w.options.get("coverage_target") else None
+            if hits is not None:
+                target(reach(hits), label="kernel coverage")
             if trial is not None and w.triage(trial):
                 failing.append(text)
                 failed(doc)

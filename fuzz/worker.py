@@ -158,7 +158,7 @@ class Worker:
                 # (its workload, reproducer and crash image), counted, and the campaign moves on.
                 bug = trial.known_bugs[sig.key()]
                 self.save(trial, sig, trial.doc, {"method": "none", "runs": 0, "complete": False, "known_bug": bug,
-                                                  "cut_short": f"not shrunk: the documented bug {bug}"})
+                                                  "cut_short": f"a documented bug ({bug}), saved as found"})
                 return True
             shrinker = Shrinker(self._shrink_run, sig, os.path.join(self.work, "best"),
                                 deadline=time.monotonic() + float(self.options.get("shrink_seconds", 600)),

@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from common import require_root
+
 from fuzz.bisect import Bisection, KernelChoice, debian_range, kernel_list
 from fuzz.bisect import Tested as KernelTried  # (a name starting with "Test" would be collected)
 from foundation.errors import UsageError
+from harness.backends.vm import debian
 from harness.pipeline.config import RunConfig
 
 
@@ -55,20 +58,47 @@ def test_kernel_lists(tmp_path: Path) -> None:
     assert ks[0].modules == str(tmp_path / "k9/lib/modules/6.99.0")
     with pytest.raises(UsageError, match="at least two"):
         kernel_list("debian:a")
-    with pytest.raises(UsageError, match="same series"):
-        debian_range("linux-image-6.1.0-47-amd64", "linux-image-6.12.117+deb12-amd64")
+    with pytest.raises(UsageError, match="same flavour"):
+        debian_range("linux-image-6.12.117+deb12-amd64", "linux-image-7.2.13+deb14-rt-amd64")
+    with pytest.raises(UsageError, match="not a versioned Debian kernel package"):
+        debian_range("linux-image-amd64", "linux-image-7.2.13+deb14-amd64")
 
 
-def test_debian_range_is_every_package_of_the_series_in_version_order() -> None:
-    p = subprocess.run(["apt-cache", "search", "--names-only", r"^linux-image-6\.12\.[0-9]+\+deb12-amd64$"],
-                       capture_output=True, text=True)
-    names = sorted((line.split()[0] for line in p.stdout.splitlines()),
-                   key=lambda n: int(n.split(".")[2].split("+")[0]))
+def released(pattern: str) -> dict[str, str]:
+    """Name -> version of every package of powercut's Debian lists whose name matches PATTERN."""
+    return debian.newest_versions(debian.search(pattern))
+
+
+@require_root
+def test_debian_range_has_every_package_of_the_series_in_version_order() -> None:
+    names = sorted(released(r"^linux-image-6\.12\.[0-9]+\+deb12-amd64$"), key=lambda n: int(n.split(".")[2].split("+")[0]))
     if len(names) < 3:
-        pytest.skip("apt knows fewer than three 6.12 point releases")
-    ks = debian_range(names[0], names[-1])
-    assert [k.spec for k in ks] == ["debian:" + n for n in names]
-    assert [k.spec for k in debian_range(names[1], names[-2])] == ["debian:" + n for n in names[1:-1]]
+        pytest.skip("the Debian lists have fewer than three bookworm 6.12 point releases")
+    def bookworms(ks: list[KernelChoice]) -> list[str]:  # (trixie's 6.12 of versions between come along)
+        return [k.spec for k in ks if k.spec.endswith("+deb12-amd64")]
+    assert bookworms(debian_range(names[0], names[-1])) == ["debian:" + n for n in names]
+    assert bookworms(debian_range(names[1], names[-2])) == ["debian:" + n for n in names[1:-1]]
+
+
+@require_root
+def test_a_range_across_suites_is_in_dpkgs_order() -> None:
+    """bookworm's newest 6.12 .. sid's kernel: every trixie 6.12 between them, ordered as dpkg orders."""
+    bookworm = released(r"^linux-image-6\.12\.[0-9]+\+deb12-amd64$")
+    trixie = released(r"^linux-image-6\.12\.[0-9]+\+deb13-amd64$")
+    sid = released(r"^linux-image-[7-9]\.[0-9]+\.[0-9]+\+deb14-amd64$")
+    if not (bookworm and trixie and sid):
+        pytest.skip("the Debian lists lack bookworm 6.12, trixie 6.12 or a sid +deb14 kernel")
+    versions = {**bookworm, **trixie, **sid}
+    first = max(bookworm, key=lambda n: debian.version_key(bookworm[n]))
+    last = max(sid, key=lambda n: debian.version_key(sid[n]))
+    got = [k.spec.removeprefix("debian:") for k in debian_range(first, last)]
+    assert got[0] == first and got[-1] == last
+    for a, b in zip(got, got[1:]):   # dpkg itself is the judge of the order
+        assert subprocess.run(["dpkg", "--compare-versions", versions[a], "lt", versions[b]]).returncode == 0, (a, b)
+    newer_trixie = {n for n, v in trixie.items()
+                    if subprocess.run(["dpkg", "--compare-versions", v, "gt", bookworm[first]]).returncode == 0}
+    assert newer_trixie and newer_trixie <= set(got)
+    assert not any(n.endswith(("-rt-amd64", "-dbg", "-unsigned")) for n in got)
 
 
 def test_changed_corpus_cases_map_to_their_run_directories(tmp_path: Path) -> None:

@@ -62,9 +62,16 @@ def test_duration_stop_writes_the_page_and_a_documented_bug_costs_no_shrink(pc: 
     table = tmp_path / "bugs.json"
     table.write_text(json.dumps({"bugs": [{"id": "planted-fsck", "class": "kernel-bug", "name": "planted: fsck after a "
                                            "dropped flush", "fs": "ext4", "kinds": ["fsck"], "ops": ["open|creat"]}]}))
+    env = pc.env(POWERCUT_DOCUMENTED_BUGS=str(table))
     out = pc.tmp / "campaign"
-    p = pc.run("fuzz", "--out", str(out), "--seed", "3", *FAULT, "--duration", "1m",
-               env=pc.env(POWERCUT_DOCUMENTED_BUGS=str(table)), timeout=900)
+    # Counted, not timed: one workload (the fault tears ext4's journal in every one) ...
+    p = pc.run("fuzz", "--out", str(out), "--seed", "3", *FAULT, "--max-workloads", "1", "--duration", "20m",
+               env=env, timeout=900)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert json.loads((out / "report.json").read_text())["stop_reason"] == "max-workloads"
+    # ... then a session the duration stops: its page has the first session's findings, whatever
+    # this one managed to run.
+    p = pc.run("fuzz", "--resume", str(out), "--jobs", "1", "--duration", "1s", env=env, timeout=900)
     assert p.returncode == 1, p.stdout + p.stderr
     report = json.loads((out / "report.json").read_text())
     assert report["stop_reason"] == "duration" and report["latency_clock"] == "host"
@@ -87,15 +94,16 @@ def test_duration_stop_writes_the_page_and_a_documented_bug_costs_no_shrink(pc: 
     assert "Triage: documented kernel bug planted-fsck" in (tmp_path / "x" / f"{fsck[0]['dir']}.md").read_text(), e.stdout
 
 
-def test_ctrl_c_leaves_the_page_too(pc: PcEnv) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_and_sigterm_leave_the_page_too(pc: PcEnv, sig: signal.Signals) -> None:
     out = pc.tmp / "campaign"
     proc = subprocess.Popen([*POWERCUT, "fuzz", "--out", str(out), "--seed", "5", *FAULT, "--duration", "20m"],
                             cwd=pc.tmp, env=pc.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 600
-    while not list((out / "findings").glob("[0-9]*/finding.json")) if (out / "findings").is_dir() else True:
+    while not list(out.glob("findings/[0-9]*/finding.json")):
         assert proc.poll() is None and time.monotonic() < deadline, "no finding saved"
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 130, stdout + stderr
     report = json.loads((out / "report.json").read_text())

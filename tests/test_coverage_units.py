@@ -50,3 +50,11 @@ def test_guest_lines_fill_the_paths_and_errors() -> None:
     broken = RunCoverage(modules(FILESYSTEMS["btrfs"]))
     broken.add_lines(["cov-error pc-cover: attaching to the functions (kprobe-multi link): Invalid argument"])
     assert not broken.report()["available"] and "kprobe-multi" in broken.report()["errors"][0]
+
+
+def test_reach_counts_functions_with_recovery_weighed_more_and_ignores_repeats() -> None:
+    from fuzz.coverage import reach
+    one = {"workload": {"ext4_rename2": 1}, "recovery": {}}
+    assert reach(one) == reach(one) > 0  # Hypothesis compares it across examples: stationary
+    assert reach({"workload": {}, "recovery": {"ext4_rename2": 1}}) > reach(one)
+    assert reach({"workload": {"ext4_rename2": 9}, "recovery": {}}) == reach(one)

@@ -272,6 +272,27 @@ def test_a_signal_while_spawning_still_leaves_the_child_recorded(tmp_path: Path,
     assert not running(pid)
 
 
+def test_a_runs_unix_sockets_fit_however_deep_its_state_and_scratch_are(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A live guest's control socket was made in the run's scratch: under a deep scratch root
+    (a long pytest temp path) binding it died with `AF_UNIX path too long`. The socket
+    directory is short whatever the roots are, and goes with the run's teardown."""
+    import socket
+    deep = tmp_path / ("d" * 100)
+    monkeypatch.setattr(runstate, "STATE_ROOT", str(deep / "state"))
+    monkeypatch.setattr(runstate, "SCRATCH_ROOT", str(deep / "scratch"))
+    state = runstate.RunState.create("socket test")
+    sockets = state.socket_dir()
+    assert not sockets.startswith(str(tmp_path)) and state.run_id in sockets
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.bind(os.path.join(sockets, "control.sock"))
+    finally:
+        s.close()
+    assert state.teardown() == []
+    assert not os.path.exists(sockets)
+
+
 def test_exhaustive_gives_an_index_the_harness_failed_on_one_more_try(monkeypatch: pytest.MonkeyPatch) -> None:
     """A harness error must not leave a hole in a space the report calls covered."""
     from fuzz import engine_exhaustive

@@ -121,6 +121,10 @@ def test_json_workload_runs_in_the_guest(pc: PcEnv) -> None:
     assert r["workload"]["type"] == "json" and len(r["workload"]["sysctls"]) == 6
     assert all(k.startswith("vm.dirty_") and v.isdigit() for k, v in r["workload"]["sysctls"].items())
     assert r["latency"]["kinds"]["write"]["count"] == 48
+    # a guest's latencies are its emulator's: report.json, the tables and the plot titles say so
+    assert r["latency_clock"] == ("virtualised" if r["vm"]["accel"] == "kvm" else "emulated")
+    md = (out / "report.md").read_text()
+    assert "Measured in an emulated guest" in md or "Measured in a virtualised guest" in md
     assert r["oracle"]["ops_modelled"] > 0 and not r["oracle"]["lost_track"]
     # The oracle read every recovered image (read-only host mount after the guest's recovery).
     assert 0 < r["design"]["records"]["crash_points"] <= r["crash_states_checked"]
@@ -201,6 +205,25 @@ def test_kill_9_then_cleanup_leaves_no_qemu(pc: PcEnv) -> None:
     assert "1 dead run(s) cleaned" in p.stdout
     assert pc.leftovers() == []
     assert os.listdir(pc.state) == []
+
+
+def test_a_live_guest_boots_however_deep_the_scratch_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The live guest's control socket once lived in the run's scratch: under a deep scratch
+    root (a long temp path) its boot died with `AF_UNIX path too long`. Its QEMU and socket
+    directory go when it closes."""
+    from foundation import runstate
+    from foundation.filesystems import get_fs
+    from harness.backends.vm import initramfs
+    from harness.backends.vm.live import LiveGuest
+    deep = tmp_path / ("d" * 100)
+    monkeypatch.setattr(runstate, "STATE_ROOT", str(deep / "state"))
+    monkeypatch.setattr(runstate, "SCRATCH_ROOT", str(deep / "scratch"))
+    kernel = resolve(KERNEL_612)
+    with LiveGuest(kernel, initramfs.build(kernel, [get_fs("ext4")]), 16 << 20, 16 << 20, 1) as guest:
+        guest.boot()
+        assert guest.alive and guest.release.startswith("6.12"), guest.release
+        sockets, qemu = guest._sockets, guest._proc
+    assert qemu is not None and qemu.poll() is not None and not os.path.exists(sockets)
 
 
 def test_boot_deadline_is_a_clear_error(pc: PcEnv) -> None:

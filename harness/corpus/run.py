@@ -86,6 +86,7 @@ class CorpusOptions:
     backend: BackendConfig = field(default_factory=host_backend)
     recovery: dict[str, Any] = field(default_factory=dict)  # --recovery* (run config keys); a row's recovery wins
     semantics: str = DEFAULT_TIER    # the oracle's tier for every case (`--semantics`)
+    tools: str | None = None         # --tools: mkfs/fsck of a Debian suite (None: the host's)
 
 
 def host_cannot_run(row: Row) -> str:
@@ -111,7 +112,8 @@ def run_config(entry: Entry, row: Row, options: CorpusOptions = CorpusOptions())
     if row.recovery:
         run["recovery"] = row.recovery
     return RunConfig.parse({**options.backend.to_json(), "fs": row.fs, "mkfs_opts": row.mkfs_opts,
-                            "mount_opts": row.mount_opts, "quiet": True, "semantics": options.semantics, **run})
+                            "mount_opts": row.mount_opts, "quiet": True, "semantics": options.semantics,
+                            "tools": options.tools, **run})
 
 
 def run_case(entry: Entry, row: Row, out_dir: str, options: CorpusOptions = CorpusOptions(),
@@ -168,7 +170,7 @@ def _guest_size_mib(case: tuple[Entry, Row]) -> int:
 
 
 def _run_job(todo: list[tuple[Entry, Row]], out_dir: str, options: CorpusOptions, job: int = 0) -> Iterator[Case]:
-    with live_guest(options.backend, {row.fs for _, row in todo}) as live:
+    with live_guest(options.backend, {row.fs for _, row in todo}, options.tools) as live:
         assert live is not None
         try:
             for entry, row in todo:

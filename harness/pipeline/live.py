@@ -15,13 +15,14 @@ from contextlib import contextmanager
 
 from harness.backends import BackendConfig, BackendOpener, KeptGuest
 from foundation.filesystems import get_fs
+from harness.backends.vm.tools import for_fs as tools_for_fs
 
 
 @contextmanager
-def live_guest(backend: BackendConfig, fs_names: Iterable[str]) -> Iterator[KeptGuest | None]:
-    """BACKEND's live guest serving FS_NAMES (None unless its engine keeps one: vm); closed
-    (QEMU killed, its scratch disks removed) on the way out, whatever happens."""
-    fss = [get_fs(n) for n in sorted(set(fs_names))]
+def live_guest(backend: BackendConfig, fs_names: Iterable[str], tools: str | None = None) -> Iterator[KeptGuest | None]:
+    """BACKEND's live guest serving FS_NAMES (None unless its engine keeps one: vm), with the
+    mkfs of TOOLS (--tools); closed (QEMU killed, its scratch disks removed) on the way out, whatever happens."""
+    fss = [tools_for_fs(tools, get_fs(n)) for n in sorted(set(fs_names))]
     with backend.engine.live_guest(backend.options, fss) as live:
         yield live
 

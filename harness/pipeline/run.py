@@ -35,6 +35,7 @@ from harness.pipeline.config import RunConfig, check_size
 from harness.reports.plots import BackgroundPlots
 from foundation.progress import CrashProgress
 from harness.reports.report import budget_line, build_report, latency_clock, write_report
+from harness.backends.vm import tools
 from harness.reports.markdown import write_markdown
 from foundation.runstate import RunState
 from harness.backends.recording import Recording
@@ -118,7 +119,7 @@ def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
     """run_workload, returning what the report was built from too. INSPECT_EXTRA
     also reads every recovered crash image (after the content oracle). OPENER
     gives the backend instead of CFG (a campaign worker's live vm guest)."""
-    fs = get_fs(cfg.fs)
+    fs = tools.for_fs(cfg.tools, get_fs(cfg.fs))
     if isinstance(workload, str):
         workload = load_runner(workload)
     size_mib = cfg.size_mib or max(fs.default_size_mib, workload.device.size_mib or 0)
@@ -233,7 +234,8 @@ def _check_log(reader: LogReader, rec: Recording, workload: WorkloadRunner, fs: 
     expected: list[Finding] = []
     if known is not None:
         findings, expected = known.split(findings)
-    extra = {"crash_point_kinds": str(kinds), "device_tuning": rec.device_tuning, **checks.report, **backend.report_extra(),
+    extra = {"crash_point_kinds": str(kinds), "device_tuning": rec.device_tuning, "tools": tools.report(cfg.tools, fs.name, fs.fsck_package),
+             **checks.report, **backend.report_extra(),
              "max_states": str(budget or EVERY_POINT), "crash_points_all": len(all_points), "reorder": str(cfg.reorder),
              "crash_states_total": result.states_total,
              "crash_states_duplicate": result.states_duplicate, "stopped_at_first_failure": result.stopped_early,

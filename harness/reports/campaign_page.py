@@ -119,8 +119,11 @@ def _finding_row(s: dict[str, Any], findings_dir: str, rel: str) -> tuple[list[s
         repro = f"[reproduce.sh]({rel}/reproduce.sh)"
     t = triage_finding(info, doc, kernels[0] if kernels != ["?"] else "")
     shrink = info.get("shrink", {})
-    shrunk = (f"{info.get('ops')} ops" + (f" (from {shrink['ops_before']})" if shrink.get("ops_before") else "")
-              + ("" if shrink.get("complete") else f"; not fully shrunk: {shrink.get('cut_short', '?')}"))
+    if shrink.get("known_bug"):
+        shrunk = f"{info.get('ops')} ops, not shrunk (a documented bug)"
+    else:
+        shrunk = (f"{info.get('ops')} ops" + (f" (from {shrink['ops_before']})" if shrink.get("ops_before") else "")
+                  + ("" if shrink.get("complete") else f"; not fully shrunk: {shrink.get('cut_short', '?')}"))
     row = [f"[{s['dir']}]({rel}/)", info.get("kind", "?"), _cell(rule), _cell(info.get("detail", "").split("\n")[0]),
            f"{shrunk}: {ops}", _cell(crash), ", ".join(kernels), t.line(), repro]
     return row, t.line()

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from foundation.mdtable import table
+from harness.reports.plots import NOT_PLOTTED
 from harness.reports.report import budget_line
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS, DEFAULT_BUDGET
 from workloads import scenarios
@@ -248,6 +249,10 @@ def _untorn_section(report: dict[str, Any]) -> list[str]:
 
 def _figures_section(plots: dict[str, dict[str, str]], report: dict[str, Any]) -> list[str]:
     out = ["## Figures", "", *clock_note(report)]
+    unplotted = sorted(set(report["latency"].get("kinds", {})) - set(plots))
+    if unplotted:  # say why a kind in the tables has no figure
+        out.append(f"No figures of {', '.join(unplotted)}: " + ("waits by design, not file-system latency."
+                   if set(unplotted) <= NOT_PLOTTED else "no measured op of that kind (skipped or waits)."))
     for kind, files in plots.items():
         out += ["", f"### {kind}", "", f"![{kind} latency CDF]({files['cdf']})", "",
                 f"![{kind} latency over time]({files['time']})"]

@@ -113,9 +113,9 @@ def campaign_progress(path: str, minutes: Sequence[float], shrink: Sequence[bool
     handles = top.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
     top.legend(handles, [str(h.get_label()) for h in handles], fontsize="small", loc="upper left")
     top.grid(True, alpha=0.3)
-    # Rates in one-minute bins (at least one bin, the campaign's span otherwise).
+    # Rates in bins of about a minute that end at the last run (no partial bin drawn as a drop).
     span = max(float(t.max()) if len(t) else 1.0, 1e-3)
-    edges = np.arange(0.0, span + 1.0, 1.0) if span >= 1 else np.array([0.0, span])
+    edges = np.linspace(0.0, span, max(1, round(span)) + 1)
     width = np.diff(edges)
     runs, _ = np.histogram(t, bins=edges)
     st, _ = np.histogram(t, bins=edges, weights=np.asarray(states, dtype=float))
@@ -124,7 +124,7 @@ def campaign_progress(path: str, minutes: Sequence[float], shrink: Sequence[bool
     low.plot(mids, st / width / 60, marker="s", label="crash states per second")
     low.set(xlabel="minutes since the start", ylabel="rate", ylim=(0, None))
     low.grid(True, alpha=0.3)
-    low.legend(fontsize="small", loc="upper right")
+    low.legend(fontsize="small", loc="best")
     _save(fig, path)
 
 

@@ -191,7 +191,7 @@ class VmBackend:
         self.guest: Guest | LiveGuest | None = None
         self._engines = 0   # recovery engines made (one per recovery mode)
         self._recoveries: list[VmRecovery] = []
-        self.coverage = coverage.RunCoverage(coverage.modules(fs)) if coverage.enabled() else None
+        self.coverage = coverage.RunCoverage(coverage.modules(fs), coverage.left_out(fs)) if coverage.enabled() else None
         self.mkfs = shlex.join([initramfs.which(fs.mkfs[0]), *fs.mkfs[1:]])
 
     def _guest(self, state: RunState, out_dir: str) -> Guest:

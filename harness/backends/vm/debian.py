@@ -20,7 +20,6 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-import sys
 import time
 from dataclasses import dataclass
 from functools import cmp_to_key
@@ -119,16 +118,13 @@ def ensure_lists(force: bool = False) -> None:
             return
         if force and age is not None and age < 60:
             return  # refreshed a moment ago (by a concurrent run): nothing newer to find
-        print(f"powercut: fetching Debian package lists ({', '.join(SUITE_NAMES)})", file=sys.stderr, flush=True)
         p = sysres.run(["apt-get", *apt_options(), "update", "-q"], check=False, timeout=900)
         failed = p.returncode != 0 or re.search(r"^(E:|W: Failed to fetch)", p.stderr, re.M)
         if failed:
             last = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
             if age is None:
                 raise EnvError(f"could not fetch the Debian package lists: {last[0]}")
-            print(f"powercut: refreshing the Debian package lists failed, using the old ones: {last[0]}",
-                  file=sys.stderr, flush=True)
-            return
+            return  # offline, say: the lists there still name every cached kernel
         with open(_stamp(), "w"):
             pass
 
@@ -164,6 +160,18 @@ def find(name: str, suite: str | None = None, version: str | None = None) -> Can
         return None
     usual = [c for c in found if c.suite != "experimental"]
     return (usual or found)[0]
+
+
+def newest_versions(names: list[str]) -> dict[str, str]:
+    """Package name -> its newest version in any suite, for every one of NAMES some suite has."""
+    ensure_lists()
+    out: dict[str, str] = {}
+    for i in range(0, len(names), 200):  # one apt-cache call per 200 names
+        for line in _apt_cache("madison", *names[i:i + 200]).splitlines():
+            parts = [p.strip() for p in line.split("|")]
+            if len(parts) == 3 and (parts[0] not in out or compare_versions(parts[1], out[parts[0]]) > 0):
+                out[parts[0]] = parts[1]
+    return out
 
 
 def show(pkg: Candidate) -> dict[str, str]:

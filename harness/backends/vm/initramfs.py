@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from foundation import paths
 from foundation.errors import EnvError
 from foundation.filesystems import FsType
-from harness.backends.vm import capabilities, cpio
+from harness.backends.vm import capabilities, cpio, tools
 from harness.backends.vm.kernel import Kernel
 
 CACHE = os.path.join(paths.CACHE, "initramfs")
@@ -102,6 +102,8 @@ class Tree:
 
     def add_program(self, host_path: str, at: str | None = None) -> None:
         self.add_host_file(host_path, at)
+        for path in tools.wrapped(host_path) or []:  # a --tools wrapper: its loader, program, libraries
+            self.add_host_file(path)
         for lib in libraries(host_path):
             if lib.lstrip("/") not in self.members:
                 self.add_host_file(lib)

@@ -1,7 +1,8 @@
 /* pc-cover: which kernel functions ran, counted per function, with no kernel rebuild.
  *
  * Usage: pc-cover attach MODULES...   (once per boot; MODULES: ext4 jbd2 ..., and
- *                                      "blk-flush" for the block layer's flush path)
+ *                                      "blk-flush" for the block layer's flush path;
+ *                                      -NAME leaves function NAME out)
  *        pc-cover dump TAG             print "cov TAG NAME:COUNT ..." and zero the counters
  *        pc-cover reset                zero the counters
  *
@@ -59,6 +60,14 @@ static int wanted(const char *module, int argc, char **argv) {
     return 0;
 }
 
+/* -NAME: a hot helper left out (its calls cost most and say nothing of which path ran). */
+static int excluded(const char *name, int argc, char **argv) {
+    for (int i = 2; i < argc; i++)
+        if (argv[i][0] == '-' && strcmp(argv[i] + 1, name) == 0)
+            return 1;
+    return 0;
+}
+
 static int cmp_names(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -87,6 +96,8 @@ static char **read_functions(int argc, char **argv, unsigned *count) {
         } else if (!flush || !block_flush(name)) {
             continue;
         }
+        if (excluded(name, argc, argv))
+            continue;
         if (n == cap && (names = realloc(names, (cap *= 2) * sizeof(*names))) == NULL)
             return NULL;
         names[n++] = strdup(name);
