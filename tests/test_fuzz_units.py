@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -216,13 +217,15 @@ def test_shards() -> None:
 
 def test_bad_options_are_one_line_exit_2(tmp_path) -> None:
     env_cmd = [sys.executable, "-m", "cli.main", "fuzz", "--fs", "ext4", "--out", str(tmp_path / "c")]
-    for extra in (["--duration", "soon"], ["--engine", "exhaustive", "--core-ops", "nope"], ["--jobs", "0"],
-                  ["--ops", "20-5"], ["--ops", "five"]):
-        p = subprocess.run(env_cmd + extra, capture_output=True, text=True, cwd=ROOT)
+    cmds = [env_cmd + extra for extra in (["--duration", "soon"], ["--engine", "exhaustive", "--core-ops", "nope"],
+                                          ["--jobs", "0"], ["--ops", "20-5"], ["--ops", "five"])]
+    cmds.append([sys.executable, "-m", "cli.main", "fuzz", "--resume", str(tmp_path / "none")])
+    # Independent commands, each mostly an interpreter starting: all at once.
+    with ThreadPoolExecutor(max_workers=len(cmds)) as pool:
+        *bad, resume = pool.map(lambda c: subprocess.run(c, capture_output=True, text=True, cwd=ROOT), cmds)
+    for p in bad:
         assert p.returncode == 2 and p.stderr.startswith("powercut: ") and len(p.stderr.splitlines()) == 1, p.stderr
-    p = subprocess.run([sys.executable, "-m", "cli.main", "fuzz", "--resume", str(tmp_path / "none")],
-                       capture_output=True, text=True, cwd=ROOT)
-    assert p.returncode == 2 and "no campaign there" in p.stderr
+    assert resume.returncode == 2 and "no campaign there" in resume.stderr
 
 
 def test_teardown_holds_signals_back_until_done() -> None:
