@@ -19,8 +19,8 @@ the pairs see the same load on a shared machine. Reported per campaign:
   batch disk, the guest's recovery job, copy out, the host's fsck and content
   check, the wait for checks after the guest; per state and in all).
 
-The guest's kernel coverage (POWERCUT_VM_COVERAGE, on by default) is part of
-what campaigns pay; `guest_coverage` says which way the bench ran.
+The guest's kernel coverage (POWERCUT_VM_COVERAGE=on; off by default, and the exhaustive
+engine this bench runs does not ask for it) is part of what campaigns pay when on; `guest_coverage` says which way the bench ran.
 
 `vm_cost_over_fuse_campaign` is the vm side's cost per workload over the
 fuse side's, per file system and at most over all: issue 36's target is 3.

@@ -111,6 +111,7 @@ def test_json_workload_runs_in_the_guest(pc: PcEnv) -> None:
            "--kernel", KERNEL_612, "--recovery", "both", "--out", str(out), check_rc=0)
     r = report(out)
     assert r["findings"] == [] and r["kernel"].startswith("6.12")
+    assert "coverage" not in r  # kernel coverage costs guest time: off unless asked (tests/test_vm_coverage.py)
     n = r["crash_states_checked"]
     assert r["recovery_checks"] == {"rw": n, "ro": n}
     consoles = [p.read_text() for p in sorted(out.glob("vm-boot-*.console"))]
