@@ -77,6 +77,7 @@ RECORDER_SRC := $(wildcard harness/backends/fuse/*.c)
 EXEC_SRC     := $(wildcard workloads/executor/*.c)
 DMLOG_SRC    := $(wildcard harness/backends/dm/*.c)
 RECOVER_SRC  := $(wildcard harness/backends/vm/*.c)
+COVER_SRC    := $(wildcard harness/backends/vm/cover/*.c)
 
 $(BUILD)/pc-recorder: $(RECORDER_SRC) $(wildcard harness/backends/fuse/*.h) | $(APT_DEP)
 	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(RECORDER_SRC) $(FUSE_LIBS) -lpthread
@@ -89,11 +90,16 @@ $(BUILD)/pc-dmlog: $(DMLOG_SRC) | $(APT_DEP)
 	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(DMLOG_SRC) $(FUSE_LIBS)
 
 # pc-recover: the recovery mounts of a vm guest's batch (copied into the guest).
-$(BUILD)/pc-recover: $(RECOVER_SRC) | $(APT_DEP)
+$(BUILD)/pc-recover: $(RECOVER_SRC) $(wildcard harness/backends/vm/*.h) | $(APT_DEP)
 	$(CC) $(CFLAGS) -o $@ $(RECOVER_SRC)
 
+# pc-cover: which kernel functions a vm guest's workload and recovery mounts ran (BPF, copied into the guest).
+$(BUILD)/pc-cover: $(COVER_SRC) | $(APT_DEP)
+	$(CC) $(CFLAGS) -o $@ $(COVER_SRC)
+
 CPROGS := $(if $(RECORDER_SRC),$(BUILD)/pc-recorder) $(if $(EXEC_SRC),$(BUILD)/pc-exec) \
-          $(if $(DMLOG_SRC),$(BUILD)/pc-dmlog) $(if $(RECOVER_SRC),$(BUILD)/pc-recover)
+          $(if $(DMLOG_SRC),$(BUILD)/pc-dmlog) $(if $(RECOVER_SRC),$(BUILD)/pc-recover) \
+          $(if $(COVER_SRC),$(BUILD)/pc-cover)
 cbuild: $(CPROGS)
 
 # afl++ is optional (only the afl engine needs it): installed on demand.

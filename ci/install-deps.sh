@@ -8,6 +8,7 @@ needs=(
   "e2fsprogs:/usr/sbin/mkfs.ext4"
   "xfsprogs:/usr/sbin/mkfs.xfs"
   "btrfs-progs:/usr/bin/btrfs"
+  "f2fs-tools:/usr/sbin/mkfs.f2fs"
   "fuse3:/usr/bin/fusermount3"
   "libfuse3-dev:/usr/include/fuse3/fuse.h"
   "pkg-config:/usr/bin/pkg-config"

@@ -69,7 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--kernels", required=True, metavar="LIST",
                    help="debian:A..debian:B (every Debian package of that series between them), "
                         "SPEC,SPEC,... (in that order), or a directory of kernel directories")
-    p.add_argument("--fs", help="ext4, xfs or btrfs (with a workload file)")
+    p.add_argument("--fs", help="ext4, xfs, btrfs or f2fs (with a workload file)")
     p.add_argument("--mkfs-opts", default="")
     p.add_argument("--mount-opts", default=None)
     p.add_argument("--crash-points", default=None, metavar="KINDS", help=f"(default: {DEFAULT_POINTS})")

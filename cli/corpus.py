@@ -131,10 +131,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("corpus", help="the regression corpus: run it across a matrix, list, promote findings")
     csub = p.add_subparsers(dest="corpus_command", metavar="ACTION", required=True)
 
-    def common(q: argparse.ArgumentParser) -> None:
+    # Each action takes only the options it reads (list reads no matrix, promote selects no entries).
+    def common(q: argparse.ArgumentParser, entries: bool = True, matrix: bool = True) -> None:
         q.add_argument("--corpus", default=str(CORPUS_DIR), help="corpus directory (default: the repo's corpus/)")
-        q.add_argument("--entries", default="*", help="only entries whose name matches this glob (or comma-separated globs)")
-        q.add_argument("--matrix", default=str(DEFAULT_MATRIX), help="matrix file (default: corpus/matrix.json)")
+        if entries:
+            q.add_argument("--entries", default="*",
+                           help="only entries whose name matches this glob (or comma-separated globs)")
+        if matrix:
+            q.add_argument("--matrix", default=str(DEFAULT_MATRIX), help="matrix file (default: corpus/matrix.json)")
 
     r = csub.add_parser("run", help="run every entry across the matrix; exit 1 on an unexpected verdict or regression")
     common(r)
@@ -163,11 +167,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     d.set_defaults(func=cmd_diff)
 
     ls = csub.add_parser("list", help="list the entries and their expected verdicts")
-    common(ls)
+    common(ls, matrix=False)
     ls.set_defaults(func=cmd_list)
 
     pr = csub.add_parser("promote", help="turn a `powercut run` output directory into a corpus entry")
-    common(pr)
+    common(pr, entries=False)
     pr.add_argument("run_dir", help="output directory of `powercut run` (report.json)")
     pr.add_argument("--why", required=True, help="why the entry is in the corpus")
     pr.add_argument("--name", default="", help="entry name (default: the workload's)")

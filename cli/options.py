@@ -6,8 +6,9 @@ import argparse
 from typing import Any
 
 from checkers.fsrules import DEFAULT_TIER, TIERS
-from harness.backends import BACKENDS, ENGINES
-from harness.backends.engine import option_keys
+from foundation.options import Option
+from harness.backends import ENGINES
+from harness.backends.engine import declared_options, option_keys
 from harness.pipeline.config import RunConfig
 
 
@@ -25,26 +26,24 @@ def add_known_damage_option(p: argparse.ArgumentParser) -> None:
                         "as expected damage (docs/semantics.md)")
 
 
-def add_backend_options(p: argparse.ArgumentParser) -> None:
-    """--backend, --kernel and --kernel-modules: who records and recovers (run, fuzz, corpus run)."""
-    p.add_argument("--backend", default="fuse", metavar="|".join(BACKENDS),
-                   help="fuse: the host kernel through the userspace recorder (default); dm: the host kernel's "
-                        "own dm-log-writes on loop devices; vm: the kernel under test (--kernel) in a QEMU guest "
-                        "with its own dm-log-writes; auto: dm where the host has it, else fuse")
-    p.add_argument("--kernel", default=None, metavar="debian:PACKAGE|PATH",
-                   help="--backend vm: the kernel under test, a Debian kernel package "
-                        "(e.g. debian:linux-image-6.12-amd64) or a vmlinux/bzImage file")
-    p.add_argument("--kernel-modules", default=None, metavar="DIR",
-                   help="--backend vm with --kernel PATH: its lib/modules/VERSION directory (with modules.dep)")
+def add_option(p: argparse.ArgumentParser | argparse._ArgumentGroup, o: Option) -> None:
+    """One plug-in's option (a backend's, a fuzz engine's) as the argument it declares."""
+    p.add_argument(o.flag, **o.argparse_kwargs())
+
+
+def add_backend_options(p: argparse.ArgumentParser, scopes: tuple[str, ...] = ()) -> None:
+    """--backend and the options the engines declare (run, fuzz, minimize, corpus run): those of
+    every command, and those of the SCOPES this command takes ("test": --fault; "one-run": one
+    run's own devices and device timing)."""
+    engines = "; ".join(f"{e.name}: {e.summary}" for e in ENGINES.values())
+    p.add_argument("--backend", default="fuse", metavar="|".join(ENGINES), help=engines)
+    for o in declared_options():
+        if not o.scope or o.scope in scopes:
+            add_option(p, o)
     p.add_argument("--tools", default=None, metavar="debian:SUITE",
                    help="mkfs and fsck from that Debian suite (e.g. debian:sid, for a kernel from sid), unpacked "
                         "into powercut's cache and run with the suite's own C library, in the guest and on the "
                         "host; default: the host's")
-
-
-def fault_choices() -> list[str]:
-    """Every engine's --fault test modes (the engine checks its own)."""
-    return sorted({f for e in ENGINES.values() for f in e.faults})
 
 
 def backend_values(args: argparse.Namespace) -> dict[str, Any]:

@@ -6,11 +6,10 @@ import argparse
 
 from checkers.crashwalk.walk import default_walk_workers
 from checkers.crashwalk.recovery_modes import CHOICES
-from harness.backends.dm.devices import CONFIRM_FLAG
 from harness.pipeline.compare import run_matrix
 from harness.pipeline.run import default_out_dir, recheck, run_workload
 from harness.reports.report import summary
-from cli.options import add_backend_options, add_known_damage_option, add_semantics_option, fault_choices, run_config
+from cli.options import add_backend_options, add_known_damage_option, add_semantics_option, run_config
 from workloads.runner import load_runner
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS, DEFAULT_BUDGET, EVERY_POINT
 from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER
@@ -61,13 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                    "Exit 0: nothing found, 1: findings, 2: usage or environment error, 3: internal error.")
     p.add_argument("workload", help="a workload: a powercut-workload/1 .json file or scenario:NAME (run by the "
                                     "timing executor), or an executable, .sh or .py program run in the mounted directory")
-    p.add_argument("--fs", required=True, help="ext4, xfs or btrfs")
-    add_backend_options(p)
-    p.add_argument("--data-dev", default=None, metavar="DEV",
-                   help="--backend dm: record on this block device (erased; default: a loop device on a new file)")
-    p.add_argument("--log-dev", default=None, metavar="DEV", help="--backend dm with --data-dev: the log's block device (erased)")
-    p.add_argument(CONFIRM_FLAG, dest="erase_ok", action="append", default=[], metavar="DEV",
-                   help="confirm that DEV (--data-dev or --log-dev) may be erased; needed for each")
+    p.add_argument("--fs", required=True, help="ext4, xfs, btrfs or f2fs")
+    add_backend_options(p, scopes=("test", "one-run"))
     p.add_argument("--mkfs-opts", default="", help="extra mkfs options, e.g. \"-O ^has_journal\"")
     add_semantics_option(p)
     add_known_damage_option(p)
@@ -79,9 +73,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--crash-points", default=None, metavar="KINDS",
                    help="where to crash: comma-separated flush, fua, mark, write, or N for every Nth entry "
                         f"(default: {DEFAULT_POINTS}, or the scenario's; the end of the log always)")
-    p.add_argument("--device-profile", default=None, metavar="NAME|FILE.json",
-                   help="fuse backend: the recorder plays this device's timing: emmc, sata-hdd, ufs, nvme, none, "
-                        "or a JSON file of read_us, write_us, flush_us, discard_us, mbps, qd (docs/device-profiles.md)")
     p.add_argument("--max-states", default=DEFAULT_BUDGET, metavar="N|design+N|all",
                    help="crash-point budget: N checks at most N crash points spread evenly over the log, plus the "
                         "design points (at and just before every fsync, sync_file_range, ftruncate, rename, open and "
@@ -103,11 +94,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--first-failure", action="store_true", help="stop checking at the first finding")
     p.add_argument("--keep-image", action="store_true",
                    help="save the device's final image as OUT/final.img (sparse)")
-    p.add_argument("--fault", choices=fault_choices(), default=None,
-                   help="test-only: make the recorder lie (drop-flush: flushes are acknowledged but not logged; "
-                        "recovery-drop-flush: the same, only while a recovery is recorded for --recovery-crash); "
-                        "--backend vm also: recovery-panic (the guest kernel crashes at a recovery mount), "
-                        "recovery-hang (a recovery mount waits for I/O that never completes)")
     add_recovery_args(p)
     p.add_argument("--scale", type=float, default=None,
                    help="scenario:NAME only: size of the experiment, 1.0 = the paper's counts (default 1.0)")

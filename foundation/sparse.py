@@ -29,6 +29,11 @@ def punch_hole(fd: int, offset: int, length: int) -> None:
         offset += os.pwrite(fd, _ZEROS[: end - offset], offset)
 
 
+def reserve(fd: int, offset: int, length: int) -> bool:
+    """Allocate [offset, offset+length) keeping the file's size; False where that is unsupported."""
+    return _libc.fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0
+
+
 def is_zero(data: bytes | bytearray | memoryview) -> bool:
     view = memoryview(data)
     return all(_ZEROS.startswith(view[i:i + _ZERO_CHUNK]) for i in range(0, len(view), _ZERO_CHUNK))

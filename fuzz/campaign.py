@@ -14,7 +14,6 @@ line and writes the report; it never touches a device.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import multiprocessing
 import os
 import platform
@@ -33,17 +32,16 @@ from foundation.errors import PowercutError, Terminated
 from harness.pipeline.live import live_guest
 from harness.pipeline.config import RunConfig
 from harness.pipeline.run import terminate_as_exception
+from fuzz import campaign_report
 from fuzz.coordinator import Coordinator, CoordinatorLost, Heartbeat
+from fuzz.coverage import campaign_coverage
+from fuzz.engines import FuzzEngine, engine as fuzz_engine
 from fuzz.layout import CampaignDir, Totals
 from fuzz.status import StatusLine, clock
 from fuzz.shared_store import SharedFindingStore
 from fuzz.store import FindingStore
 from fuzz.worker import FindingBudget, Stopped, Worker, WorkloadBudget
-from workloads import exhaustive
 
-ENGINES = {"hypothesis": "fuzz.engine_hypothesis", "exhaustive": "fuzz.engine_exhaustive", "afl": "fuzz.engine_afl",
-           "mixed": "fuzz.engine_mixed"}
-WALKS_SPACE = ("exhaustive", "mixed")   # engines that walk the exhaustive space (its size, its progress)
 POLL_S = 1.0
 JOIN_S = 300.0
 
@@ -62,6 +60,11 @@ class CampaignSpec:
     max_workloads: int = 0       # 0: no limit
     max_findings: int = 0        # 0: no limit
     options: dict[str, Any] = field(default_factory=dict)  # engine options (seq, shard, AFL and Hypothesis settings)
+
+    @property
+    def generator(self) -> FuzzEngine:
+        """The registered engine (fuzz/engine.py)."""
+        return fuzz_engine(self.engine)
 
 
 def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline: float,
@@ -83,9 +86,9 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
                budget=budget, findings_budget=findings, coord=coord)
     try:
         if cfg.backend.engine.keeps_guest:
-            _run_in_live_guest(w)
+            _run_in_live_guest(w, spec.generator)
         else:
-            importlib.import_module(ENGINES[spec.engine]).run(w)
+            spec.generator.run(w)
     except (Stopped, Terminated):
         pass  # stopped: whatever was running has torn down
     except PowercutError as e:
@@ -99,14 +102,14 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
         sys.exit(internal_error.EXIT_CODE)
 
 
-def _run_in_live_guest(w: Worker) -> None:
+def _run_in_live_guest(w: Worker, generator: FuzzEngine) -> None:
     """--backend vm: the worker's workloads all run in one guest it boots once (and again
     only after the guest kernel died); where the guest's time went is kept in CAMPAIGN/guests/."""
     with live_guest(w.cfg.backend, [w.cfg.fs], w.cfg.tools) as live:
         assert live is not None
         w.opener = live.open
         try:
-            importlib.import_module(ENGINES[w.campaign.config()["spec"]["engine"]]).run(w)
+            generator.run(w)
         finally:
             w.campaign.add_guest_stats(w.name, live.stats())
 
@@ -157,7 +160,7 @@ class Campaign:
         failed = [p.name for p in procs if p.exitcode not in (0, None, -signal.SIGTERM)]
         self._leave()
         report = self.report(failed)
-        path = self.cdir.write_report(report)
+        path, _ = campaign_report.write(self.cdir.path, report, list(self.cdir.entries()))
         print(summary(report, path))
         if interrupted:
             return 130
@@ -193,7 +196,7 @@ class Campaign:
         elif self.stop_reason == "duration" and findings is not None and findings.spent():
             self.stop_reason = "max-findings"  # the worker that saved the last one stopped them all
         elif not stop.is_set():
-            self.stop_reason = "exhausted" if self.spec.engine == "exhaustive" else "workers-exited"
+            self.stop_reason = "exhausted" if self.spec.generator.ends_space else "workers-exited"
 
     def _stop_workers(self, procs: list[multiprocessing.process.BaseProcess], terminate: bool) -> None:
         for p in procs:
@@ -276,20 +279,17 @@ class Campaign:
         r = self.rates(t)
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(t.kinds.items())) or "none"
         remaining = max(0.0, self.start + self.spec.duration_s - time.time())
-        space = space_progress(self.spec.engine, self.spec.options, len(t.indices))
+        space = self.spec.generator.space_progress(self.spec.options, len(t.indices))
         inner = f" (+{t.recovery_states} inside recoveries)" if self.cfg.recovery_crash else ""
         done = f"{t.workloads}{space} workloads"
         if self.coord is not None and space:  # this machine's numbers, and how far the whole space is
             done = (f"{t.workloads} workloads here (campaign {self.coord.name}: {self._joined_done()}"
-                    f"{space_size(self.spec.engine, self.spec.options)} done)")
+                    f"{self.spec.generator.space_size(self.spec.options)} done)")
         elif self.coord is not None:
             done = f"{t.workloads} workloads here (campaign {self.coord.name})"
         return (f"{self.spec.engine} {self.cfg.fs}: {done} ({r['workloads_per_minute']}/min)"
                 f", {t.states} crash states{inner} ({r['crash_states_per_second']}/s), findings: {kinds}, "
                 f"saved {len(self.store.dirs())}, elapsed {clock(r['elapsed_s'])}, remaining {clock(remaining)}")
-
-    def space(self) -> int:
-        return space_of(self.spec.options)
 
     def report(self, failed_workers: list[str]) -> dict[str, Any]:
         t = self.cdir.totals()
@@ -305,39 +305,18 @@ class Campaign:
             "failed_workers": failed_workers,
             "worker_errors": self.cdir.worker_errors(),   # wN -> the line a failed worker ended with
         }
-        if self.spec.engine in WALKS_SPACE:
-            report["exhaustive"] = {"seq": self.spec.options["seq"], "space": self.space(), "done": len(t.indices)}
+        report.update(self.spec.generator.space_report(self.spec.options, len(t.indices)))
         backend = self.cfg.backend
         if backend.engine.keeps_guest:
             report[backend.name] = {**backend.engine.describe(backend.options), **self.cdir.guest_stats()}
         if self.coord is not None:
             report["joined"] = {"coordinator": self.coord.url, "campaign": self.coord.name,
                                 "machine": self.coord.machine, **({"lost": self.lost} if self.lost else {})}
-        if self.spec.engine == "afl":
-            report["afl"] = afl_stats(self.spec.options.get("afl_sync_dir") or self.cdir.sub("afl"))
+        cov = campaign_coverage(self.cdir.entries(), self.start)
+        if cov is not None:  # kernel coverage (vm): the union over all runs, and its growth
+            report["coverage"] = cov
+        report.update(self.spec.generator.report_extra(self.spec.options, self.cdir.sub))
         return report
-
-
-def space_size(engine: str, options: dict[str, Any]) -> str:
-    """' of SIZE' for an engine that walks the exhaustive space (' of SIZE ordered seq-N' for
-    mixed, whose other workloads are generated), '' for one that does not."""
-    if engine not in WALKS_SPACE:
-        return ""
-    ordered = f" ordered seq-{options['seq']}" if engine == "mixed" else ""
-    return f" of {space_of(options)}{ordered}"
-
-
-def space_progress(engine: str, options: dict[str, Any], done: int) -> str:
-    """What follows a workload count in a status line: for exhaustive every workload is one
-    of the space's; for mixed, DONE of them are."""
-    size = space_size(engine, options)
-    return f" ({done}{size})" if engine == "mixed" else size
-
-
-def space_of(options: dict[str, Any]) -> int:
-    """The size of the exhaustive space the engine OPTIONS bound."""
-    total = exhaustive.space_size(options["seq"], options.get("core_ops"))
-    return min(total, options["seq_cap"] or total)
 
 
 def totals_fields(t: Totals) -> dict[str, Any]:
@@ -366,21 +345,6 @@ def ops_distribution(ops: Counter[int]) -> dict[str, Any]:
             "histogram": {str(n): c for n, c in sorted(ops.items())}}
 
 
-AFL_STATS = ("corpus_count", "execs_done", "saved_crashes", "stability", "bitmap_cvg")
-
-
-def afl_stats(sync_dir: str) -> dict[str, dict[str, str]]:
-    """Each AFL++ instance's fuzzer_stats (the ones this report needs)."""
-    out = {}
-    for name in sorted(os.listdir(sync_dir)) if os.path.isdir(sync_dir) else []:
-        path = os.path.join(sync_dir, name, "fuzzer_stats")
-        if os.path.isfile(path):
-            with open(path) as f:
-                stats = {k.strip(): v.strip() for k, v in (ln.split(":", 1) for ln in f if ":" in ln)}
-            out[name] = {k: stats[k] for k in AFL_STATS if k in stats}
-    return out
-
-
 def summary(report: dict[str, Any], path: str) -> str:
     kinds = ", ".join(f"{k} {n}" for k, n in report["findings_by_kind"].items()) or "none"
     on_kernel = f" in a vm guest ({report['vm']['kernel_spec']})" if "vm" in report else ""
@@ -391,6 +355,10 @@ def summary(report: dict[str, Any], path: str) -> str:
              f"checked: {report['crash_states_checked']} ({report['crash_states_per_second']}/s), shrink runs: "
              f"{report['shrink_runs']}",
              f"  findings (crash states): {kinds}"]
+    cov = report.get("coverage")
+    if cov:
+        lines.append(f"  kernel coverage: workload {cov['workload_functions']} functions, recovery "
+                     f"{cov['recovery_functions']} ({cov['runs_with_new_functions']} of {cov['runs']} runs added some)")
     if report.get("expected_damage"):
         lines.append(f"  expected damage (the configuration documents it, e.g. ext4 without a journal before a "
                      f"completed sync; not findings): {report['expected_damage']}")
@@ -413,18 +381,17 @@ def summary(report: dict[str, Any], path: str) -> str:
     if report.get("ops_per_workload"):
         o = report["ops_per_workload"]
         lines.insert(2, f"  ops per workload: min {o['min']}, median {o['median']}, max {o['max']}")
-    if "exhaustive" in report:
-        e = report["exhaustive"]
-        lines.append(f"  seq-{e['seq']} space: {e['done']} of {e['space']} workloads done")
-    for name, st in report.get("afl", {}).items():
-        lines.append(f"  afl {name}: corpus {st.get('corpus_count')}, execs {st.get('execs_done')}, "
-                     f"crashes {st.get('saved_crashes')}, stability {st.get('stability')}")
+    lines += fuzz_engine(report["engine"]).summary_lines(report)
     for s in report["saved_findings"]:
         shrunk = "" if s.get("shrink_complete") else f" (NOT fully shrunk: {s.get('shrink_cut_short', 'not shrunk')})"
         lines.append(f"  saved {s['dir']}: {s['signature']}, {s['ops']} ops, crash state {s['state_id']}{shrunk}")
+        if s.get("triage"):
+            lines.append(f"    triage: {s['triage']}")
     if report["failed_workers"]:
         lines.append(f"  workers that failed: {', '.join(report['failed_workers'])}")
     for name, line in report.get("worker_errors", {}).items():
         lines.append(f"  worker {name}: {line}")
-    lines.append(f"  report: {path}")
+    for bug, n in report.get("known_bug_hits", {}).items():
+        lines.append(f"  documented bug {bug}: shown by {n} workloads (saved once, not shrunk)")
+    lines.append(f"  report: {path} (and report.md beside it)")
     return "\n".join(lines)

@@ -27,17 +27,29 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from foundation import ownership, paths
 from foundation.errors import EnvError
+from foundation.options import Option
 from foundation.runstate import RunState, spawn_recorded
 from foundation.sysres import wait_pid_gone
 from fuzz.afl_sync import QueueSync, claim_main, machine_tag
 from fuzz.afl_target import PIDFILE, TIME_LIMIT_S, pending_dir
+from fuzz.engine import FuzzEngine, OptionGroup, register_engine
 from fuzz.worker import Worker
 from workloads.format import workload_doc
 from workloads.opcodec import decode, random_record
 
+SYNC = OptionGroup("afl engine", (
+    Option("afl_sync_dir", "--afl-sync-dir", metavar="DIR",
+           help="AFL++ sync directory shared with other machines (default: CAMPAIGN/afl)"),
+    Option("afl_prefix", "--afl-prefix", default="w", help="instance name prefix, unique per machine (default: w)"),
+    Option("afl_secondary", "--afl-secondary", action="store_true", default=False,
+           help="no main (-M) instance here: another machine has it"),
+))
+AFL_STATS = ("corpus_count", "execs_done", "saved_crashes", "stability", "bitmap_cvg")  # of fuzzer_stats, reported
 MAP_SIZE = 1 << 16
 EXEC_TIMEOUT_MS = (TIME_LIMIT_S + 60) * 1000  # the target stops itself first, cleanly
 POLL_S = 2.0
@@ -172,3 +184,39 @@ def triage_pending(w: Worker, pending: str) -> None:
         trial = w.run(workload_doc(ops, name=f"afl-{name[:12]}"), engine="afl", afl_input=name)
         if trial is not None:
             w.triage(trial)
+
+
+def afl_stats(sync_dir: str) -> dict[str, dict[str, str]]:
+    """Each AFL++ instance's fuzzer_stats (the ones this report needs)."""
+    out = {}
+    for name in sorted(os.listdir(sync_dir)) if os.path.isdir(sync_dir) else []:
+        path = os.path.join(sync_dir, name, "fuzzer_stats")
+        if os.path.isfile(path):
+            with open(path) as f:
+                stats = {k.strip(): v.strip() for k, v in (ln.split(":", 1) for ln in f if ":" in ln)}
+            out[name] = {k: stats[k] for k in AFL_STATS if k in stats}
+    return out
+
+
+class AflEngine(FuzzEngine):
+    name = "afl"
+    summary = "AFL++ mutates op-record inputs, each run by a new target process"
+    groups = (SYNC,)
+    one_process_per_workload = True
+
+    def run(self, w: Worker) -> None:
+        run(w)
+
+    def require(self) -> None:
+        afl_fuzz()  # now, with the install hint, not in a worker
+
+    def report_extra(self, options: Mapping[str, Any], campaign_dir: Callable[[str], str]) -> dict[str, Any]:
+        return {"afl": afl_stats(options.get("afl_sync_dir") or campaign_dir("afl"))}
+
+    def summary_lines(self, report: Mapping[str, Any]) -> list[str]:
+        return [f"  afl {name}: corpus {st.get('corpus_count')}, execs {st.get('execs_done')}, "
+                f"crashes {st.get('saved_crashes')}, stability {st.get('stability')}"
+                for name, st in report.get("afl", {}).items()]
+
+
+register_engine(AflEngine())

@@ -15,12 +15,71 @@ waits for the last leases to end (done, or taken over) before it stops.
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
+from foundation.errors import UsageError
+from foundation.options import Option
 from fuzz.coordinator import ALL_DONE, WAIT
+from fuzz.engine import FuzzEngine, OptionGroup, register_engine
 from fuzz.worker import Worker
 from workloads import exhaustive
 
 WAIT_S = 1.0    # between claims while the last positions are leased to others
 MAX_TRIES = 2   # harness failures of one position before it is given up (left out of the space done)
+SEQ3_CAP = 20000  # --seq 3 without --seq-cap: the first N of its ordered space
+
+
+def parse_seq(given: int | None) -> int:
+    seq = 1 if given is None else given
+    if seq not in (1, 2, 3):
+        raise UsageError(f"--seq {seq}: 1, 2 or 3")
+    return seq
+
+
+def parse_core_ops(text: str | None) -> list[str] | None:
+    core = text.split(",") if text else None
+    unknown = sorted(set(core or []) - set(exhaustive.CORE_NAMES))
+    if unknown:
+        raise UsageError(f"--core-ops: unknown {', '.join(unknown)}; choose from {', '.join(exhaustive.CORE_NAMES)}")
+    return core
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    m = re.fullmatch(r"(\d+)/(\d+)", text)
+    if m is None or not 0 <= int(m[1]) < int(m[2]):
+        raise UsageError(f"--shard {text!r}: use K/N with 0 <= K < N, e.g. 0/2")
+    return int(m[1]), int(m[2])
+
+
+def _check(options: dict[str, Any]) -> None:
+    if options["seq_cap"] is None:
+        options["seq_cap"] = SEQ3_CAP if options["seq"] == 3 else 0
+
+
+SPACE = OptionGroup("exhaustive space (the exhaustive engine, and engines that walk its space)", (
+    Option("seq", "--seq", type=int, parse=parse_seq,
+           help="sequence length: 1, 2 or 3 core ops (default 1, or the engine's own: 2 for mixed)"),
+    Option("seq_cap", "--seq-cap", type=int, metavar="N",
+           help=f"visit N workloads of a larger space: the first N of the ordered seq-2/3 space, N evenly "
+                f"spread ones with --core-ops (default: all; {SEQ3_CAP} for --seq 3)"),
+    Option("core_ops", "--core-ops", metavar="NAMES", parse=parse_core_ops,
+           help="bound the space to these core ops, comma-separated, enumerated in that order "
+                f"(default all: {', '.join(exhaustive.CORE_NAMES)})"),
+    Option("shard", "--shard", default="0/1", metavar="K/N", parse=parse_shard,
+           help="only workloads with index %% N == K (several machines)"),
+), _check)
+
+
+class ExhaustiveEngine(FuzzEngine):
+    name = "exhaustive"
+    summary = "every workload of the bounded ACE-style space, in index order"
+    groups = (SPACE,)
+    walks_space = True
+    ends_space = True
+
+    def run(self, w: Worker) -> None:
+        run(w)
 
 
 def indices(w: Worker, number: int | None = None, jobs: int | None = None) -> list[int]:
@@ -89,3 +148,6 @@ def claim_and_run(w: Worker, order: list[int]) -> int:
     w.triage(trial)  # before completing: a machine that dies while shrinking leaves the position to another
     w.coord.complete(claim.position, entry)
     return claim.how
+
+
+register_engine(ExhaustiveEngine())

@@ -10,6 +10,13 @@ signature moves as ops go (the last op before the crash point changes), so
 its shrinks ended as "flaky" after a run or two and saved workloads of 20
 ops. Known signatures pass: a campaign keeps exploring past a bug it has saved.
 
+With --coverage-target, where runs have kernel coverage (vm backend,
+fuzz/coverage.py), each example reports how much of the file system's code
+it ran to Hypothesis' `target()` (`reach`: recovery-path functions weighed
+most), and the target phase hill-climbs toward workloads that run more of it.
+A stationary score, not the run's novelty: Hypothesis' optimiser compares
+scores of examples, and novelty falls to zero when an example is run again.
+
 Settings for expensive examples (peers.md): no deadline, no explain or
 shrink phase, health checks about slow or large data off. The example
 database is CAMPAIGN/hypothesis-db unless --hypothesis-db names a shared
@@ -33,16 +40,51 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
+from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings, target
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.extra.redis import RedisExampleDatabase
 
 from checkers.fsrules import Semantics
+from foundation.errors import UsageError
+from foundation.options import Option
+from fuzz.engine import FuzzEngine, OptionGroup, register_engine
+from fuzz.coverage import reach, run_hits
 from fuzz.trial import op_count
 from fuzz.worker import Worker
 from workloads.strategies import workloads
 
 ROUND_EXAMPLES = 20
+
+
+def parse_ops_range(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    lo, sep, hi = text.partition("-")
+    if not (sep and lo.isdigit() and hi.isdigit() and 1 <= int(lo) <= int(hi)):
+        raise UsageError(f"--ops {text}: expected LO-HI with 1 <= LO <= HI, e.g. 5-20")
+    return [int(lo), int(hi)]
+
+
+def _check(options: dict[str, Any]) -> None:
+    if not 1 <= options["min_ops"] <= options["max_ops"]:
+        raise UsageError("--min-ops/--max-ops: need 1 <= min <= max")
+
+
+GENERATION = OptionGroup("generated workloads (the hypothesis engine, and engines that use it)", (
+    Option("min_ops", "--min-ops", type=int, default=2,
+           help="fewest op records in a generated workload (default 2; a record is an op and maybe a "
+                "persistence op after it)"),
+    Option("max_ops", "--max-ops", type=int, default=10, help="most op records (default 10)"),
+    Option("ops_range", "--ops", metavar="LO-HI", parse=parse_ops_range,
+           help="keep only workloads of LO..HI ops as the executor runs them (opens and persistence ops "
+                "count), e.g. 5-20; shrinking stays in the range too"),
+    Option("coverage_target", "--coverage-target", action="store_true", default=False,
+           help="vm: give Hypothesis each example's kernel coverage (recovery-path functions weighed 3x) "
+                "through target(), and run its target phase (hill-climbing toward workloads that run more "
+                "of the file system's code); off by default until a benchmark shows it helps"),
+    Option("hypothesis_db", "--hypothesis-db", metavar="DIR|redis://HOST:PORT/N",
+           help="example database to share between machines (default: CAMPAIGN/hypothesis-db)"),
+), _check)
 
 
 class NewFinding(Exception):
@@ -89,6 +131,16 @@ def failed(doc: dict[str, Any]) -> None:
     raise NewFinding(doc["name"])
 
 
+class HypothesisEngine(FuzzEngine):
+    name = "hypothesis"
+    summary = "random workloads from the op vocabulary (the default on the host's kernel)"
+    groups = (GENERATION,)
+    default_on = "host"
+
+    def run(self, w: Worker) -> None:
+        run(w)
+
+
 def run(w: Worker) -> None:
     rounds = Rounds(w)
     while not w.should_stop():
@@ -116,7 +168,8 @@ class Rounds:
         failing: list[str] = []  # the workload of this round's NewFinding, as JSON
 
         @settings(database=self.db, max_examples=self.examples, deadline=None, report_multiple_bugs=False,
-                  phases=[Phase.explicit, *([Phase.reuse] if n == 1 else []), Phase.generate],
+                  phases=[Phase.explicit, *([Phase.reuse] if n == 1 else []), Phase.generate,
+                          *([Phase.target] if w.options.get("coverage_target") else [])],
                   suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet, print_blob=False)
         @seed(hash((w.seed, w.number, done, n)) & 0xFFFFFFFF)
         @given(self.generated)
@@ -130,6 +183,9 @@ class Rounds:
             calls += 1
             doc["name"] = f"hyp-{w.name}-{done}-{n}-{calls}"
             trial = w.run(doc, engine="hypothesis")
+            hits = run_hits(trial.result.report) if trial is not None and w.options.get("coverage_target") else None
+            if hits is not None:
+                target(reach(hits), label="kernel coverage")
             if trial is not None and w.triage(trial):
                 failing.append(text)
                 failed(doc)
@@ -138,3 +194,6 @@ class Rounds:
             example()
         except NewFinding:
             return
+
+
+register_engine(HypothesisEngine())

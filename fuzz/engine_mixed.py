@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from fuzz import engine_exhaustive, engine_hypothesis
 from fuzz.coordinator import ALL_DONE, WAIT
+from fuzz.engine import FuzzEngine, register_engine
 from fuzz.worker import Worker
 
 STRETCH = 5
@@ -65,3 +66,21 @@ def run_joined(w: Worker) -> None:
             ran += 1
         if not w.should_stop():
             rounds.next()
+
+
+class MixedEngine(FuzzEngine):
+    name = "mixed"
+    summary = ("the ordered exhaustive seq-2 space and hypothesis, half the workers each "
+               "(the default with a backend that keeps a guest: vm)")
+    groups = (engine_exhaustive.SPACE, engine_hypothesis.GENERATION)
+    defaults = {"seq": 2}
+    walks_space = True
+    counts_space_done = True
+    space_note = " ordered seq-{seq}"
+    default_on = "guest"
+
+    def run(self, w: Worker) -> None:
+        run(w)
+
+
+register_engine(MixedEngine())

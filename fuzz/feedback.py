@@ -10,7 +10,10 @@ counts into hit buckets):
 - (file, bucket of its final size) from the model, and (file, bucket of its
   extent count) read with FIEMAP from the last recovered crash image;
 - which (last persistence op completed before a crash point, the check
-  outcome there: ok or the finding kinds) pairs occur.
+  outcome there: ok or the finding kinds) pairs occur;
+- where the run has kernel coverage (vm backend: fuzz/coverage.py), each
+  function of the file system's modules that ran, per path (workload,
+  recovery), counted by its calls: the kernel's own map, as kcov's would be.
 
 Nothing timing-dependent (latencies, log entry indices, how many crash
 points or flushes exactly) goes in: writeback timing would show up as
@@ -30,6 +33,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from checkers.findings import Finding
+from fuzz.coverage import bucket, run_hits
 from fuzz.trial import Trial
 from replay.crashstates import CrashState
 from replay.logformat import LogReader
@@ -39,11 +43,6 @@ DEFAULT_MAP_SIZE = 1 << 16
 PERSIST = ("fsync", "fdatasync", "sync", "syncfs", "sync_file_range")
 FS_IOC_FIEMAP = 0xC020660B
 _FIEMAP = struct.Struct("=QQLLLL")  # fm_start, fm_length, fm_flags, fm_mapped_extents, fm_extent_count, reserved
-
-
-def bucket(n: int) -> int:
-    """0, 1, 2, 3, then powers of two: the coarse classes AFL++ uses for hit counts."""
-    return n if n < 4 else n.bit_length() + 2
 
 
 class Extents:
@@ -113,6 +112,9 @@ def features(trial: Trial, extents: Extents) -> Counter[tuple[object, ...]]:
         before = [k for m, k in persisted if m <= point]
         outcomes.add(("point", before[-1] if before else "none", ",".join(sorted(by_point.get(point, {"ok"})))))
     f.update(outcomes)  # present or not: how many crash points there are follows the log's timing
+    for path, hits in (run_hits(trial.result.report) or {}).items():
+        for fn, n in hits.items():
+            f["kernel", path, fn] += n
     return f
 
 

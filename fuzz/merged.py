@@ -18,9 +18,10 @@ from typing import Any
 from foundation import ownership
 from foundation.errors import UsageError
 from foundation.jsondoc import write_json
-from foundation.mdtable import table
-from fuzz.campaign import WALKS_SPACE, saved_entry, space_of, space_progress, summary, totals_fields
+from fuzz import campaign_report
+from fuzz.campaign import saved_entry, totals_fields
 from fuzz.coordinator import Coordinator
+from fuzz.engines import engine as fuzz_engine
 from fuzz.layout import totals_of
 from fuzz.status import clock
 
@@ -54,13 +55,12 @@ def merged_report(coord: Coordinator) -> dict[str, Any]:
         "joined": {"coordinator": coord.url, "campaign": coord.name, "leases_outstanding": snap["leases"],
                    "duplicate_runs": snap["duplicates"], "positions_given_up": snap["failed"]},
     }
-    if engine in WALKS_SPACE:
-        report["exhaustive"] = {"seq": options["seq"], "space": space_of(options), "done": snap["done"]}
+    report.update(fuzz_engine(engine).space_report(options, snap["done"]))
     return report
 
 
 def stop_reason(engine: str, options: dict[str, Any], snap: dict[str, Any]) -> str:
-    if engine == "exhaustive" and snap["done"] + snap["failed"] >= space_of(options) and not snap["leases"]:
+    if fuzz_engine(engine).exhausted(options, snap["done"], snap["failed"], snap["leases"]):
         return "exhausted"
     return "running" if snap["alive"] else "stopped"
 
@@ -81,7 +81,7 @@ def status_text(coord: Coordinator) -> str:
                      f"saved {st.get('saved_findings', 0)}, {seen}")
     t = totals_of([*coord.done_entries(), *coord.journal()])
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(t.kinds.items())) or "none"
-    space = space_progress(config["engine"], config["options"], snap["done"])
+    space = fuzz_engine(config["engine"]).space_progress(config["options"], snap["done"])
     lines.append(f"  total: {t.workloads}{space} workloads, {round(total_rate, 2)}/min now on "
                  f"{len(snap['alive'])} machines; crash states {t.states}; findings: {kinds}; "
                  f"saved {snap['findings']}")
@@ -103,10 +103,6 @@ def write_merged(coord: Coordinator, out: str) -> dict[str, Any]:
         else:
             ownership.make_dir(os.path.join(findings, f["dir"]))
             write_json(os.path.join(findings, f["dir"], "finding.json"), f)
-    path = write_json(os.path.join(out, "report.json"), report)
-    with open(os.path.join(out, "report.md"), "w") as md:
-        rows = [(m, s["host"], s.get("workloads", 0), s.get("workloads_per_minute", 0.0), s.get("saved_findings", 0))
-                for m, s in report["machines"].items()]
-        md.write(f"# Campaign {coord.name} (joined, {len(rows)} machines)\n\n```\n{summary(report, path)}\n```\n\n")
-        md.write("\n".join(table(["machine", "host", "workloads", "per minute", "saved findings"], rows)) + "\n")
+    entries = [*coord.done_entries(), *coord.journal()]
+    campaign_report.write(out, report, entries, f"{coord.name} (joined, {len(report['machines'])} machines)")
     return report

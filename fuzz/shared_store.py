@@ -48,8 +48,9 @@ class SharedFindingStore(FindingStore):
         return self.coord.next_finding_number()
 
     def save(self, trial: Trial, sig: Signature, finding: Finding, cfg: RunConfig, *,
-             original: dict[str, Any], also: list[Signature], shrink: dict[str, Any]) -> str:
-        d = super().save(trial, sig, finding, cfg, original=original, also=also, shrink=shrink)
+             original: dict[str, Any], also: list[Signature], shrink: dict[str, Any],
+             triage: dict[str, str] | None = None) -> str:
+        d = super().save(trial, sig, finding, cfg, original=original, also=also, shrink=shrink, triage=triage)
         if not upload(self.coord, d):
             # Every signature it shows was saved by another machine meanwhile (this shrink ended on
             # one that machine was shrinking): theirs is the campaign's; a copy here would be a second.

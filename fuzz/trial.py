@@ -18,12 +18,13 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from checkers.crashwalk.walk import Inspect
 from checkers.findings import KINDS, Finding
 from checkers.crashwalk.recovery import first_problem
+from fuzz.coverage import Novelty
 from fuzz.layout import fresh_dir
 from harness.backends import BackendOpener
 from harness.pipeline.config import RunConfig
@@ -82,6 +83,8 @@ class Trial:
     result: RunResult
     plan: Plan
     seconds: float
+    novelty: Novelty | None = None  # what the run added to its worker's kernel coverage (vm backend)
+    known_bugs: dict[str, str] = field(default_factory=dict)  # signature key -> documented bug (fuzz/known.py)
 
     @property
     def findings(self) -> list[Finding]:

@@ -20,6 +20,8 @@ from harness.backends import BackendOpener
 from foundation.errors import PowercutError, Terminated
 from harness.pipeline.config import RunConfig
 from fuzz.coordinator import Coordinator, CoordinatorLost
+from fuzz.coverage import CoverageMap, journal_coverage, run_hits
+from fuzz.known import documented_signatures, finding_triage
 from fuzz.layout import CampaignDir, remove_owned
 from fuzz.minimize import Shrinker
 from fuzz.shared_store import SharedFindingStore
@@ -87,6 +89,7 @@ class Worker:
     findings_budget: FindingBudget | None = None  # --max-findings, shared by all workers
     coord: Coordinator | None = None      # --coordinator: the campaign is joined with other machines
     last_entry: dict[str, Any] = field(default_factory=dict)  # the journal entry of the last run
+    coverage: CoverageMap = field(default_factory=CoverageMap)  # kernel coverage of this worker's runs (vm)
 
     def __post_init__(self) -> None:
         path = self.campaign.sub("findings")
@@ -113,7 +116,13 @@ class Worker:
                 raise
             return None
         self.errors = 0
-        self._journal(trial.journal_entry(**journal))
+        hits = run_hits(trial.result.report)
+        if hits is not None:
+            trial.novelty = self.coverage.add(hits)
+            journal["coverage"] = journal_coverage(hits, trial.novelty)
+        known = documented_signatures(trial, self.cfg)
+        self._journal(trial.journal_entry(**journal, **({"known_bugs": known} if known else {})))
+        trial.known_bugs = known
         return trial
 
     def _journal(self, entry: dict[str, Any]) -> None:
@@ -144,6 +153,13 @@ class Worker:
         for sig, _ in self.new_signatures(trial):
             if not self.store.claim(sig):
                 continue
+            if sig.key() in trial.known_bugs:
+                # A documented bug (checkers/documented_bugs.py) costs no shrink: saved as found
+                # (its workload, reproducer and crash image), counted, and the campaign moves on.
+                bug = trial.known_bugs[sig.key()]
+                self.save(trial, sig, trial.doc, {"method": "none", "runs": 0, "complete": False, "known_bug": bug,
+                                                  "cut_short": f"a documented bug ({bug}), saved as found"})
+                return True
             shrinker = Shrinker(self._shrink_run, sig, os.path.join(self.work, "best"),
                                 deadline=time.monotonic() + float(self.options.get("shrink_seconds", 600)),
                                 match=str(self.options.get("shrink_match", "signature")))
@@ -184,7 +200,8 @@ class Worker:
         sig, finding = next(((s, f) for s, f in sigs if s == wanted), sigs[0])
         shrink = {**shrink, "ops_before": sum(len(t["ops"]) for t in original["threads"])}
         d = self.store.save(trial, sig, finding, self.cfg, original=original,
-                            also=[wanted] if wanted != sig else [], shrink=shrink)
+                            also=[wanted] if wanted != sig else [], shrink=shrink,
+                            triage=finding_triage(trial, [sig, wanted], self.cfg).to_json())
         if d and self.findings_budget is not None and self.findings_budget.add():
             self.stop.set()  # before this worker's next workload, not at the campaign's next poll
         return d

@@ -16,7 +16,7 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -86,6 +86,18 @@ def journal(campaign: Path, worker: str = "*") -> list[dict]:
             for line in j.read_text().splitlines() if line.strip()]
 
 
+def wait_until_redis_is_ready(proc: subprocess.Popen[str]) -> None:
+    """Block until redis-server PROC logs that it accepts connections (its stdout, a pipe), then
+    drain the rest of its log in the background so it never blocks on a full pipe. No deadline:
+    its exit ends the wait (EOF), however loaded the machine is."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "Ready to accept connections" in line:
+            threading.Thread(target=proc.stdout.read, daemon=True).start()
+            return
+    raise AssertionError(f"redis-server exited ({proc.wait()}) before accepting connections")
+
+
 @contextmanager
 def redis_server(directory: Path, *args: str) -> Iterator[str]:
     """A real redis-server on loopback, on a free port, with ARGS; yields its redis:// URL."""
@@ -94,17 +106,10 @@ def redis_server(directory: Path, *args: str) -> Iterator[str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(["redis-server", *args, "--port", str(port), "--bind", "127.0.0.1",
-                             "--dir", str(directory)], stdout=subprocess.DEVNULL)
-    client = redis.Redis(port=port)
-    deadline = time.monotonic() + 20
+                             "--dir", str(directory)], stdout=subprocess.PIPE, text=True)
     try:
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                assert time.monotonic() < deadline and proc.poll() is None, "redis-server did not come up"
-                time.sleep(0.1)
+        wait_until_redis_is_ready(proc)
+        assert redis.Redis(port=port).ping()
         yield f"redis://127.0.0.1:{port}/0"
     finally:
         proc.kill()

@@ -25,6 +25,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from common import wait_until_redis_is_ready
+
 PORT = 6379
 NETNS_DIR = "/run/netns"
 PREFIX = "pcj"
@@ -145,12 +147,10 @@ def lab(tmp: Path, machines: int) -> Iterator[Lab]:
         redis_proc = subprocess.Popen(
             [*n.enter("r"), "redis-server", "--port", str(PORT), "--bind", *(n.redis_addr(j) for j in range(machines)),
              "--save", "", "--appendonly", "no", "--dir", str(tmp), "--protected-mode", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while subprocess.run([*n.enter(0), "redis-cli", "-h", n.redis_addr(0), "-p", str(PORT), "ping"],
-                             capture_output=True, text=True).stdout.strip() != "PONG":
-            assert time.monotonic() < deadline and redis_proc.poll() is None, "redis-server did not come up"
-            time.sleep(0.2)
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        wait_until_redis_is_ready(redis_proc)
+        assert subprocess.run([*n.enter(0), "redis-cli", "-h", n.redis_addr(0), "-p", str(PORT), "ping"],
+                              capture_output=True, text=True).stdout.strip() == "PONG"  # reached from a machine
         yield n
     finally:
         if redis_proc is not None:

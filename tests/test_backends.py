@@ -4,6 +4,7 @@ itself, and the host's and the guest's recording sequences write the marks in on
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from typing import Any
 
@@ -57,6 +58,8 @@ def test_a_run_config_reads_back_from_its_saved_form_as_the_same_typed_values() 
     saved = cfg.to_json()
     assert {k: saved[k] for k in flat} == flat  # the flat form keeps the user's words
     assert RunConfig.parse(saved) == cfg
+    # every field has its key in the flat form (the backend: its engine's option keys and `backend`)
+    assert {f.name for f in dataclasses.fields(RunConfig)} <= set(saved)
 
 
 def test_a_bad_spec_is_one_usage_line_before_anything_runs() -> None:

@@ -153,6 +153,12 @@ def test_latency_regression_fails_the_run(pc: PcEnv) -> None:
     results = json.loads((pc.tmp / "second" / "results.json").read_text())
     regs = results["cases"]["create-pwrite-fsync@ext4-ordered"]["regressions"]
     assert any(r.startswith("fsync ") for r in regs)
+    # --latency-factor: 1000x slower than the baseline is no regression when the factor allowed is 100000
+    p = pc.run("corpus", "run", "--entries", "create-pwrite-fsync", "--rows", "ext4-ordered",
+               "--baseline", str(pc.tmp / "baseline.json"), "--latency-floor-us", "0", "--latency-factor", "100000",
+               "--out", str(pc.tmp / "third"), check_rc=0)
+    third = json.loads((pc.tmp / "third" / "results.json").read_text())
+    assert third["cases"]["create-pwrite-fsync@ext4-ordered"]["regressions"] == [], third
 
 
 @pytest.mark.e2e
@@ -174,6 +180,16 @@ def test_promote_a_run_into_the_corpus(pc: PcEnv) -> None:
     # the row it was promoted into is a row of the repository's matrix, with the run's mount options
     rows = {r.name: r for r in load_matrix(CORPUS_DIR / "matrix.json")}
     assert rows["ext4-writeback"].fs == "ext4" and "data=writeback" in rows["ext4-writeback"].mount_opts
+    # --matrix: the row is looked up in that matrix; --row names it outright
+    matrix = pc.tmp / "matrix.json"
+    matrix.write_text(json.dumps({"format": "powercut-matrix/1", "rows": [
+        {"name": "product-a", "fs": "ext4", "mount_opts": "data=writeback,nodelalloc"}]}))
+    p = pc.run("corpus", "promote", str(run), "--why", "w", "--corpus", str(corpus), "--name", "in-product",
+               "--matrix", str(matrix), check_rc=0)
+    assert load_entry(corpus / "promoted" / "in-product.json").expect == {"product-a": ["stale-data"], "default": []}
+    p = pc.run("corpus", "promote", str(run), "--why", "w", "--corpus", str(corpus), "--name", "named-row",
+               "--row", "ext4-journal", check_rc=0)
+    assert load_entry(corpus / "promoted" / "named-row.json").expect == {"ext4-journal": ["stale-data"], "default": []}
 
 
 def test_runnable_skips_rows_this_host_cannot_run(pc: PcEnv) -> None:
@@ -182,5 +198,5 @@ def test_runnable_skips_rows_this_host_cannot_run(pc: PcEnv) -> None:
     p = pc.run("corpus", "run", "--matrix", str(matrix), "--runnable", "--entries", "append-fsync",
                "--out", str(pc.tmp / "out"), check_rc=2)
     assert p.stderr.splitlines() == [
-        "powercut corpus: skipping row odd: unknown --fs 'nilfs9': choose one of ext4, xfs, btrfs",
+        "powercut corpus: skipping row odd: unknown --fs 'nilfs9': choose one of ext4, xfs, btrfs, f2fs",
         "powercut: no matrix row left after --fs/--rows and --runnable"], p.stderr

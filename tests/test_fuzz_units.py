@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 from checkers.findings import Finding
 from common import running
 from conftest import ROOT
-from cli.fuzz import parse_duration, parse_ops_range, parse_shard
+from cli.fuzz import parse_duration
+from fuzz.engine_exhaustive import parse_shard
+from fuzz.engine_hypothesis import parse_ops_range
 from fuzz.minimize import Shrinker, repair, subset
 from fuzz.store import FindingStore
 from fuzz.trial import Signature, Trial, signature
@@ -33,16 +35,36 @@ from workloads.plan import build_plan
 from workloads.strategies import workloads
 
 
+def assert_runnable(doc: dict) -> None:
+    """DOC is a workload the executor can run as written: it parses (the schema and the fd
+    rules: else UsageError), its plan keeps every op in order, and, read off the document
+    itself, every fd an op uses was opened before it and not closed since."""
+    ops = doc["threads"][0]["ops"]
+    plan = build_plan(parse_workload(doc))
+    assert [o.kind for o in plan.threads[0].ops] == [o["op"] for o in ops]
+    open_fds: set[str] = set()
+    for k, op in enumerate(ops):
+        fds = [op[key] for key in ("fd", "from_fd") if key in op]
+        if op["op"] == "open":
+            open_fds.add(op["fd"])
+            continue
+        assert set(fds) <= open_fds, f"op {k} ({op['op']}) uses {fds}, open: {sorted(open_fds)}"
+        if op["op"] == "close":
+            open_fds.discard(op["fd"])
+
+
 @settings(max_examples=200, suppress_health_check=list(HealthCheck), deadline=None)
 @given(workloads(1, 24))
 def test_strategy_workloads_are_valid(doc: dict) -> None:
-    parse_workload(doc)
+    assert_runnable(doc)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.binary(min_size=opcodec.RECORD, max_size=40 * opcodec.RECORD))
 def test_any_bytes_decode_to_a_valid_workload(data: bytes) -> None:
-    parse_workload(workload_doc(opcodec.decode(data)))
+    doc = workload_doc(opcodec.decode(data))
+    assert doc["threads"][0]["ops"], "a whole record decodes to at least one op"
+    assert_runnable(doc)
 
 
 def test_short_input_decodes_to_nothing() -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import common
+from test_campaign_report import check_page
 from conftest import POWERCUT, PcEnv, needs_root_stack
 from fuzz.trial import digest
 from netlab import MOUNT_MARK, NETNS_DIR, PORT, Lab, lab, lab_namespaces, mounted, sweep_dead_labs
@@ -211,6 +212,7 @@ def test_hypothesis_machines_share_examples_and_one_set_of_findings(pc: PcEnv) -
     check_saved_once(pc.tmp / "merged", [pc.tmp / "m0", pc.tmp / "m1"])
     merged = json.loads((pc.tmp / "merged" / "report.json").read_text())
     assert merged["workloads"] == len(journal(pc.tmp / "m0")) + 1
+    check_page(pc.tmp / "merged", merged)  # its report.md: one row per saved finding, its figure drawn
 
 
 @pytest.mark.skipif(shutil.which("afl-fuzz") is None, reason="afl++ not installed (`make afl`)")

@@ -261,3 +261,23 @@ def test_a_directory_swapped_out_of_a_fsynced_name_keeps_its_entries_apart_on_bt
     os.unlink(run.dir / "foo/foo")
     os.symlink("t", run.dir / "foo/foo")  # what D held there only before the sync
     assert set(rules(run, last(run), fs)) == ({"no-resurrection"} if fs == "btrfs" else {"ordered-metadata"})
+
+
+def test_f2fs_rename_after_fsync_is_required_only_with_strict_fsync_or_fastboot(tmp_path: Path) -> None:
+    """f2fs: generic/342, 502, 526 and 527 mount it with fsync_mode=strict, 066 and 690 with
+    fastboot; in the default posix mode the rename's name need not be durable, the data must."""
+    ops = [op("mkdir", path="d")] + create("d/foo") + [op("sync"), op("rename", **{"from": "d/foo", "to": "d/bar"}),
+                                                       op("fsync", fd="f"), op("close", fd="f")]
+    run = Run(tmp_path, ops)
+    os.rename(run.dir / "d/bar", run.dir / "d/foo")  # the rename lost
+
+    def f2fs(mount_opts: str) -> list[str]:
+        oracle = ContentOracle(run.history, run.plan.wid, "f2fs",
+                               semantics=Semantics("linux", "f2fs", "", mount_opts))
+        return [f.evidence["rule"] for f in oracle.inspect(str(run.dir), last(run))]
+    assert f2fs("") == [] and f2fs("fsync_mode=posix") == []
+    assert f2fs("fsync_mode=strict") == ["fsync-names", "fsync-names"]
+    assert f2fs("fastboot,noatime") == ["fsync-names", "fsync-names"]
+    (run.dir / "d/foo").write_bytes(b"")              # and the fsynced data lost too: posix fsync-data
+    assert f2fs("") == ["fsync-data"]
+    assert "f2fs" not in RULES["ordered-metadata"].fs

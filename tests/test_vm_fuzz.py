@@ -15,10 +15,12 @@ import json
 import os
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from common import newest, vm
+from test_campaign_report import check_page
 from conftest import PcEnv
 
 pytestmark = [
@@ -55,6 +57,29 @@ def test_planted_violation_in_the_kernel_log_is_found_shrunk_and_reproduced(pc: 
     assert f"--backend vm --kernel {KERNEL}" in script
     p = subprocess.run([os.path.join(d, "reproduce.sh")], capture_output=True, text=True, env=pc.env(), timeout=900)
     assert p.returncode == 1 and f"[{f['kind']}]" in p.stdout, p.stdout + p.stderr
+    assert pc.leftovers() == []
+    check_page(Path(out), report)
+    assert report["latency_clock"] == "emulated"
+
+
+def test_documented_bug_saved_unshrunk(pc: PcEnv) -> None:
+    """Debian's 6.12.117 btrfs has generic/764's bug (docs/bugs/): the ordered space meets it
+    within its first few dozen workloads. The campaign names it, saves it as found (no shrink
+    run) and report.md says so; its latencies are the emulator's and report.json says that."""
+    out = pc.tmp / "c"  # short: the guest's control socket lives under it (AF_UNIX: 108 bytes)
+    p = pc.run("fuzz", "--out", str(out), "--fs", "btrfs", "--backend", "vm", "--kernel",
+               "debian:linux-image-6.12.117+deb12-amd64", "--engine", "exhaustive", "--seq", "2", "--jobs", "1",
+               "--max-findings", "1", "--max-workloads", "60", "--duration", "20m", timeout=1800)
+    assert p.returncode == 1, p.stdout + p.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["shrink_runs"] == 0 and report["latency_clock"] == "emulated"
+    (s,) = report["saved_findings"]
+    f = json.loads((out / "findings" / s["dir"] / "finding.json").read_text())
+    assert f["triage"]["verdict"] == "documented" and f["shrink"]["known_bug"] == f["triage"]["bug"], f["triage"]
+    assert report["known_bug_hits"][f["triage"]["bug"]] >= 1
+    assert f"triage: documented kernel bug {f['triage']['bug']}" in p.stdout
+    md = check_page(out, report)
+    assert "Measured in an emulated guest" in md
     assert pc.leftovers() == []
 
 
@@ -98,9 +123,12 @@ def bisect_inode_cache(pc: PcEnv, kernels: str) -> tuple[subprocess.CompletedPro
     w.write_text(json.dumps(exhaustive.workload(1, 0)))
     out = pc.tmp / "bisect"
     # Few crash states (marks only, in order): the bisection is about kernels, not states.
-    p = pc.run("bisect", str(w), "--fs", "btrfs", "--mount-opts", "inode_cache", "--crash-points", "mark",
-               "--reorder", "none", "--kernels", kernels, "--out", str(out), timeout=1800)
-    return p, json.loads((out / "bisect.json").read_text())
+    # --mkfs-opts: btrfs' default node size, given, so every kernel's run must carry it.
+    p = pc.run("bisect", str(w), "--fs", "btrfs", "--mkfs-opts", "-n 16384", "--mount-opts", "inode_cache",
+               "--crash-points", "mark", "--reorder", "none", "--kernels", kernels, "--out", str(out), timeout=1800)
+    report = json.loads((out / "bisect.json").read_text())
+    assert report["run"]["mkfs_opts"] == "-n 16384", report["run"]
+    return p, report
 
 
 def test_bisect_searches_a_directory_of_three_real_kernels(pc: PcEnv) -> None:

@@ -2,7 +2,7 @@
 
 ACE (CrashMonkey's workload generator, OSDI'18) bounds its space and then
 prunes it; this module does the same over powercut's set-up
-(workloads/exhaustive.py SETUP: dirs A, A/C; foo and A/foo with data; sync):
+(workloads/ace_setup.py SETUP: dirs A, A/C; foo and A/foo with data; sync):
 
 - Core ops are op kinds applied to a small name set (files foo, bar, A/foo,
   A/bar, B/foo, A/C/foo; dirs A, B, A/C), not fixed calls: creat (also at a
@@ -56,17 +56,16 @@ from __future__ import annotations
 
 import functools
 import itertools
-import os
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from workloads.ace_setup import SETUP, SIZE_OF, START, XATTR_FILE
+from workloads.ace_setup import parent as _parent
 from workloads.format import workload_doc
 from workloads.vocab import XATTRS
 
-# Import-free copy of the set-up's namespace (workloads/exhaustive.py SETUP): kept equal by a test.
-START: dict[str, str] = {".": "dir", "A": "dir", "A/C": "dir", "foo": "file", "A/foo": "file"}
 FILE_NAMES = ["foo", "bar", "A/foo", "A/bar", "B/foo", "A/C/foo"]
 DIR_NAMES = ["A", "B", "A/C"]
 NAMES = FILE_NAMES + DIR_NAMES
@@ -78,8 +77,6 @@ DATA_OPS: dict[str, dict[str, Any]] = {
     "empty": {"op": "ftruncate", "length": 0},                  # the boundary: a file of size 0
 }
 ROOT_ID = 0                                    # "." is the first name of START
-SIZE_OF = {"foo": 16384, "A/foo": 256 << 10}   # the set-up's file sizes (append goes there)
-XATTR_FILE = "foo"                             # the set-up's file with two xattrs (XATTRS)
 # A file given hundreds of xattrs (as Samba, Ceph and backup tools keep per file): on xfs a
 # node-format attr tree of about 130 leaf blocks, on btrfs 400 items, ext4 fills its xattr
 # block (ENOSPC after a few). One op (setxattr with a count), set by path.
@@ -87,10 +84,6 @@ MANY_XATTRS = {"op": "setxattr", "name": "user.many", "length": 1024, "count": 4
 # What an application goes on doing while the file system finishes a removed file in the
 # background (xfs inodegc, btrfs delayed iputs): writing and fsyncing its own log.
 TAIL_FILE, TAIL_FSYNCS = "wal", 8
-
-
-def _parent(path: str) -> str:
-    return os.path.dirname(path) or "."
 
 
 @dataclass(frozen=True)
@@ -445,7 +438,6 @@ def _persist_label(p: Persist, st: State) -> str:
 
 def workload(seq: int, index: int) -> dict[str, Any]:
     """Workload INDEX (0-based, likeliest first) of the seq-SEQ space."""
-    from workloads.exhaustive import SETUP  # the set-up START mirrors
     chain, states, persists = space(seq).steps(index)
     created = {o for c in chain if c.new for o in c.objects}
     files = sorted({o for c in chain for o in c.objects} | {p[1] for p in persists if p and p[0] != "sync"})

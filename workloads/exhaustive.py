@@ -1,8 +1,9 @@
 """Bounded exhaustive workloads in the spirit of ACE (CrashMonkey, OSDI'18).
 
-A workload of sequence length k is a fixed set-up (dirs A and A/C, file foo
-with 16 KiB of data and two xattrs, file A/foo with 256 KiB: a deleted large
-file is what exposes freed blocks; then sync) followed by k core ops, each
+A workload of sequence length k is a fixed set-up (workloads/ace_setup.py:
+dirs A and A/C, file foo with 16 KiB of data and two xattrs, file A/foo with
+256 KiB: a deleted large file is what exposes freed blocks; then sync)
+followed by k core ops, each
 followed by one persistence op: fsync or fdatasync of what it changed,
 fsync of that one's parent directory, or sync. All such workloads are enumerated
 in a fixed order: workload i of `seq k` is the i-th tuple of (core op,
@@ -20,31 +21,17 @@ they touch, likeliest shapes first).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from workloads import ace
+from workloads.ace_setup import SETUP  # noqa: F401  (exhaustive.SETUP: what every workload starts with)
+from workloads.ace_setup import parent as _parent
 from workloads.format import workload_doc
 from workloads.vocab import XATTRS
 
 RW = ["O_RDWR"]
-SETUP: list[dict[str, Any]] = [
-    {"op": "mkdir", "path": "A"},
-    {"op": "mkdir", "path": "A/C"},
-    {"op": "open", "path": "foo", "flags": ["O_CREAT", "O_RDWR"], "fd": "s0"},
-    {"op": "pwrite", "fd": "s0", "offset": 0, "length": 16384},
-    {"op": "close", "fd": "s0"},
-    {"op": "open", "path": "A/foo", "flags": ["O_CREAT", "O_RDWR"], "fd": "s1"},
-    {"op": "pwrite", "fd": "s1", "offset": 0, "length": 256 << 10},
-    {"op": "close", "fd": "s1"},
-    # Two xattrs whose names share a btrfs name hash (workloads/vocab.py XATTRS): one packed
-    # item there, two ordinary xattrs elsewhere; the core ops replace one and remove the other.
-    {"op": "setxattr", "path": "foo", "name": XATTRS[0], "length": 8},
-    {"op": "setxattr", "path": "foo", "name": XATTRS[1], "length": 8},
-    {"op": "sync"},
-]
 
 
 @dataclass(frozen=True)
@@ -121,10 +108,6 @@ def steps(names: list[str] | None = None) -> list[tuple[Core, str]]:
     cores = [by_name[n] for n in names] if names else CORE
     return [(c, p) for c in cores for p in PERSIST
             if (p != "fdatasync" or c.data) and (p != "fsync-dir" or _parent(c.persist_on) != c.persist_on)]
-
-
-def _parent(path: str) -> str:
-    return os.path.dirname(path) or "."
 
 
 def space_size(seq: int, names: list[str] | None = None) -> int:

@@ -12,7 +12,7 @@ Importing this package registers them, in the order `--backend` lists them.
 from __future__ import annotations
 
 from harness.backends.engine import (ENGINES, Backend, BackendConfig, BackendOpener, Engine,  # noqa: F401
-                                     configure, engine)
+                                     KeptGuest, configure, engine)
 # Registration, in this order:
 from harness.backends.fuse import engine as _fuse  # noqa: F401,E402
 from harness.backends.dm import engine as _dm  # noqa: F401,E402

@@ -7,6 +7,7 @@ from harness.backends.engine import ENGINES, Engine, register_engine
 
 class AutoEngine(Engine):
     name = "auto"
+    summary = "dm where the host has it, else fuse"
 
     def resolve(self) -> Engine:
         from harness.backends.dm import support

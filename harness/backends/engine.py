@@ -1,8 +1,11 @@
 """Backends as engines, registered by name (fio's ioengines: `.name`, `.options`, `register_ioengine`).
 
 An engine says how a run's recording is made and who recovers its crash
-images. It declares the options it takes (`options`: their keys, defaults,
-and the one line a user gets for giving one to another engine), turns their
+images. It declares the options it takes (`options`: foundation/options.py,
+each with its key, flag, type, default, help and the one line a user gets for
+giving one to another engine: the CLI builds `--backend` and every backend
+flag from them, cli/options.py), and the one line `--backend`'s help gives it
+(`summary`). It turns their
 values into its own typed options object, checked (`parse`), and opens a
 `Backend` for one run (`open`). `--backend NAME` is a lookup in `ENGINES`;
 nothing else chooses by a backend's name. The engines register themselves
@@ -21,13 +24,14 @@ from checkers.crashwalk.recovery import PointInspect, RecoveryEngine
 from checkers.crashwalk.recovery_crash import RecordRecovery
 from foundation.errors import UsageError
 from foundation.filesystems import FsType
+from foundation.options import Option
 from foundation.runstate import RunState
 from workloads.runner import WorkloadRunner
 
+from harness.backends.recording import Recording
+
 if TYPE_CHECKING:
     from harness.backends.device import RecordedDevice
-    from harness.backends.session import Recording
-    from harness.backends.vm.backend import LiveVm
 
 
 class Backend(Protocol):
@@ -48,27 +52,36 @@ class Backend(Protocol):
         """Backend facts for report.json."""
 
 
-# Gives the backend of one run (a campaign worker's live vm guest: LiveVm.open).
+# Gives the backend of one run (a campaign worker's kept guest: KeptGuest.open).
 BackendOpener = Callable[[FsType, WorkloadRunner], Backend]
 
 
-@dataclass(frozen=True)
-class Option:
-    """One option an engine takes (fio's `struct fio_option`). Several engines may declare the same one."""
+class KeptGuest(Protocol):
+    """A guest an engine keeps across the runs of one process (`keeps_guest`: a campaign worker,
+    a corpus job), as a context manager that closes it: every guest of the tree has this shape
+    (vm: harness/backends/vm/backend.py LiveVm)."""
 
-    key: str          # the argparse dest, and the key in a saved run config (finding.json, campaign.json)
-    default: Any      # not given
-    needs: str        # the one line for a user who gives it to an engine that does not declare it
+    def open(self, fs: FsType, workload: WorkloadRunner) -> Backend:
+        """The backend of one run in this guest (the pipeline's BackendOpener)."""
+
+    def stats(self) -> dict[str, Any]:
+        """Where its time went (boots, seconds per job kind), for the campaign's report."""
+
+    def __enter__(self) -> KeptGuest: ...
+
+    def __exit__(self, *exc: object) -> None: ...
 
 
 class Engine:
-    """A backend. Subclasses set `name` and `options`, and define `parse` and `open`."""
+    """A backend. Subclasses set `name`, `summary` and `options`, and define `parse` and `open`.
+    Several engines may declare the same Option (fuse and vm: --fault)."""
 
     name: ClassVar[str]
+    summary: ClassVar[str]                    # what it is, in --backend's help
     options: ClassVar[tuple[Option, ...]] = ()
     faults: ClassVar[tuple[str, ...]] = ()   # its `--fault` test modes
     records_recovery: ClassVar[bool] = False  # --recovery-crash: it can record a recovery mount
-    keeps_guest: ClassVar[bool] = False       # its runs share a guest it keeps (a LiveVm) across runs
+    keeps_guest: ClassVar[bool] = False       # its runs share a guest it keeps (a KeptGuest) across runs
 
     def resolve(self) -> Engine:
         """The engine that records (`auto` chooses one)."""
@@ -102,7 +115,7 @@ class Engine:
         """Facts about OPTS for a campaign's or corpus run's report (the kernel under test)."""
         return {}
 
-    def live_guest(self, opts: Any, fss: list[FsType]) -> AbstractContextManager[LiveVm | None]:
+    def live_guest(self, opts: Any, fss: list[FsType]) -> AbstractContextManager[KeptGuest | None]:
         """The guest runs in one process share (keeps_guest), or None."""
         return nullcontext(None)
 
@@ -144,6 +157,20 @@ def engine(name: str) -> Engine:
         return ENGINES[name]
     except KeyError:
         raise UsageError(f"unknown --backend {name!r}: available: {', '.join(ENGINES)}") from None
+
+
+def declared_options() -> list[Option]:
+    """Every option an engine declares, once each (the command line's backend flags), in registration order."""
+    seen: dict[str, Option] = {}
+    for e in ENGINES.values():
+        for o in e.options:
+            seen.setdefault(o.key, o)
+    return list(seen.values())
+
+
+def fault_choices() -> list[str]:
+    """Every engine's --fault test modes (the engine checks its own)."""
+    return sorted({f for e in ENGINES.values() for f in e.faults})
 
 
 def option_keys() -> set[str]:

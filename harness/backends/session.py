@@ -7,17 +7,17 @@ replayed onto a zeroed device of the same size rebuilds every state.
 
 from __future__ import annotations
 
-import platform
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from checkers.crashwalk.recovery import PointInspect
 from foundation import kmount, sysres
 from harness.backends.device import RecordedDevice
-from harness.backends.engine import Engine, Option
+from harness.backends.engine import Engine, Option, fault_choices
+from harness.backends.recording import Recording
 from harness.backends.tuning import tuned
 from foundation.errors import EnvError
-from foundation.filesystems import FsType, join_opts
+from foundation.filesystems import FsType, host_kernel_lacks, join_opts
 from foundation.runstate import RunState
 from workloads.marks import MARK_MKFS, MARK_MOUNTED, MARK_WORKLOAD_END
 from workloads.runner import WorkloadRunner
@@ -29,25 +29,22 @@ MARK_RECOVERY_MOUNTED = "pc:recovery-mounted"   # in a recovery recording: the r
 # --fault modes: which recording makes the recorder lie (it drops flushes).
 FAULTS = {"drop-flush": "workload", "recovery-drop-flush": "recovery"}
 # --fault: declared by the engines with test faults (fuse, vm); dm has none.
-FAULT = Option("fault", None, "--fault is a test mode of the fuse recorder; --backend dm records with the "
-                              "kernel's dm-log-writes")
-
-
-
-@dataclass
-class Recording:
-    log_path: str
-    device_bytes: int
-    sector_size: int
-    workload: dict[str, Any] = field(default_factory=dict)
-    final_image: str | None = None
-    kernel: str = field(default_factory=platform.release)  # the kernel that wrote the log
-    device_tuning: dict[str, str] = field(default_factory=dict)  # sysfs attribute -> value in force
-    findings: list[Any] = field(default_factory=list)  # found while recording (a vm guest's kernel reports)
-
+FAULT = Option("fault", "--fault", choices=fault_choices, scope="test",
+               needs="--fault is a test mode of the fuse recorder; --backend dm records with the kernel's dm-log-writes",
+               help="test-only: make the recorder lie (drop-flush: flushes are acknowledged but not logged; with "
+                    "--backend vm, left out of the kernel's log; recovery-drop-flush: the same, only while a recovery "
+                    "is recorded for --recovery-crash); --backend vm also: recovery-panic (the guest kernel crashes "
+                    "at the first recovery mount of every batch), recovery-hang (that mount waits for I/O that never "
+                    "completes: the live guest's hang watchdog, POWERCUT_VM_HANG_S), coverage-plant (a planted kernel finding "
+                    "for every workload whose path ran POWERCUT_VM_PLANT_FUNCTIONS, default 300, functions of the file "
+                    "system's modules)")
 
 def record(device: RecordedDevice, fs: FsType, mkfs_opts: str, mount_opts: str,
            workload: WorkloadRunner, state: RunState, out_dir: str) -> Recording:
+    lacks = host_kernel_lacks(fs.name)
+    if lacks:  # the host kernel mounts here: say so before a recorder is set up for nothing
+        raise EnvError(f"{fs.name} on this host: {lacks}; the vm backend runs it in a guest kernel "
+                       f"(--backend vm --kernel debian:PACKAGE)")
     with device:
         with tuned(device.block_device, workload.device) as tuning:
             fs.make(device.block_device, mkfs_opts)

@@ -15,9 +15,7 @@ import multiprocessing
 import os
 import platform
 import queue
-import shutil
 import signal
-import subprocess
 import sys
 import time
 import traceback
@@ -32,9 +30,9 @@ from checkers.fsrules import DEFAULT_TIER
 from foundation import ownership
 from harness.corpus.entries import load_doc, VERDICT_KINDS, Entry, Row
 from foundation.errors import EnvError, KernelFailure, PowercutError, Terminated, UsageError
-from foundation.filesystems import get_fs
+from foundation.filesystems import get_fs, host_kernel_lacks
 from foundation.parentdeath import signal_on_parent_death
-from harness.backends import BackendConfig
+from harness.backends import BackendConfig, KeptGuest
 from harness.backends.engine import option_keys
 from harness.pipeline.config import KEYS, RunConfig, host_backend
 from harness.pipeline.live import live_guest, opener
@@ -42,7 +40,6 @@ from harness.pipeline.run import check_tools, run_checked
 
 if TYPE_CHECKING:
     import multiprocessing.queues
-    from harness.backends.vm.backend import LiveVm
 
 RESULTS_FORMAT = "powercut-corpus-results/1"
 LATENCY_STATS = ("p99_us", "max_us")
@@ -98,14 +95,7 @@ def host_cannot_run(row: Row) -> str:
         check_tools(get_fs(row.fs))
     except PowercutError as e:
         return str(e)
-    with open("/proc/filesystems") as f:
-        if any(line.split()[-1] == row.fs for line in f if line.strip()):
-            return ""
-    # Not loaded yet: the first mount loads the module, if the kernel has one.
-    if not shutil.which("modprobe"):
-        return ""  # cannot tell: let the case's mount say
-    probe = subprocess.run(["modprobe", "-n", row.fs], capture_output=True, check=False)
-    return "" if probe.returncode == 0 else f"the kernel has no {row.fs} (not built in, no module)"
+    return host_kernel_lacks(row.fs)
 
 
 # What an entry's `run` may set: not what the row, the corpus run or its backend decide.
@@ -127,7 +117,7 @@ def run_config(entry: Entry, row: Row, options: CorpusOptions = CorpusOptions())
 
 
 def run_case(entry: Entry, row: Row, out_dir: str, options: CorpusOptions = CorpusOptions(),
-             live: LiveVm | None = None) -> Case:
+             live: KeptGuest | None = None) -> Case:
     """One case; with LIVE (--backend vm) in that live guest."""
     case = Case(entry.name, row.name, row.fs, row.mkfs_opts, row.mount_opts, entry.expected(row),
                 may=entry.allowed(row))

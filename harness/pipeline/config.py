@@ -11,7 +11,7 @@ options (an engine's options object, harness/backends/engine.py).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any
 
 from checkers.crashwalk.recovery_crash import RecoveryCrashSpec
@@ -81,27 +81,29 @@ class RunConfig:
         if v["recovery_crash"] and not backend.engine.records_recovery:
             raise UsageError(f"--recovery-crash records the recovery mount on the fuse recorder; "
                              f"not available with --backend {backend.name}")
-        return cls(fs=v["fs"], backend=backend, mkfs_opts=v["mkfs_opts"], mount_opts=v["mount_opts"],
-                   size_mib=v["size_mib"], crash_points=crash_points, start_mark=v["start_mark"],
-                   end_mark=v["end_mark"], reorder=reorder, jobs=v["jobs"], first_failure=v["first_failure"],
-                   recovery=modes, recovery_crash=crash_spec if v["recovery_crash"] else None,
-                   keep_image=v["keep_image"], calibrate=v["calibrate"], max_states=budget, quiet=v["quiet"],
-                   markdown=v["markdown"], semantics=v["semantics"],
-                   known_damage_findings=v["known_damage_findings"], tools=v["tools"])
+        return cls(fs=v["fs"], backend=backend, crash_points=crash_points, reorder=reorder, recovery=modes,
+                   recovery_crash=crash_spec if v["recovery_crash"] else None, max_states=budget,
+                   **{f.name: v[f.name] for f in plain_fields()})
 
     def to_json(self) -> dict[str, Any]:
-        """The flat form (RunConfig.parse reads it back)."""
+        """The flat form (RunConfig.parse reads it back): the typed fields as words, the others as they are."""
         spec = self.recovery_crash or RecoveryCrashSpec()
-        return {"fs": self.fs, **self.backend.to_json(), "mkfs_opts": self.mkfs_opts, "mount_opts": self.mount_opts,
-                "size_mib": self.size_mib, "crash_points": str(self.crash_points) if self.crash_points else None,
-                "start_mark": self.start_mark, "end_mark": self.end_mark, "reorder": str(self.reorder),
-                "states_per_point": self.reorder.per_point, "jobs": self.jobs, "first_failure": self.first_failure,
+        return {"fs": self.fs, **self.backend.to_json(),
+                "crash_points": str(self.crash_points) if self.crash_points else None,
+                "reorder": str(self.reorder), "states_per_point": self.reorder.per_point,
                 "recovery": recovery_name(self.recovery), "recovery_crash": self.recovery_crash is not None,
                 "recovery_crash_states": spec.budget, "recovery_crash_rate": spec.rate,
-                "keep_image": self.keep_image, "calibrate": self.calibrate,
-                "max_states": str(self.max_states) if self.max_states else EVERY_POINT, "quiet": self.quiet,
-                "markdown": self.markdown, "semantics": self.semantics,
-                "known_damage_findings": self.known_damage_findings, "tools": self.tools}
+                "max_states": str(self.max_states) if self.max_states else EVERY_POINT,
+                **{f.name: getattr(self, f.name) for f in plain_fields()}}
+
+
+# The fields whose flat form is words of another type (parsed in `parse`, written back in
+# `to_json`); every other field is the same value in both forms, listed only in the class.
+TYPED_FIELDS = ("fs", "backend", "crash_points", "reorder", "recovery", "recovery_crash", "max_states")
+
+
+def plain_fields() -> list[Field[Any]]:
+    return [f for f in fields(RunConfig) if f.name not in TYPED_FIELDS]
 
 
 def check_size(fs: FsType, size_mib: int) -> None:
@@ -109,13 +111,12 @@ def check_size(fs: FsType, size_mib: int) -> None:
         raise UsageError(f"--size {size_mib} MiB is too small for {fs.name} (minimum {fs.min_size_mib} MiB)")
 
 
-# The flat form's keys besides the engines' own (option_keys), and their defaults.
+# The flat form's keys besides the engines' own (option_keys), and their defaults: the typed
+# fields' words, and every plain field's own default.
 FLAT_DEFAULTS: dict[str, Any] = {
-    "backend": "fuse", "mkfs_opts": "", "mount_opts": None, "size_mib": 0, "crash_points": None,
-    "start_mark": None, "end_mark": None, "reorder": DEFAULT_REORDER, "states_per_point": DEFAULT_PER_POINT,
-    "jobs": 0, "first_failure": False, "recovery": "rw", "recovery_crash": False,
-    "recovery_crash_states": RecoveryCrashSpec.budget, "recovery_crash_rate": RecoveryCrashSpec.rate,
-    "keep_image": False, "calibrate": False, "max_states": 0, "quiet": False, "markdown": False,
-    "semantics": DEFAULT_TIER, "known_damage_findings": False, "tools": None,
+    "backend": "fuse", "crash_points": None, "reorder": DEFAULT_REORDER, "states_per_point": DEFAULT_PER_POINT,
+    "recovery": "rw", "recovery_crash": False, "recovery_crash_states": RecoveryCrashSpec.budget,
+    "recovery_crash_rate": RecoveryCrashSpec.rate, "max_states": 0,
+    **{f.name: f.default for f in plain_fields() if f.default is not MISSING},
 }
 KEYS = {"fs", *FLAT_DEFAULTS, *option_keys()}

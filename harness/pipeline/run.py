@@ -34,11 +34,11 @@ from foundation.filesystems import FsType, get_fs
 from harness.pipeline.config import RunConfig, check_size
 from harness.reports.plots import BackgroundPlots
 from foundation.progress import CrashProgress
-from harness.reports.report import budget_line, build_report, write_report
+from harness.reports.report import budget_line, build_report, latency_clock, write_report
 from harness.backends.vm import tools
 from harness.reports.markdown import write_markdown
 from foundation.runstate import RunState
-from harness.backends.session import Recording
+from harness.backends.recording import Recording
 from harness.backends.calibrate import recorder_vs_loop
 from foundation.sparse import sparse_copy
 from workloads.runner import ExecutorWorkload, WorkloadRunner, load_runner, read_document
@@ -211,7 +211,8 @@ def _check_log(reader: LogReader, rec: Recording, workload: WorkloadRunner, fs: 
     plots = None
     if cfg.markdown and isinstance(workload, ExecutorWorkload):  # drawn while the walk runs
         limits = {k: b.max_us for k, b in workload.workload.budgets.items() if b.max_us is not None}
-        plots = BackgroundPlots(records_path(out_dir, rec.workload), workload.plan, out_dir, limits)
+        plots = BackgroundPlots(records_path(out_dir, rec.workload), workload.plan, out_dir, limits,
+                                latency_clock(backend.report_extra()))
     try:
         walk_t0 = time.perf_counter()
         label = f"checking {fs.name}" + _budget_label(checks.report.get("budget"))

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from foundation.mdtable import table
+from harness.reports.plots import NOT_PLOTTED
 from harness.reports.report import budget_line
 from replay.crashpoints import DEFAULT as DEFAULT_POINTS, DEFAULT_BUDGET
 from workloads import scenarios
@@ -79,15 +80,65 @@ def _rule(f: dict[str, Any]) -> str:
     return f"{ev['rule']} ({ev.get('tier', 'posix')})" if ev.get("rule") else ""
 
 
+def promise_key(f: dict[str, Any]) -> tuple[str, str, str]:
+    """What a finding says was broken: its kind, rule and the op whose promise it was. Findings of
+    one key are one violated promise seen in several crash states; fsck, mount, corruption and
+    kernel findings (no rule) are one per kind: recovery gives a consistent, readable file system."""
+    ev = f.get("evidence", {})
+    return f["kind"], str(ev.get("rule") or ""), str(ev.get("op") or "")
+
+
+def grouped(findings: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """FINDINGS by promise_key, in the order each key first shows."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for f in findings:
+        groups.setdefault(promise_key(f), []).append(f)
+    return list(groups.values())
+
+
+def state_list(findings: list[dict[str, Any]]) -> str:
+    """The crash states a group holds in: a range of crash points where they are consecutive, else a list."""
+    ids = [f.get("state_id") or (f"p{f['crash_point']}" if f.get("crash_point") is not None else "") for f in findings]
+    ids = list(dict.fromkeys(i for i in ids if i)) or ["(no crash state: " + findings[0]["kind"] + ")"]
+    if len(ids) > 6:
+        points = sorted({f["crash_point"] for f in findings if f.get("crash_point") is not None})
+        span = f"crash points {points[0]}..{points[-1]}" if points else ""
+        return f"{len(ids)} states ({span}): {', '.join(ids[:3])}, ..., {ids[-1]}"
+    return ", ".join(ids)
+
+
+def _evidence_lines(f: dict[str, Any]) -> list[str]:
+    """A finding's evidence in full (the first state of its group)."""
+    ev = f.get("evidence", {})
+    out = [f"- detail: {f['detail']}"]
+    for k in ("path", "op", "expected", "found", "rule", "tier", "reference", "mount_error", "errno"):
+        if ev.get(k):
+            out.append(f"- {k}: {ev[k]}")
+    if ev.get("fsck_output"):
+        out += ["- fsck:", "", "```", ev["fsck_output"].rstrip()[:4000], "```"]
+    if ev.get("kernel_log"):
+        out += ["- kernel log:", "", "```", "\n".join(ev["kernel_log"])[:4000], "```"]
+    return out
+
+
 def _findings_section(findings: list[dict[str, Any]]) -> list[str]:
     out = ["## Findings", ""]
     if not findings:
         return out + ["None: every crash state recovered and passed fsck, and no latency budget was exceeded."]
-    out += table(["kind", "rule (tier)", "crash point", "last mark", "detail"],
-                 [[f["kind"], _rule(f), f.get("crash_point", ""), f"`{f['crash_mark']}`" if f.get("crash_mark") else "",
-                   f["detail"].splitlines()[0][:200]] for f in findings[:MAX_FINDINGS]])
-    if len(findings) > MAX_FINDINGS:
-        out += ["", f"... and {len(findings) - MAX_FINDINGS} more in report.json."]
+    groups = grouped(findings)
+    out += [f"{len(findings)} findings in crash states, {len(groups)} violated promises (one row each: kind, rule "
+            "and the op whose promise broke; fsck, mount, corruption and kernel findings one row per kind):", ""]
+    out += table(["#", "kind", "rule (tier)", "op", "crash states", "first state's detail"],
+                 [[n + 1, g[0]["kind"], _rule(g[0]), g[0].get("evidence", {}).get("op", ""), state_list(g),
+                   g[0]["detail"].splitlines()[0][:200]] for n, g in enumerate(groups)])
+    for n, g in enumerate(groups):
+        where = f" (state {g[0]['state_id']})" if g[0].get("state_id") else ""
+        out += ["", f"### {n + 1}. {g[0]['kind']}{where}", "", *_evidence_lines(g[0])]
+        details = list(dict.fromkeys(f["detail"].splitlines()[0] for f in g[1:]))
+        others = [d for d in details if d != g[0]["detail"].splitlines()[0]]
+        if others:
+            out += ["", f"In the other states of this row ({len(others)} other wordings):", "",
+                    *(f"- {d[:200]}" for d in others[:MAX_FINDINGS])]
     return out
 
 
@@ -103,9 +154,24 @@ def _expected_damage_section(known: dict[str, Any]) -> list[str]:
     return out
 
 
-def _latency_section(lat: dict[str, Any]) -> list[str]:
+CLOCK_WORDS = {
+    "emulated": "**Measured in an emulated guest** (QEMU TCG): these times are the emulator's, not a disk's or a "
+                "CPU's; they compare nothing with hardware. Latency figures mean something on a host backend "
+                "(fuse, dm) on the hardware under test.",
+    "virtualised": "**Measured in a virtualised guest** (KVM): the guest's virtual disk and scheduler are in every "
+                   "figure; for the hardware's own figures use a host backend (fuse, dm) on it.",
+}
+
+
+def clock_note(report: dict[str, Any]) -> list[str]:
+    """The sentence latency tables carry when their clock is not the host's (report.json latency_clock)."""
+    note = CLOCK_WORDS.get(report.get("latency_clock", "host"))
+    return [note, ""] if note else []
+
+
+def _latency_section(lat: dict[str, Any], report: dict[str, Any]) -> list[str]:
     ov, between = lat["overhead_ns"], lat["between_ops"]
-    out = ["## Latency", "",
+    out = ["## Latency", "", *clock_note(report),
            f"Workload time {lat['duration_us'] / 1e6:.3f} s. Timing overhead inside every measured latency "
            f"(the executor's two clock reads): {ov['min']} ns min, {ov['median']} ns median. "
            f"The executor's own time between two ops of a thread (data pattern, mark write): "
@@ -181,8 +247,12 @@ def _untorn_section(report: dict[str, Any]) -> list[str]:
     return out
 
 
-def _figures_section(plots: dict[str, dict[str, str]]) -> list[str]:
-    out = ["## Figures"]
+def _figures_section(plots: dict[str, dict[str, str]], report: dict[str, Any]) -> list[str]:
+    out = ["## Figures", "", *clock_note(report)]
+    unplotted = sorted(set(report["latency"].get("kinds", {})) - set(plots))
+    if unplotted:  # say why a kind in the tables has no figure
+        out.append(f"No figures of {', '.join(unplotted)}: " + ("waits by design, not file-system latency."
+                   if set(unplotted) <= NOT_PLOTTED else "no measured op of that kind (skipped or waits)."))
     for kind, files in plots.items():
         out += ["", f"### {kind}", "", f"![{kind} latency CDF]({files['cdf']})", "",
                 f"![{kind} latency over time]({files['time']})"]
@@ -195,7 +265,7 @@ def render(report: dict[str, Any], out_dir: str) -> str:
     if report.get("expected_damage"):
         lines += ["", *_expected_damage_section(report["expected_damage"])]
     if "latency" in report:
-        lines += ["", *_latency_section(report["latency"])]
+        lines += ["", *_latency_section(report["latency"], report)]
     if "scenario" in report:
         sec = report["scenario"]
         lines += ["", f"## Scenario `{sec['name']}`", "", *scenarios.get(sec["name"]).render(sec)]
@@ -204,7 +274,7 @@ def render(report: dict[str, Any], out_dir: str) -> str:
     if report.get("statx") or report.get("torn_writes"):
         lines += ["", *_untorn_section(report)]
     if report.get("latency", {}).get("plots"):
-        lines += ["", *_figures_section(report["latency"]["plots"])]
+        lines += ["", *_figures_section(report["latency"]["plots"], report)]
     return "\n".join(lines) + "\n"
 
 

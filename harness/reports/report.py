@@ -14,6 +14,16 @@ from checkers.findings import Finding
 SUMMARY_FINDINGS = 8
 
 
+def latency_clock(extra: dict[str, Any]) -> str:
+    """Whose clock a run's latencies are on (report.json `latency_clock`): `host` (fuse, dm: the
+    kernel under test on this machine's hardware), `emulated` (a vm guest under QEMU's TCG:
+    its times are the emulator's, they say nothing of any hardware) or `virtualised` (KVM)."""
+    vm = extra.get("vm")
+    if vm is None:
+        return "host"
+    return "virtualised" if vm.get("accel") == "kvm" else "emulated"
+
+
 def build_report(*, fs: str, mkfs_opts: str, mount_opts: str, backend: str, kernel: str, workload: dict[str, Any],
                  log_path: str, log_entries: int, device_bytes: int, sector_size: int,
                  crash_points: int, states_checked: int, findings: list[Finding],
@@ -36,6 +46,7 @@ def build_report(*, fs: str, mkfs_opts: str, mount_opts: str, backend: str, kern
         "findings": [f.to_json() for f in findings],
     }
     report.update(extra or {})
+    report["latency_clock"] = latency_clock(extra or {})
     return report
 
 
@@ -103,6 +114,10 @@ def summary(report: dict[str, Any], report_path: str | None) -> str:
         if rc.get("recorded_mounts_failed"):
             lines.append(f"  warning: {rc['recorded_mounts_failed']} recovery mounts failed while recorded "
                          "(their recoveries were not crashed in)")
+    cov = report.get("coverage")
+    if cov and cov.get("available"):
+        lines.append(f"  kernel coverage ({', '.join(cov['modules'])}): workload {cov['workload']['functions']} functions, "
+                     f"recovery {cov['recovery']['functions']}, {cov['total_functions']} in all")
     if report["workload"].get("exit_code"):
         lines.append(f"  warning: workload exited with {report['workload']['exit_code']}")
     for r in report.get("mount_retries", [])[:SUMMARY_FINDINGS]:

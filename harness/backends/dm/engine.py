@@ -9,6 +9,7 @@ from typing import Any
 from foundation.filesystems import FsType
 from harness.backends.device import RecordedDevice
 from harness.backends.dm import devices, support
+from harness.backends.dm.devices import CONFIRM_FLAG
 from harness.backends.dm.recorded_device import DmRecordedDevice
 from harness.backends.engine import Option, register_engine
 from harness.backends.session import DeviceBackend, DeviceEngine
@@ -30,8 +31,14 @@ class DmOptions:
 
 class DmEngine(DeviceEngine):
     name = "dm"
-    options = (Option("data_dev", None, _NEEDS_DM), Option("log_dev", None, _NEEDS_DM),
-               Option("erase_ok", (), _NEEDS_DM))
+    summary = "the host kernel's own dm-log-writes on loop devices"
+    options = (Option("data_dev", "--data-dev", metavar="DEV", needs=_NEEDS_DM, scope="one-run",
+                      help="--backend dm: record on this block device (erased; default: a loop device on a new file)"),
+               Option("log_dev", "--log-dev", metavar="DEV", needs=_NEEDS_DM, scope="one-run",
+                      help="--backend dm with --data-dev: the log's block device (erased)"),
+               Option("erase_ok", CONFIRM_FLAG, default=(), action="append", metavar="DEV", needs=_NEEDS_DM,
+                      scope="one-run",
+                      help="confirm that DEV (--data-dev or --log-dev) may be erased; needed for each"))
     device_cls = DmRecordedDevice
 
     def parse(self, values: Mapping[str, Any]) -> DmOptions:

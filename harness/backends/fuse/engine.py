@@ -14,7 +14,10 @@ from harness.backends.fuse.recorded_device import FuseRecordedDevice
 from harness.backends.session import FAULT, FAULTS, DeviceBackend, DeviceEngine
 from workloads.runner import WorkloadRunner
 
-PROFILE = Option("device_profile", None, "--device-profile is played by the fuse recorder: it needs --backend fuse")
+PROFILE = Option("device_profile", "--device-profile", metavar="NAME|FILE.json", scope="one-run",
+                 needs="--device-profile is played by the fuse recorder: it needs --backend fuse",
+                 help="fuse backend: the recorder plays this device's timing: emmc, sata-hdd, ufs, nvme, none, "
+                      "or a JSON file of read_us, write_us, flush_us, discard_us, mbps, qd (docs/device-profiles.md)")
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,7 @@ class FuseOptions:
 
 class FuseEngine(DeviceEngine):
     name = "fuse"
+    summary = "the host kernel through the userspace recorder (default)"
     options = (PROFILE, FAULT)
     faults = tuple(FAULTS)
     records_recovery = True

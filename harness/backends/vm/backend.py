@@ -33,13 +33,12 @@ from harness.backends.dm.logdisk import finish_log, log_disk_bytes, log_end
 from harness.backends.vm.recovery import MAX_IMAGES_PER_BOOT, VmRecovery
 from foundation import ownership
 from foundation.errors import EnvError, KernelFailure, UsageError
-from foundation.filesystems import FsType
+from foundation.filesystems import FsType, host_kernel_lacks
 from foundation.runstate import RunState
 from foundation.sparse import copy_range
-from harness.backends.vm.engine import FAULTS, NEEDS_KERNEL
-from harness.backends.session import Recording
+from harness.backends.recording import Recording
 from workloads.marks import MARK_MKFS, MARK_MOUNTED, MARK_WORKLOAD_END
-from harness.backends.vm import initramfs, kernel as vmkernel, packages
+from harness.backends.vm import coverage, initramfs, kernel as vmkernel, packages
 from harness.backends.vm.live import LiveGuest
 from harness.backends.vm.qemu import Disk, Guest, Outcome
 from workloads.runner import (RECORDS_FILE, SYSCTLS, ExecutorWorkload, ExternalProgram, WorkloadRunner,
@@ -55,10 +54,19 @@ SECTOR_SIZE = 512  # virtio-blk's default logical block size: the log's sectorsi
 GUEST_PLAN = "/pc/plan"
 GUEST_RECORDS = "/tmp/records.bin"
 RECORDS_DISK_BYTES = 1 << 30  # sparse: only what the executor writes is allocated
-# (FAULTS: vm/engine.py)
+# Of the vm engine's --fault modes (vm/engine.py FAULTS, checked there once): those a recovery plays.
 RECOVERY_FAULTS = ("recovery-panic", "recovery-hang")
 CONTENT_CHECKS = ("guest kernel recovers (mount + umount); host fsck, then the content oracle reads a "
                   "read-only host mount of the recovered image (no replay by the host kernel)")
+CONTENT_CHECKS_IN_GUEST = ("guest kernel recovers (mount), reads the recovered tree for the content oracle "
+                           "(pc-dump, rebuilt on the host) and unmounts; host fsck")
+# POWERCUT_CONTENT_READER=guest: the guest reads every file system for the oracle, also one the
+# host could mount (to compare the two paths and measure them, docs/vm-backend.md).
+
+
+def guest_reads(fs: FsType) -> bool:
+    """Whether the guest reads the recovered images for the content oracle (the host cannot mount FS)."""
+    return os.environ.get("POWERCUT_CONTENT_READER") == "guest" or bool(host_kernel_lacks(fs.name))
 EXECUTOR_COMMAND = f'/usr/bin/pc-exec --plan {GUEST_PLAN} --dir /mnt --out {GUEST_RECORDS} --mark-file "$POWERCUT_MARK_FILE"'
 
 
@@ -82,12 +90,10 @@ class FreshFs:
     prefix: str
 
 
-def prepare_host(kernel: str | None, kernel_modules: str | None) -> None:
+def prepare_host(kernel: str, kernel_modules: str | None) -> None:
     """What every guest of a campaign needs from the host, done once before its workers start:
     the host packages (installed under a lock) and the kernel (downloaded into the cache).
     Raises UsageError/EnvError: the campaign ends with that one line, no worker started."""
-    if not kernel:
-        raise UsageError(NEEDS_KERNEL)
     packages.ensure(packages.vm_host_packages(), "--backend vm")
     vmkernel.resolve(kernel, kernel_modules)
 
@@ -95,16 +101,15 @@ def prepare_host(kernel: str | None, kernel_modules: str | None) -> None:
 class LiveVm:
     """The live guests of one campaign worker or corpus job: one per device size, booted on
     first use, serving every file system in FSS (one initramfs carries their tools and modules).
-    Only one guest runs at a time: switching sizes powers the other off (its disks stay)."""
+    Only one guest runs at a time: switching sizes powers the other off (its disks stay).
+    KERNEL and FAULT come checked from the engine's options (vm/engine.py VmEngine.parse)."""
 
-    def __init__(self, kernel: str | None, kernel_modules: str | None, fss: Sequence[FsType],
+    def __init__(self, kernel: str, kernel_modules: str | None, fss: Sequence[FsType],
                  fault: str | None) -> None:
-        if not kernel:
-            raise UsageError(NEEDS_KERNEL)
         packages.ensure(packages.vm_host_packages(), "--backend vm")
         self.kernel = vmkernel.resolve(kernel, kernel_modules)
         self.fs_names = sorted({f.name for f in fss})
-        self.fault = _check_fault(fault)
+        self.fault = fault
         self.base_initrd = initramfs.build(self.kernel, sorted(fss, key=lambda f: f.name))
         self.guests: dict[int, LiveGuest] = {}
         self.fresh: dict[tuple[str, str, int], FreshFs] = {}
@@ -162,29 +167,27 @@ class LiveVm:
                 "boot_seconds": round(sum(boots), 2), "job_seconds": jobs}
 
 
-def _check_fault(fault: str | None) -> str | None:
-    if fault and fault not in FAULTS:
-        raise UsageError(f"--fault {fault}: the vm backend knows {', '.join(FAULTS)}")
-    return fault
-
-
 class VmBackend:
+    """One run's guest: LIVE's (a kept guest), or one it boots for itself from KERNEL (checked,
+    as FAULT, by VmEngine.parse)."""
+
     def __init__(self, fs: FsType, workload: WorkloadRunner, kernel: str | None,
                  kernel_modules: str | None, fault: str | None, live: LiveVm | None = None) -> None:
-        self.fault = _check_fault(fault)
+        self.fault = fault
         self.workload = workload
+        self.fs = fs
         self.command = guest_command(workload)
         self.live = live
         if live is not None:
             self.kernel, self.base_initrd = live.kernel, live.base_initrd
         else:
-            if not kernel:
-                raise UsageError(NEEDS_KERNEL)
+            assert kernel is not None, "a VmBackend without a live guest is opened with the engine's kernel"
             packages.ensure(packages.vm_host_packages(), "--backend vm")
             self.kernel = vmkernel.resolve(kernel, kernel_modules)
             self.base_initrd = initramfs.build(self.kernel, fs)
         self.guest: Guest | LiveGuest | None = None
         self._engines = 0   # recovery engines made (one per recovery mode)
+        self.coverage = coverage.RunCoverage(coverage.modules(fs), coverage.left_out(fs)) if coverage.enabled() else None
         self.mkfs = shlex.join([initramfs.which(fs.mkfs[0]), *fs.mkfs[1:]])
 
     def _guest(self, state: RunState, out_dir: str) -> Guest:
@@ -197,7 +200,7 @@ class VmBackend:
         files, records_disk, extra_env = self._workload_inputs(state, out_dir)
         env = {"PC_FS": fs.name, "PC_MKFS": fs.guest_mkfs(self.mkfs, mkfs_opts), "PC_MOUNT_OPTS": mount_opts,
                "PC_WORKLOAD": self.command, "PC_MARK_MKFS": MARK_MKFS, "PC_MARK_MOUNTED": MARK_MOUNTED,
-               "PC_MARK_END": MARK_WORKLOAD_END, **extra_env}
+               "PC_MARK_END": MARK_WORKLOAD_END, **extra_env, **coverage.guest_env(fs)}
         output = os.path.join(out_dir, "workload.out")
         prefix = None
         if self.live is not None:
@@ -217,6 +220,8 @@ class VmBackend:
             disks = [Disk(data, discard=True), Disk(log_path)] + ([Disk(records_disk)] if records_disk else [])
             outcome = self._guest(state, out_dir).boot("record", env, disks, timeout=BOOT_TIMEOUT_S,
                                                        files=files, output=output)
+        if self.coverage is not None:
+            self.coverage.add_lines(outcome.lines)
         if not outcome.completed:
             event = outcome.kernel_event("workload")
             assert event is not None
@@ -236,7 +241,8 @@ class VmBackend:
 
     def _recording(self, outcome: Outcome, out_dir: str, output: str, records_disk: str | None,
                    log_path: str, device_bytes: int, data: str) -> Recording:
-        words = dict(line.split(" ", 1) for line in outcome.lines if " " in line and not line.startswith("sysctl "))
+        words = dict(line.split(" ", 1) for line in outcome.lines
+                     if " " in line and not line.startswith(("sysctl ", "cov ", "cov-error ")))
         code = int(words["workload-exit"])
         if isinstance(self.workload, ExecutorWorkload):
             check_executor_exit(code, output)
@@ -249,6 +255,9 @@ class VmBackend:
                     "output": os.path.basename(output)}
         event = outcome.kernel_event("workload")
         findings = [kernel_finding(event)] if event else []
+        plant = coverage.planted(self.coverage) if self.fault == "coverage-plant" and self.coverage else None
+        if plant is not None:
+            findings.append(kernel_finding(plant))
         return Recording(log_path, device_bytes, SECTOR_SIZE, info, final_image=data, kernel=outcome.kernel,
                          findings=findings)
 
@@ -283,7 +292,7 @@ class VmBackend:
         # One engine per recovery mode (--recovery both): each has its own batch disk and files.
         self._engines += 1
         return VmRecovery(self.guest, fs, mount_opts, state, timeout=BOOT_TIMEOUT_S, inspect=inspect, fault=fault,
-                          engine=self._engines - 1)
+                          engine=self._engines - 1, guest_reads=guest_reads(fs), coverage=self.coverage)
 
     def recovery_recorder(self, fs: FsType, state: RunState, device_bytes: int) -> None:
         raise UsageError("--recovery-crash records recovery mounts on the fuse recorder, not in the vm guest")
@@ -295,8 +304,8 @@ class VmBackend:
                               "kernel_modules": self.kernel.modules if not self.kernel.label.startswith("debian:") else None,
                               "fault": self.fault}
         if isinstance(self.workload, ExecutorWorkload):
-            vm["content_checks"] = CONTENT_CHECKS
-        return {"vm": vm}
+            vm["content_checks"] = CONTENT_CHECKS_IN_GUEST if guest_reads(self.fs) else CONTENT_CHECKS
+        return {"vm": vm, **({"coverage": self.coverage.report()} if self.coverage is not None else {})}
 
 
 def check_log_rebuilds_disk(log_path: str, disk: str, scratch_dir: str) -> None:

@@ -9,16 +9,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from foundation.errors import UsageError
 from foundation.filesystems import FsType
 from harness.backends.engine import Backend, BackendConfig, Engine, Option, configure, register_engine
 from harness.backends.session import FAULT
+from harness.backends.vm.backend import LiveVm, VmBackend, prepare_host
 from workloads.runner import WorkloadRunner
-
-if TYPE_CHECKING:
-    from harness.backends.vm.backend import LiveVm
 
 NEEDS_KERNEL = "--backend vm needs --kernel debian:PACKAGE (e.g. debian:linux-image-6.12-amd64) or --kernel PATH"
 _NEEDS_VM = "--kernel and --kernel-modules need --backend vm"
@@ -26,8 +24,11 @@ _NEEDS_VM = "--kernel and --kernel-modules need --backend vm"
 # its log (as the fuse recorder's fault does); recovery-panic crashes the
 # guest kernel (sysrq) at the first recovery mount of every batch;
 # recovery-hang suspends that mount's device-mapper device first, so the
-# mount waits on I/O that never completes (the live guest's hang watchdog).
-FAULTS = ("drop-flush", "recovery-panic", "recovery-hang")
+# mount waits on I/O that never completes (the live guest's hang watchdog);
+# coverage-plant plants a violation only coverage-rich paths reach: a `kernel` finding
+# for every workload whose path ran at least POWERCUT_VM_PLANT_FUNCTIONS functions of the
+# file system's modules (harness/backends/vm/coverage.py; the coverage engine's test).
+FAULTS = ("drop-flush", "recovery-panic", "recovery-hang", "coverage-plant")
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,13 @@ class VmOptions:
 
 class VmEngine(Engine):
     name = "vm"
-    options = (Option("kernel", None, _NEEDS_VM), Option("kernel_modules", None, _NEEDS_VM), FAULT)
+    summary = "the kernel under test (--kernel) in a QEMU guest with its own dm-log-writes"
+    options = (Option("kernel", "--kernel", metavar="debian:PACKAGE|PATH", needs=_NEEDS_VM,
+                      help="--backend vm: the kernel under test, a Debian kernel package "
+                           "(e.g. debian:linux-image-6.12-amd64) or a vmlinux/bzImage file"),
+               Option("kernel_modules", "--kernel-modules", metavar="DIR", needs=_NEEDS_VM,
+                      help="--backend vm with --kernel PATH: its lib/modules/VERSION directory (with modules.dep)"),
+               FAULT)
     faults = FAULTS
     keeps_guest = True
 
@@ -52,11 +59,9 @@ class VmEngine(Engine):
         return VmOptions(values["kernel"], values["kernel_modules"], fault)
 
     def prepare(self, opts: VmOptions) -> None:
-        from harness.backends.vm.backend import prepare_host  # the host packages and the kernel
         prepare_host(opts.kernel, opts.kernel_modules)
 
     def open(self, fs: FsType, workload: WorkloadRunner, opts: VmOptions) -> Backend:
-        from harness.backends.vm.backend import VmBackend
         return VmBackend(fs, workload, opts.kernel, opts.kernel_modules, opts.fault)
 
     def command_args(self, opts: VmOptions) -> list[str]:
@@ -68,7 +73,6 @@ class VmEngine(Engine):
         return {"kernel_spec": opts.kernel}
 
     def live_guest(self, opts: VmOptions, fss: list[FsType]) -> AbstractContextManager[LiveVm | None]:
-        from harness.backends.vm.backend import LiveVm
         return LiveVm(opts.kernel, opts.kernel_modules, fss, opts.fault)
 
     def recheck_config(self, saved: Mapping[str, Any]) -> BackendConfig:

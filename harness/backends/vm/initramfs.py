@@ -35,7 +35,7 @@ BUSYBOX = "/bin/busybox"  # the guest's shell and applets (busybox-static; a dyn
 # shell: scripts call these by full path.
 GUEST_PROGRAMS = ["dmsetup"]
 # powercut's own C programs (build/), copied to /usr/bin in the guest.
-GUEST_BUILD_PROGRAMS = ["pc-dmlog", "pc-exec", "pc-recover"]
+GUEST_BUILD_PROGRAMS = ["pc-dmlog", "pc-exec", "pc-recover", "pc-cover"]
 # Data files those programs read (mke2fs takes its ext4 feature set from here).
 GUEST_FILES = ["/etc/mke2fs.conf"]
 # Loaded at boot before the file system's own module (and the dependencies of

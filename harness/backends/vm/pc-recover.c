@@ -2,6 +2,7 @@
  *
  * Usage: pc-recover FS MOUNT_OPTS FIRST COUNT [FAULT]
  *        pc-recover forget-btrfs   (only the forgetting, before a recording's mount)
+ *        pc-recover dump DIR FILE BYTES   (DIR's dump into FILE: tests of pc-dump.c)
  * For each image I in FIRST..COUNT-1, exposed by the caller as
  * /dev/mapper/pc-image-I (dm-linear over the batch disk): "begin I" on
  * stdout (the control channel), "pc: mount I" on /dev/console, then mount
@@ -19,6 +20,10 @@
  * flags, the rest is the file system's data string, as mount(8) passes it.
  * FAULT (tests): recovery-panic crashes the kernel at image 0's mount (sysrq),
  * recovery-hang suspends image 0's device first so its mount waits forever.
+ *
+ * With PC_DUMP_BYTES set (the host cannot mount this file system), each
+ * recovered image is remounted read-only and its tree written (pc-dump.c) to
+ * PC_BATCH_DISK at PC_DUMP_AT + I * PC_DUMP_BYTES before the unmount.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -30,6 +35,8 @@
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "pc-dump.h"
 
 struct flag {
     const char *name;
@@ -99,6 +106,10 @@ static void suspend_device(const char *name) {
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "forget-btrfs") == 0)
         return forget_btrfs_devices(stderr) ? 0 : 1;
+    if (argc == 5 && strcmp(argv[1], "dump") == 0) {
+        int fd = open(argv[3], O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        return fd >= 0 && dump_tree(argv[2], fd, 0, strtoull(argv[4], NULL, 10)) == 0 ? 0 : 1;
+    }
     if (argc < 5 || argc > 6) {
         fprintf(stderr, "usage: pc-recover FS MOUNT_OPTS FIRST COUNT [FAULT]\n");
         return 2;
@@ -113,6 +124,16 @@ int main(int argc, char **argv) {
         console = stderr;
     setvbuf(stdout, NULL, _IOLBF, 0);
     setvbuf(console, NULL, _IOLBF, 0);
+    const char *dump_bytes = getenv("PC_DUMP_BYTES"), *dump_at = getenv("PC_DUMP_AT");
+    int dump_fd = -1;
+    if (dump_bytes && *dump_bytes) {
+        const char *disk = getenv("PC_BATCH_DISK");
+        dump_fd = open(disk && *disk ? disk : "/dev/vda", O_RDWR | O_CLOEXEC);
+        if (dump_fd < 0) {
+            fprintf(stderr, "pc-recover: opening the batch disk for the dumps: %s\n", strerror(errno));
+            return 1;
+        }
+    }
     for (int i = first; i < count; i++) {
         snprintf(dev, sizeof(dev), "/dev/mapper/pc-image-%d", i);
         printf("begin %d\n", i);
@@ -129,6 +150,14 @@ int main(int argc, char **argv) {
         if (mount(dev, "/mnt", fs, flags, data[0] ? data : NULL) != 0) {
             printf("fail %d mount: mounting %s on /mnt failed: %s\n", i, dev, strerror(errno));
             continue;
+        }
+        if (dump_fd >= 0) {
+            /* Read-only first: reading the tree must not change the image (atime) fsck checks next. */
+            if (mount(NULL, "/mnt", NULL, MS_REMOUNT | MS_RDONLY | flags, data[0] ? data : NULL) != 0)
+                fprintf(console, "pc: read-only remount of image %d failed: %s\n", i, strerror(errno));
+            uint64_t size = strtoull(dump_bytes, NULL, 10), at = strtoull(dump_at ? dump_at : "0", NULL, 10);
+            if (dump_tree("/mnt", dump_fd, at + (uint64_t)i * size, size) != 0)
+                fprintf(console, "pc: the dump of image %d is incomplete\n", i);
         }
         if (umount("/mnt") != 0)
             printf("fail %d umount: can't unmount /mnt: %s\n", i, strerror(errno));

@@ -5,7 +5,12 @@ one batch disk; one guest boot exposes each with dm-linear, mounts it (the
 guest kernel recovers it) and unmounts it (harness/backends/vm/guest/recover.sh).
 The host then runs its own fsck on each recovered image and, for a JSON
 workload, the content oracle (INSPECT) on a read-only host mount of it: the
-guest kernel has already recovered it, so the host kernel replays nothing. Batching is what
+guest kernel has already recovered it, so the host kernel replays nothing.
+Where the host kernel cannot mount the file system (`guest_reads`: f2fs on a
+host without it), the guest also reads each recovered image for the oracle:
+it writes the tree to the image's dump region of the batch disk (pc-dump.c)
+and the host rebuilds it as a directory the oracle reads instead
+(contentdump.py). Batching is what
 makes this affordable: a TCG boot costs seconds, a mount a fraction of one.
 
 If the guest kernel dies while mounting an image (a panic, or an oops: the
@@ -34,7 +39,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from checkers.findings import Finding
-from checkers.crashwalk.recovery import PointInspect, Verdict, fsck_verdict, inspect_on_loop
+from checkers.crashwalk.recovery import PointInspect, Verdict, fsck_verdict, guarded_inspect, inspect_on_loop
 from foundation import ownership
 from foundation.errors import EnvError
 from foundation.filesystems import FsType, join_opts
@@ -42,6 +47,8 @@ from foundation.loopdev import LoopDevice, recorded_loop
 from foundation.runstate import RunState
 from foundation.sparse import copy_range
 from harness.backends.vm import console as vmconsole
+from harness.backends.vm import contentdump
+from harness.backends.vm.coverage import RunCoverage, guest_env
 from harness.backends.vm.guests import VmGuest
 from harness.backends.vm.qemu import Disk, Outcome
 
@@ -56,9 +63,13 @@ _MOUNT_LINE = re.compile(r"^pc: mount (\d+)\s*$", re.M)
 class VmRecovery:
     def __init__(self, guest: VmGuest, fs: FsType, mount_opts: str, state: RunState, *, timeout: float,
                  inspect: PointInspect | None = None, fault: str | None = None,
-                 max_images: int = MAX_IMAGES_PER_BOOT, engine: int = 0) -> None:
+                 max_images: int = MAX_IMAGES_PER_BOOT, engine: int = 0, guest_reads: bool = False,
+                 coverage: RunCoverage | None = None) -> None:
         self.guest, self.fs, self.state, self.timeout, self.inspect = guest, fs, state, timeout, inspect
-        self.fault, self.max_images = fault, max_images
+        self.coverage = coverage  # the recovery path's kernel coverage goes here (harness/backends/vm/coverage.py)
+        # Each image's dump region follows the batch's images: half the slots hold dumps.
+        self.dumps = guest_reads and inspect is not None
+        self.fault, self.max_images = fault, max(1, max_images // 2) if self.dumps else max_images
         tag = f"-{engine + 1}" if engine else ""  # each engine has its own files
         self.mount_opts = join_opts(mount_opts, fs.recovery_opts)
         self.batch_path, self.batch_device = guest.batch_disk(state, engine)
@@ -111,7 +122,7 @@ class VmRecovery:
 
     def _run_batch(self) -> list[tuple[int, Verdict]]:
         n = len(self.pending)
-        os.ftruncate(self.batch_fd, self.guest.batch_bytes(n * self.image_bytes))
+        os.ftruncate(self.batch_fd, self.guest.batch_bytes((2 if self.dumps else 1) * n * self.image_bytes))
         mounted: dict[int, Verdict | None] = {}  # slot -> None (recovered) or the failure
         kernel: dict[int, dict[str, str]] = {}   # slot -> the kernel's bug report while recovering it
         with ThreadPoolExecutor(CHECK_THREADS) as pool:
@@ -150,8 +161,13 @@ class VmRecovery:
         """One guest job over slots FIRST..N-1; returns the first slot it did not finish."""
         env = {"PC_FS": self.fs.name, "PC_MOUNT_OPTS": self.mount_opts, "PC_FIRST": str(first),
                "PC_IMAGES": str(n), "PC_IMAGE_SECTORS": str(self.image_bytes // 512),
-               "PC_BATCH_DISK": self.batch_device, **({"PC_FAULT": self.fault} if self.fault else {})}
+               "PC_BATCH_DISK": self.batch_device, **({"PC_FAULT": self.fault} if self.fault else {}),
+               **({"PC_DUMP_AT": str(n * self.image_bytes), "PC_DUMP_BYTES": str(self.image_bytes)}
+                  if self.dumps else {}),
+               **(guest_env(self.fs) if self.coverage is not None else {})}
         outcome = self.guest.run_job("recover", env, [Disk(self.batch_path)], timeout=self.timeout, on_line=on_line)
+        if self.coverage is not None:
+            self.coverage.add_lines(outcome.lines)
         begun = first - 1
         for line in outcome.lines:
             word, slot, msg = (line.split(" ", 2) + ["", ""])[:3]
@@ -191,11 +207,24 @@ class VmRecovery:
                 def one_at_a_time(mnt: str) -> list[Finding]:
                     with lock:
                         return inspect(mnt, point)
-                verdict.content, verdict.device_waits = inspect_on_loop(self._loop(i), self.fs, self.mnts[i],
-                                                                        self.state, one_at_a_time)
+                if self.dumps:
+                    verdict.content = self._inspect_dump(slot, point, self.mnts[i], one_at_a_time)
+                else:
+                    verdict.content, verdict.device_waits = inspect_on_loop(self._loop(i), self.fs, self.mnts[i],
+                                                                            self.state, one_at_a_time)
             return verdict
         finally:
             self._free.put(i)
+
+    def _inspect_dump(self, slot: int, point: Any, root: str, inspect: Callable[[str], list[Finding]]) -> list[Finding]:
+        """The oracle on the tree the guest read from image SLOT (crash state POINT), rebuilt under ROOT."""
+        at = (len(self.pending) + slot) * self.image_bytes
+        failed = contentdump.rebuild(contentdump.read_region(self.batch_fd, at, self.image_bytes), root)
+        state_id = getattr(point, "id", None)  # as the oracle labels its own findings
+        for f in failed:
+            if state_id:
+                f.evidence["state_id"] = state_id
+        return failed + contentdump.judged_by_failures(guarded_inspect(inspect, root), failed)
 
 
 def _warnings_by_slot(text: str) -> dict[int, dict[str, Any]]:

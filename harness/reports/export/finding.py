@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from checkers.documented_bugs import triage_finding
 from foundation.errors import UsageError
 from replay.logformat import LogReader
 from workloads.format import parse_workload
@@ -45,6 +46,7 @@ class ExportInput:
     expected: str = ""
     found: str = ""
     evidence: dict[str, Any] = field(default_factory=dict)
+    triage: str = ""                # a documented bug by name, or new (checkers/documented_bugs.py)
 
 
 def _read_json(path: str) -> dict[str, Any]:
@@ -95,7 +97,8 @@ def load(directory: str) -> ExportInput:
         threads=len(doc["threads"]),
         in_flight=in_flight,
         kernels=sorted(set(kernels)), fsck_output=fsck, expected=str(info.get("expected") or ""),
-        found=str(info.get("found") or ""), evidence=info.get("evidence", {}))
+        found=str(info.get("found") or ""), evidence=info.get("evidence", {}),
+        triage=triage_finding(info, doc, str(report.get("kernel") or "")).line())
 
 
 def _serialised(doc: dict[str, Any], log: str) -> tuple[list[dict[str, Any]], list[int]]:

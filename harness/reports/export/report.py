@@ -18,16 +18,21 @@ def _block(text: str, lang: str = "") -> str:
     return f"```{lang}\n{text.rstrip()}\n```\n"
 
 
+def crash_words(x: ExportInput) -> str:
+    """The crash point in words: which op had returned when the power was cut."""
+    last = describe(x.ops[-1]) if x.ops else "the mount"
+    return (f"Power is cut right after op {len(x.ops)} (`{last}`) returned"
+            + (f"; the workload's {x.ops_after} later ops never ran" if x.ops_after else "")
+            + (f" (the crash point fell while `{x.in_flight}` was running: it runs to its end here)"
+               if x.in_flight else "")
+            + ("." if x.in_order else f". powercut's crash state {x.state_id} also dropped or tore some writes "
+               "of the last flush epoch; the reproducers cut power between ops instead."))
+
+
 def render(x: ExportInput, script_name: str) -> str:
     ev = x.evidence
     ops = "".join(f"{i + 1}. `{describe(op)}`\n" for i, op in enumerate(x.ops)) or "(none)\n"
-    last = describe(x.ops[-1]) if x.ops else "the mount"
-    crash = (f"Power is cut right after op {len(x.ops)} (`{last}`) returned"
-             + (f"; the workload's {x.ops_after} later ops never ran" if x.ops_after else "")
-             + (f" (the crash point fell while `{x.in_flight}` was running: it runs to its end here)"
-                if x.in_flight else "")
-             + ("." if x.in_order else f". powercut's crash state {x.state_id} also dropped or tore some writes "
-                "of the last flush epoch; the reproducers cut power between ops instead."))
+    crash = crash_words(x)
     checks, unchecked = build(x, "$SCRATCH_MNT")
     want = "".join(f"- `{c.golden()}`: {c.why}\n" for c in checks) or (
         "- the kernel logs no WARNING or BUG running the ops or recovering\n" if x.kind == "kernel" else
@@ -39,6 +44,7 @@ def render(x: ExportInput, script_name: str) -> str:
         f"Kind: **{x.kind}**. File system: {x.fs}, mkfs options `{x.mkfs_opts or '(none)'}`, "
         f"mount options `{x.mount_opts or '(none)'}`, device {x.device_bytes // (1 << 20)} MiB.\n",
         f"Seen on: {seen}." + (f" Not seen on: {', '.join(x.clean_on)}." if x.clean_on else "") + "\n",
+        f"Triage: {x.triage}.\n",
         "## Ops\n", ops,
         "## Crash point\n", crash + "\n",
         "## Expected (what a correct kernel shows after recovery)\n", want,

@@ -164,7 +164,7 @@ wrong=""
 {_check_lines(checks)}
 umount "$MNT" || die "umount after recovery"
 say "$FSCK $REPLAY_DEV"
-$FSCK "$REPLAY_DEV"
+$FSCK "$REPLAY_DEV" < /dev/null   # (fsck.f2fs asks on stdin whether to restore lost files)
 code=$?
 {_verdict(x.fs, configuration_without_metadata_journal(x.fs, x.mkfs_opts))}
 """

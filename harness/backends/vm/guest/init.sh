@@ -25,6 +25,27 @@ fail() { result "error $*"; say "error: $*"; poweroff_now; }
 # mounted: forget every unmounted one (only powercut's devices are in the guest).
 # (pc-recover: one ioctl; `btrfs device scan --forget` cost ~0.15 s under TCG.)
 forget_btrfs_devices() { /usr/bin/pc-recover forget-btrfs || say "forgetting btrfs devices failed"; }
+# Kernel coverage (harness/backends/vm/cover/pc-cover.c): PC_COVERAGE names the modules
+# whose functions are counted. Attached once per boot (~1 s under TCG), zeroed before the
+# part of a job it measures and dumped as "cov TAG NAME:COUNT ..." after it. A kernel that
+# cannot (no BPF kprobe-multi) says why once per job ("cov-error ..."); the job goes on.
+cover_begin() {
+    [ -n "$PC_COVERAGE" ] || return 0
+    if [ "$(cat /run/pc-cover.mods 2> /dev/null)" != "$PC_COVERAGE" ]; then
+        if /usr/bin/pc-cover attach $PC_COVERAGE > /dev/null 2> /run/pc-cover.err; then
+            echo "$PC_COVERAGE" > /run/pc-cover.mods
+        else
+            echo "failed $PC_COVERAGE" > /run/pc-cover.mods
+        fi
+    fi
+    if [ "$(cat /run/pc-cover.mods)" != "$PC_COVERAGE" ]; then
+        result "cov-error $(head -n 1 /run/pc-cover.err)"
+        PC_COVERAGE=""
+        return 0
+    fi
+    /usr/bin/pc-cover reset
+}
+cover_end() { [ -z "$PC_COVERAGE" ] || /usr/bin/pc-cover dump "$1" >&8 || result "cov-error dump failed"; }
 
 say "init"
 for m in $(cat /pc/modules.list); do

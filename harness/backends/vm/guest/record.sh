@@ -1,7 +1,8 @@
 # Job `record` (sourced by /init): record a whole file-system life with dm-log-writes.
 # /dev/vda is the data disk, /dev/vdb the log disk. From job.env: PC_FS,
 # PC_MKFS (mkfs command words), PC_MOUNT_OPTS, PC_WORKLOAD (command line),
-# PC_MARK_MKFS, PC_MARK_MOUNTED, PC_MARK_END (the host's mark texts).
+# PC_MARK_MKFS, PC_MARK_MOUNTED, PC_MARK_END (the host's mark texts),
+# PC_COVERAGE (kernel coverage of the workload through its umount: "cov w ...", init.sh).
 # An empty PC_MKFS means the host put a fresh file system on /dev/vda
 # already and its log starts with that mkfs (harness/backends/vm/live.py).
 # Optional: PC_SYSCTLS (vm.* names reported as "sysctl vm.NAME VALUE"
@@ -33,6 +34,7 @@ mkdir -p "$marks"
 names=""
 for n in $PC_SYSCTLS; do [ -r "/proc/sys/vm/$n" ] && names="$names vm.$n"; done
 [ -z "$names" ] || sysctl $names 2> /dev/null | while read -r k _ v; do result "sysctl $k $v"; done
+cover_begin
 say "workload"
 cd /mnt
 export POWERCUT_MARK_FILE=$marks/mark POWERCUT_DIR=/mnt
@@ -51,5 +53,6 @@ result "workload-exit $code"
 mark "$PC_MARK_END"
 say "umount"
 err=$(umount /mnt 2>&1) || fail "umount failed: $err"
+cover_end w
 # Removing the target makes the kernel append the mark dm-log-writes-end.
 /usr/bin/pc-dmlog remove "$dev" || fail "pc-dmlog remove failed"

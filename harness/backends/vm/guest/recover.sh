@@ -3,7 +3,8 @@
 # from image PC_FIRST on, each is exposed with dm-linear, mounted (journal/log
 # recovery happens here) and unmounted. Results: "begin I" before touching
 # image I, then "ok I" or "fail I MESSAGE"; a guest that dies after "begin I"
-# died mounting image I.
+# died mounting image I. With PC_COVERAGE, "cov r ..." after the last image: the kernel
+# functions all recovery mounts of the job ran (init.sh).
 
 # One dmsetup call for all devices: under TCG each dmsetup process costs
 # ~0.1 s, several times a mount + umount of a small image.
@@ -19,6 +20,8 @@ done
 say "recovery mounts: -o ${PC_MOUNT_OPTS:-defaults}"
 # One process for all mounts (forget, mount, umount: system calls, no process per image):
 # harness/backends/vm/pc-recover.c, which also plants the test faults recovery-panic/-hang.
+cover_begin
 /usr/bin/pc-recover "$PC_FS" "${PC_MOUNT_OPTS:-defaults}" "$PC_FIRST" "$PC_IMAGES" "$PC_FAULT" >&8 \
     || fail "pc-recover failed"
+cover_end r
 /usr/sbin/dmsetup remove_all --noudevsync || fail "dmsetup remove_all failed"

@@ -1,0 +1,42 @@
+"""f2fs through the vm backend on a host whose kernel may lack it: the guest kernel records,
+recovers and (for the content oracle) reads every crash image; the host runs fsck.f2fs."""
+
+from __future__ import annotations
+
+import pytest
+
+from common import report, vm
+from conftest import WORKLOADS, PcEnv
+
+pytestmark = [*vm]
+
+KERNEL = "debian:linux-image-6.12.117+deb12-amd64"
+
+
+def _run(pc: PcEnv, workload: str, *extra: str, rc: int) -> dict:
+    out = pc.tmp / "out"
+    # The guest reads the images for the oracle whether or not this host could mount f2fs.
+    pc.run("run", str(WORKLOADS / workload), "--fs", "f2fs", "--backend", "vm", "--kernel", KERNEL,
+           *extra, "--out", str(out), check_rc=rc, env=pc.env(POWERCUT_CONTENT_READER="guest"))
+    assert pc.leftovers() == []
+    return report(out)
+
+
+def test_f2fs_shell_workload_is_recovered_by_the_guest_and_checked_by_fsck_f2fs(pc: PcEnv) -> None:
+    r = _run(pc, "mixed.sh", rc=0)
+    assert r["fs"] == "f2fs" and r["findings"] == []
+    assert r["recovery_checks"] == {"rw": r["crash_states_checked"]} and r["crash_states_checked"] > 5
+    consoles = "".join(p.read_text() for p in sorted((pc.tmp / "out").glob("vm-boot-*.console")))
+    assert "F2FS-fs" in consoles  # the guest's f2fs module mounted the images
+
+
+def test_f2fs_content_oracle_reads_what_the_guest_read(pc: PcEnv) -> None:
+    r = _run(pc, "rename_fsync.json", rc=0)
+    assert "reads the recovered tree" in r["vm"]["content_checks"]
+    assert r["oracle"]["ops_modelled"] > 0 and not r["oracle"]["lost_track"]
+
+
+@pytest.mark.parametrize("fault", ["drop-flush"])
+def test_f2fs_dropped_flushes_are_durability_findings(pc: PcEnv, fault: str) -> None:
+    r = _run(pc, "rename_fsync.json", "--fault", fault, rc=1)
+    assert "durability" in {f["kind"] for f in r["findings"]}
