@@ -12,6 +12,9 @@ FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null)
 
 FS         ?= ext4
 PC          = $(VENV)/bin/powercut
+# PC=PATH on the command line: a powercut installed elsewhere (pip install .), so make builds nothing
+# here (and a test that replaces powercut never rebuilds the checkout's venv).
+PC_DEPS     = $(if $(filter command line,$(origin PC)),,deps)
 
 # make fuzz / make soak
 # Empty: powercut's default (hypothesis; mixed with KERNEL=, the vm backend).
@@ -186,7 +189,7 @@ ci-kernel: CI_FUZZ_WORKLOADS ?= 10
 ci-kernel: CI_FUZZ_DURATION ?= 10m
 ci-kernel: CI_FUZZ_ARGS ?=
 ci-kernel: TOOLS ?=
-ci-kernel: deps
+ci-kernel: $(PC_DEPS)
 	@test -n "$(KERNEL)" || { echo "make ci-kernel: set KERNEL=debian:PACKAGE (e.g. debian:linux-image-6.12-amd64)" >&2; exit 2; }
 	@rm -f $(OUT)/diff.rc $(OUT)/fuzz.rc $(OUT)/bisect.rc $(OUT)/bisect.txt; mkdir -p $(OUT)
 	$(PC) corpus run --entries '$(ENTRIES)' --rows '$(ROWS)' --out $(OUT)/host || [ $$? = 1 ]

@@ -33,6 +33,9 @@ STATE_ROOT = os.environ.get("POWERCUT_STATE_DIR", "/run/powercut")
 SCRATCH_ROOT = os.environ.get(
     "POWERCUT_SCRATCH", "/dev/shm/powercut" if os.path.isdir("/dev/shm") else "/var/tmp/powercut"
 )
+# A Unix socket's path has at most 107 bytes (AF_UNIX): sockets (a live guest's control
+# channel) live under this short root, whatever the state and scratch roots are.
+SOCKET_ROOT = "/run/powercut-sockets"
 
 
 @dataclass
@@ -52,10 +55,14 @@ def _proc_start_time(pid: int) -> int | None:
         return None
 
 
-def _ensure_root(path: str) -> None:
-    os.makedirs(path, exist_ok=True)
-    if not ownership.is_owned(path):
-        ownership.tag(path, "root")
+def _ensure_roots(*paths: str) -> None:
+    try:
+        for path in paths:
+            os.makedirs(path, exist_ok=True)
+            if not ownership.is_owned(path):
+                ownership.tag(path, "root")
+    except PermissionError as e:
+        raise EnvError(f"cannot create {e.filename}: powercut needs root (loop devices, mounts)") from e
 
 
 class RunState:
@@ -70,11 +77,7 @@ class RunState:
     # -- creation --------------------------------------------------------
     @classmethod
     def create(cls, purpose: str) -> "RunState":
-        try:
-            _ensure_root(STATE_ROOT)
-            _ensure_root(SCRATCH_ROOT)
-        except PermissionError as e:
-            raise EnvError(f"cannot create {e.filename}: powercut needs root (loop devices, mounts)") from e
+        _ensure_roots(STATE_ROOT, SCRATCH_ROOT)
         run_id = time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
         path = os.path.join(STATE_ROOT, run_id)
         os.makedirs(path)
@@ -115,6 +118,11 @@ class RunState:
         os.makedirs(path)
         ownership.tag(path, "scratch")
         return path
+
+    def socket_dir(self) -> str:
+        """A new short directory for this run's Unix sockets, recorded for removal."""
+        _ensure_roots(SOCKET_ROOT)
+        return self.make_dir(os.path.join(SOCKET_ROOT, self.run_id))
 
     # -- teardown --------------------------------------------------------
     def live_resources(self) -> list[Resource]:

@@ -196,7 +196,12 @@ class Campaign:
         elif self.stop_reason == "duration" and findings is not None and findings.spent():
             self.stop_reason = "max-findings"  # the worker that saved the last one stopped them all
         elif not stop.is_set():
-            self.stop_reason = "exhausted" if self.spec.generator.ends_space else "workers-exited"
+            # Workers ended by themselves: the space is done only if every one ended well (a
+            # worker that died left its shard of the space undone). Workers that all ended well with
+            # the deadline passed saw it before this loop did: a duration stop.
+            died = any(p.exitcode != 0 for p in procs)
+            if died or time.time() < deadline:
+                self.stop_reason = "exhausted" if self.spec.generator.ends_space and not died else "workers-exited"
 
     def _stop_workers(self, procs: list[multiprocessing.process.BaseProcess], terminate: bool) -> None:
         for p in procs:

@@ -62,9 +62,16 @@ def test_duration_stop_writes_the_page_and_a_documented_bug_costs_no_shrink(pc: 
     table = tmp_path / "bugs.json"
     table.write_text(json.dumps({"bugs": [{"id": "planted-fsck", "class": "kernel-bug", "name": "planted: fsck after a "
                                            "dropped flush", "fs": "ext4", "kinds": ["fsck"], "ops": ["open|creat"]}]}))
+    env = pc.env(POWERCUT_DOCUMENTED_BUGS=str(table))
     out = pc.tmp / "campaign"
-    p = pc.run("fuzz", "--out", str(out), "--seed", "3", *FAULT, "--duration", "1m",
-               env=pc.env(POWERCUT_DOCUMENTED_BUGS=str(table)), timeout=900)
+    # Counted, not timed: one workload (the fault tears ext4's journal in every one) ...
+    p = pc.run("fuzz", "--out", str(out), "--seed", "3", *FAULT, "--max-workloads", "1", "--duration", "20m",
+               env=env, timeout=900)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert json.loads((out / "report.json").read_text())["stop_reason"] == "max-workloads"
+    # ... then a session the duration stops: its page has the first session's findings, whatever
+    # this one managed to run.
+    p = pc.run("fuzz", "--resume", str(out), "--jobs", "1", "--duration", "1s", env=env, timeout=900)
     assert p.returncode == 1, p.stdout + p.stderr
     report = json.loads((out / "report.json").read_text())
     assert report["stop_reason"] == "duration" and report["latency_clock"] == "host"

@@ -92,11 +92,20 @@ def test_the_option_check_finds_an_option_no_test_names() -> None:
      "--kernel and --kernel-modules need --backend vm"),
     (("minimize", "WL", "--fs", "ext4", "--backend", "vm"), "--backend vm needs --kernel"),
     (("bench", "--only", "time-to-find", "--kernel", "debian:x", "--bugs", "no-such-bug"), "--bugs: unknown no-such-bug"),
+    (("fuzz", "--fs", "ext4", "--tools", "debian:hamm"), "--tools debian:hamm: give debian:SUITE"),
+    (("minimize", "WL", "--fs", "ext4", "--tools", "debian:hamm"), "--tools debian:hamm: give debian:SUITE"),
 ])
 def test_an_option_given_where_it_cannot_apply_is_one_line(pc: PcEnv, args: tuple[str, ...], says: str) -> None:
     wl = str(WORKLOADS / "two_durability_bugs.json")
     p = pc.run(*(wl if a == "WL" else a for a in args))
     assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_corpus_run_with_a_suite_debian_lacks_runs_no_case(pc: PcEnv) -> None:
+    # Each case ends in that one line (corpus run checks --tools per case, not up front: exit 1).
+    p = pc.run("corpus", "run", "--entries", "append-fsync", "--rows", "ext4-ordered", "--tools", "debian:hamm",
+               "--out", str(pc.tmp / "c"))
+    assert p.returncode in (1, 2) and "--tools debian:hamm: give debian:SUITE" in p.stdout + p.stderr, p.stderr
 
 
 def test_bisect_changed_against_bisects_only_changed_cases(pc: PcEnv) -> None:
@@ -121,12 +130,13 @@ def test_fuzz_run_options_reach_the_campaign(pc: PcEnv) -> None:
     out = pc.tmp / "c"
     p = pc.run("fuzz", "--fs", "ext4", "--max-workloads", "1", "--duration", "10m", "--seed", "5", "--out", str(out),
                "--semantics", "posix", "--size", "96", "--states-per-point", "2", "--recovery", "ro",
-               "--min-ops", "1", "--max-ops", "2", "--shrink-match", "kind", timeout=600)
+               "--min-ops", "1", "--max-ops", "2", "--shrink-match", "kind", "--coverage-target", timeout=600)
     assert p.returncode in (0, 1), p.stdout + p.stderr
     saved = json.loads((out / "campaign.json").read_text())
     run, options = saved["run"], saved["spec"]["options"]
     assert (run["semantics"], run["size_mib"], run["states_per_point"], run["recovery"]) == ("posix", 96, 2, "ro")
-    assert (options["min_ops"], options["max_ops"], options["shrink_match"]) == (1, 2, "kind")
+    assert (options["min_ops"], options["max_ops"], options["shrink_match"], options["coverage_target"]) == \
+        (1, 2, "kind", True)
     report = json.loads((out / "report.json").read_text())
     assert report["workloads"] == 1 and report["recovery"] == "ro", report
 

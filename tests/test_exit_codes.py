@@ -72,6 +72,21 @@ def test_3_internal_error_one_line_traceback_in_out_and_teardown(pc: PcEnv) -> N
     assert pc.leftovers() == []  # torn down as always
 
 
+@pytest.mark.e2e
+@needs_root_stack
+def test_a_campaign_whose_only_worker_died_did_not_exhaust_its_space(pc: PcEnv) -> None:
+    """An exhaustive campaign's one worker dies of a bug before its first workload: exit 3,
+    and the report says the workers exited, not that the space was done."""
+    out = pc.tmp / "c"
+    p = _with_planted_bug(pc, "fuzz.worker.run_doc", "fuzz", "--fs", "ext4", "--engine", "exhaustive", "--seq", "1",
+                          "--jobs", "1", "--duration", "10m", "--out", str(out))
+    assert p.returncode == 3, p
+    report = json.loads((out / "report.json").read_text())
+    assert report["failed_workers"] and report["workloads"] == 0, report
+    assert report["stop_reason"] == "workers-exited", report["stop_reason"]
+    assert pc.leftovers() == []
+
+
 def test_3_internal_error_without_an_output_dir_names_the_file(pc: PcEnv, tmp_path: Path) -> None:
     log = tmp_path / "x.log"
     log.write_bytes(b"")

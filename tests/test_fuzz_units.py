@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -216,13 +217,15 @@ def test_shards() -> None:
 
 def test_bad_options_are_one_line_exit_2(tmp_path) -> None:
     env_cmd = [sys.executable, "-m", "cli.main", "fuzz", "--fs", "ext4", "--out", str(tmp_path / "c")]
-    for extra in (["--duration", "soon"], ["--engine", "exhaustive", "--core-ops", "nope"], ["--jobs", "0"],
-                  ["--ops", "20-5"], ["--ops", "five"]):
-        p = subprocess.run(env_cmd + extra, capture_output=True, text=True, cwd=ROOT)
+    cmds = [env_cmd + extra for extra in (["--duration", "soon"], ["--engine", "exhaustive", "--core-ops", "nope"],
+                                          ["--jobs", "0"], ["--ops", "20-5"], ["--ops", "five"])]
+    cmds.append([sys.executable, "-m", "cli.main", "fuzz", "--resume", str(tmp_path / "none")])
+    # Independent commands, each mostly an interpreter starting: all at once.
+    with ThreadPoolExecutor(max_workers=len(cmds)) as pool:
+        *bad, resume = pool.map(lambda c: subprocess.run(c, capture_output=True, text=True, cwd=ROOT), cmds)
+    for p in bad:
         assert p.returncode == 2 and p.stderr.startswith("powercut: ") and len(p.stderr.splitlines()) == 1, p.stderr
-    p = subprocess.run([sys.executable, "-m", "cli.main", "fuzz", "--resume", str(tmp_path / "none")],
-                       capture_output=True, text=True, cwd=ROOT)
-    assert p.returncode == 2 and "no campaign there" in p.stderr
+    assert resume.returncode == 2 and "no campaign there" in resume.stderr
 
 
 def test_teardown_holds_signals_back_until_done() -> None:
@@ -270,6 +273,27 @@ def test_a_signal_while_spawning_still_leaves_the_child_recorded(tmp_path: Path,
     pid = recorded[0].info["pid"]
     assert state.teardown() == []
     assert not running(pid)
+
+
+def test_a_runs_unix_sockets_fit_however_deep_its_state_and_scratch_are(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A live guest's control socket was made in the run's scratch: under a deep scratch root
+    (a long pytest temp path) binding it died with `AF_UNIX path too long`. The socket
+    directory is short whatever the roots are, and goes with the run's teardown."""
+    import socket
+    deep = tmp_path / ("d" * 100)
+    monkeypatch.setattr(runstate, "STATE_ROOT", str(deep / "state"))
+    monkeypatch.setattr(runstate, "SCRATCH_ROOT", str(deep / "scratch"))
+    state = runstate.RunState.create("socket test")
+    sockets = state.socket_dir()
+    assert not sockets.startswith(str(tmp_path)) and state.run_id in sockets
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.bind(os.path.join(sockets, "control.sock"))
+    finally:
+        s.close()
+    assert state.teardown() == []
+    assert not os.path.exists(sockets)
 
 
 def test_exhaustive_gives_an_index_the_harness_failed_on_one_more_try(monkeypatch: pytest.MonkeyPatch) -> None:

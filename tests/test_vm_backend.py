@@ -96,6 +96,11 @@ def test_run_is_clean_with_recovery_in_the_guest(vm_run: tuple[str, Path, PcEnv]
     assert len(boots) >= 2
     assert "job record" in (out / "vm-boot-0.console").read_text()
     assert "job recover" in (out / "vm-boot-1.console").read_text()
+    # Where the guest crash states' time went: every checked state staged, recovered, fsck'ed.
+    prof = r["vm"]["state_profile"]
+    assert prof["states"] == r["crash_states_checked"]
+    assert prof["seconds"]["guest"] > 0 and prof["seconds"]["fsck"] > 0 and prof["seconds"]["copy_out"] > 0
+    assert r["crash_walk"]["image_build_s"] > 0
 
 
 def test_json_workload_runs_in_the_guest(pc: PcEnv) -> None:
@@ -200,6 +205,25 @@ def test_kill_9_then_cleanup_leaves_no_qemu(pc: PcEnv) -> None:
     assert "1 dead run(s) cleaned" in p.stdout
     assert pc.leftovers() == []
     assert os.listdir(pc.state) == []
+
+
+def test_a_live_guest_boots_however_deep_the_scratch_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The live guest's control socket once lived in the run's scratch: under a deep scratch
+    root (a long temp path) its boot died with `AF_UNIX path too long`. Its QEMU and socket
+    directory go when it closes."""
+    from foundation import runstate
+    from foundation.filesystems import get_fs
+    from harness.backends.vm import initramfs
+    from harness.backends.vm.live import LiveGuest
+    deep = tmp_path / ("d" * 100)
+    monkeypatch.setattr(runstate, "STATE_ROOT", str(deep / "state"))
+    monkeypatch.setattr(runstate, "SCRATCH_ROOT", str(deep / "scratch"))
+    kernel = resolve(KERNEL_612)
+    with LiveGuest(kernel, initramfs.build(kernel, [get_fs("ext4")]), 16 << 20, 16 << 20, 1) as guest:
+        guest.boot()
+        assert guest.alive and guest.release.startswith("6.12"), guest.release
+        sockets, qemu = guest._sockets, guest._proc
+    assert qemu is not None and qemu.poll() is not None and not os.path.exists(sockets)
 
 
 def test_boot_deadline_is_a_clear_error(pc: PcEnv) -> None:

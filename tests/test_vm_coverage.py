@@ -5,6 +5,8 @@ A plain write + fsync workload and the same with fallocate and a rename: both ru
 non-empty on both paths, and the second reaches ext4 functions the first does not (the
 fallocate and rename entry points among them); the recovery mounts of their crash states
 replay the journal (jbd2's recovery functions are in the recovery path, not in the workload's).
+And the coverage engine finds a planted violation that only workloads running many ext4
+functions show (the coverage-plant test fault).
 """
 
 from __future__ import annotations
@@ -56,8 +58,8 @@ def test_coverage_map_is_non_empty_and_grows_with_a_workload_reaching_new_functi
 
 # Functions of ext4 + jbd2 a workload path must run for the planted violation. The engine's
 # random workloads have 2-4 op records here (--min-ops/--max-ops); kept workloads grow to 8 by
-# joining and inserting. 4 records rarely reach this many (measured: random workloads of up to 8
-# records ran 79-271 functions, docs/coverage.md): it takes a workload grown from kept ones.
+# joining and inserting. 4 records seldom reach this many (random workloads of up to 8 records
+# ran 79-271 functions, docs/coverage.md), so it is mostly a workload grown from kept ones.
 PLANT = "240"
 
 
@@ -74,9 +76,12 @@ def test_a_violation_only_coverage_rich_paths_reach_is_found_by_the_coverage_eng
     entries = [json.loads(line) for f in sorted((out / "journal").iterdir()) for line in f.read_text().splitlines()]
     runs = [e for e in entries if e.get("engine") == "coverage" and not e.get("shrink")]
     first = next(i for i, e in enumerate(runs) if any(s.endswith("coverage-plant") for s in e.get("signatures", [])))
-    # Found by a mutation of kept workloads, after random ones that did not reach it.
-    assert runs[first]["mutated"] and runs[first]["coverage"]["workload"] >= int(PLANT)
-    assert any(not e["mutated"] for e in runs[:first])
+    assert runs[first]["coverage"]["workload"] >= int(PLANT)
+    # The corpus at work: random workloads first, then mutations of kept ones (the run that found
+    # the plant was a mutation in one of two runs measured, a random 4-record workload in the other).
+    assert not runs[0]["mutated"]
+    if first >= 6:  # past the engine's random seeds: most runs are mutations of kept workloads
+        assert any(e["mutated"] for e in runs[:first + 1])
     # The campaign's report has its coverage: the union and its growth over time.
     cov = report["coverage"]
     assert cov["workload_functions"] >= int(PLANT) and cov["recovery_functions"] > 0

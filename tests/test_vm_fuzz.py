@@ -52,6 +52,10 @@ def test_planted_violation_in_the_kernel_log_is_found_shrunk_and_reproduced(pc: 
     run = json.loads(open(os.path.join(d, "run", "report.json")).read())
     assert run["backend"] == "vm" and run["kernel"].startswith("6.12") and run["vm"]["live_guest"]
     assert report["vm"]["boots"] <= 1 + report["vm"]["lost"] and "record" in report["vm"]["job_seconds"]
+    # Where the workers' guest crash states went, summed over the campaign: every state the
+    # guest recovered was staged and fsck'ed on the host.
+    prof = report["vm"]["state_profile"]
+    assert 0 < prof["states"] and prof["seconds"]["guest"] > 0 and prof["ms_per_state"]["fsck"] > 0
     # reproduce.sh boots the same kernel to recover that crash state and shows the finding again.
     script = open(os.path.join(d, "reproduce.sh")).read()
     assert f"--backend vm --kernel {KERNEL}" in script
@@ -66,7 +70,7 @@ def test_documented_bug_saved_unshrunk(pc: PcEnv) -> None:
     """Debian's 6.12.117 btrfs has generic/764's bug (docs/bugs/): the ordered space meets it
     within its first few dozen workloads. The campaign names it, saves it as found (no shrink
     run) and report.md says so; its latencies are the emulator's and report.json says that."""
-    out = pc.tmp / "c"  # short: the guest's control socket lives under it (AF_UNIX: 108 bytes)
+    out = pc.tmp / "c"
     p = pc.run("fuzz", "--out", str(out), "--fs", "btrfs", "--backend", "vm", "--kernel",
                "debian:linux-image-6.12.117+deb12-amd64", "--engine", "exhaustive", "--seq", "2", "--jobs", "1",
                "--max-findings", "1", "--max-workloads", "60", "--duration", "20m", timeout=1800)

@@ -13,7 +13,9 @@ on request. Its disks are fixed at boot and reused by every job:
     vdf                one per recovery mode (--recovery both runs two engines)
 
 Serial ports: ttyS0 console (a file), ttyS1 the workload's output (a file),
-ttyS2 the control channel (a Unix socket QEMU serves; the host connects).
+ttyS2 the control channel (a Unix socket QEMU serves; the host connects). The socket is
+in the run's short socket directory (runstate.SOCKET_ROOT), not its scratch: a deep
+scratch path would pass AF_UNIX's 107 bytes.
 Every command gets its answer on ttyS2; if none comes within the hang limit
 the guest is declared hung and killed. A guest that panics ends QEMU
 (panic=-1, -no-reboot): the host sees the socket close. Either way the next
@@ -84,12 +86,14 @@ class LiveGuest:
     _sock: socket.socket | None = None
     _buf: bytes = b""
     _console: str = ""
+    _sockets: str = ""                                    # the run's short socket directory
 
     # -- lifetime ---------------------------------------------------------------
     def _ensure_state(self) -> RunState:
         if self.state is None:
             self.state = RunState.create(f"vm guest {self.kernel.label}")
             s = self.state.scratch
+            self._sockets = self.state.socket_dir()
             self.disks = LiveDisks(*(os.path.join(s, n) for n in ("data.img", "log.img", "records.img", "input.img")),
                                    [os.path.join(s, f"batch-{i}.img") for i in range(len(BATCHES))])
             for path, size in ((self.disks.data, self.device_bytes), (self.disks.log, self.log_bytes),
@@ -112,7 +116,7 @@ class LiveGuest:
         work = state.scratch
         initrd = initramfs.boot_initrd(self.base_initrd, {"pc/job.env": f"export PC_JOB=serve PC_IN_DISK={INPUT}\n".encode()},
                                        os.path.join(work, "initrd.gz"))
-        sock_path = os.path.join(work, "control.sock")
+        sock_path = os.path.join(self._sockets, "control.sock")
         if os.path.exists(sock_path):
             os.unlink(sock_path)
         self._console = os.path.join(work, f"console-{len(self.boots)}.log")
