@@ -86,7 +86,11 @@ class VmRecovery:
         # Host checks of a batch run in parallel (fsck, and the read-only mounts for the
         # inspector, each check file on its own mount point); the inspector one at a time.
         self.check_paths = [os.path.join(state.scratch, f"recovered{tag}-{i}.img") for i in range(CHECK_THREADS)]
-        self.mnts = [state.subdir(f"inspect-mnt{tag}-{i}") if inspect else "" for i in range(CHECK_THREADS)]
+        # A guest-read image's tree is rebuilt in the scratch directory (tmpfs where there is one):
+        # the state directory's file system may hold a few KiB of xattrs per file, and a workload's
+        # file can have hundreds (ACE's xattrs(foo): 400 x 1 KiB: ENOSPC on the host's ext4).
+        self.mnts = [(state.make_dir(os.path.join(state.scratch, f"inspect-tree{tag}-{i}")) if self.dumps
+                      else state.subdir(f"inspect-mnt{tag}-{i}")) if inspect else "" for i in range(CHECK_THREADS)]
         self.check_fds = [ownership.create_file(p) for p in self.check_paths]
         # The content oracle reads each image through a read-only loop device kept per check
         # file (attached at its first image): attaching one per image cost more than the read.
