@@ -49,13 +49,29 @@ class RecordsInvariant:
                    spec.get("max_loss_records"), spec.get("max_loss_ms"))
 
 
-def written_records(h: History, path: str, positions: set[int], record_bytes: int,
-                    upto: int) -> dict[int, tuple[int, int, int, int]]:
+WrittenMemo = dict[tuple[Any, ...], dict[int, tuple[int, int, int, int]]]
+
+
+def written_records(h: History, path: str, positions: Allowed | set[int], record_bytes: int,
+                    upto: int, memo: WrittenMemo | None = None) -> dict[int, tuple[int, int, int, int]]:
     """Record index -> (file_id, seq, iter, delta) of the write (at one of
-    POSITIONS) that wrote it whole, for the file at PATH after ops < UPTO."""
-    ino_id = next((ns[path] for ns in reversed(h.ns[:upto + 1]) if path in ns), None)
+    POSITIONS) that wrote it whole, for the file at PATH after ops < UPTO.
+    MEMO: results by inputs, shared by the states of one crash point (and any other
+    with the same positions): the walk over the file's events costs O(its history)."""
+    ino_id = None
+    for k in range(min(upto, len(h.ns) - 1), -1, -1):   # (no slice of h.ns: O(history) a call)
+        if path in h.ns[k]:
+            ino_id = h.ns[k][path]
+            break
     if ino_id is None:
         return {}
+    key = None
+    if memo is not None:
+        pos_key = (positions.n_done, positions.inflight) if isinstance(positions, Allowed) else frozenset(positions)
+        key = (path, ino_id, pos_key, record_bytes)
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
     out = {}
     for e in h.inodes[ino_id].events:
         if e.kind != "data" or e.pos not in positions:
@@ -63,6 +79,10 @@ def written_records(h: History, path: str, positions: set[int], record_bytes: in
         for r in range(-(-e.start // record_bytes), e.end // record_bytes):
             if (r + 1) * record_bytes <= e.end:
                 out[r] = (e.src.file_id, e.src.seq, e.src.iter, e.src.delta)
+    if memo is not None:
+        if len(memo) > 256:
+            memo.clear()
+        memo[key] = out   # (callers only read it)
     return out
 
 
@@ -115,13 +135,15 @@ Memo = dict[tuple[Any, ...], tuple[dict[str, Any], list[Finding]]]
 def check_records(inv: RecordsInvariant, h: History, wid: int, mnt: str, n_done: int, allowed: set[int],
                   crash_point: int, scan: Callable[[str, bytes], ChunkScan] | None = None,
                   read: Callable[[str], tuple[bytes, int]] | None = None, memo: Memo | None = None,
-                  key: Callable[[str], Hashable] | None = None) -> tuple[list[dict[str, Any]], list[Finding]]:
+                  key: Callable[[str], Hashable] | None = None,
+                  written: WrittenMemo | None = None) -> tuple[list[dict[str, Any]], list[Finding]]:
     """Loss-window rows (one per recording file) and design findings at one crash
     point. N_DONE: ops < n_done had returned; ALLOWED: those and the ones in flight.
     SCAN (path, bytes) -> ChunkScan: check all chunks at once instead of one by one.
     READ (path) -> (bytes, token): how files are read (equal tokens, equal bytes).
     MEMO with KEY (path -> what the result depends on besides the bytes): results of
-    earlier crash points with the same bytes and the same key are reused."""
+    earlier crash points with the same bytes and the same key are reused. WRITTEN: what
+    the history says was written, by crash point (written_records)."""
     rows, findings = [], []
     for path in inv.paths:
         full = os.path.join(mnt, path)
@@ -136,7 +158,7 @@ def check_records(inv: RecordsInvariant, h: History, wid: int, mnt: str, n_done:
         mkey = (path, token, key(path)) if memo is not None and key is not None and token is not None else None
         hit = memo.get(mkey) if mkey is not None else None  # type: ignore[union-attr]
         if hit is None:
-            hit = _check_record_file(inv, h, wid, path, data, n_done, allowed, scan)
+            hit = _check_record_file(inv, h, wid, path, data, n_done, allowed, scan, written)
             if mkey is not None:
                 if len(memo) > 4096:  # type: ignore[arg-type]
                     memo.clear()  # type: ignore[union-attr]
@@ -152,12 +174,12 @@ def check_records(inv: RecordsInvariant, h: History, wid: int, mnt: str, n_done:
 
 def _check_record_file(inv: RecordsInvariant, h: History, wid: int, path: str, data: bytes, n_done: int,
                        allowed: set[int], scan: Callable[[str, bytes], ChunkScan] | None,
-                       ) -> tuple[dict[str, Any], list[Finding]]:
+                       written_memo: WrittenMemo | None = None) -> tuple[dict[str, Any], list[Finding]]:
     """check_records for one file, its row and findings without the crash point."""
     crash_point = None
     findings: list[Finding] = []
-    written = written_records(h, path, Allowed(n_done, frozenset()), inv.record_bytes, n_done)
-    writers = written_records(h, path, allowed, inv.record_bytes, last_allowed(allowed) + 1)
+    written = written_records(h, path, Allowed(n_done, frozenset()), inv.record_bytes, n_done, written_memo)
+    writers = written_records(h, path, allowed, inv.record_bytes, last_allowed(allowed) + 1, written_memo)
     chunks = scan(path, data) if scan is not None else None
     last_data = last_record_with_data(data, chunks, inv.record_bytes)
     recovered = 0

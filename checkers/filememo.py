@@ -104,24 +104,35 @@ class ImageFiles:
         return data, token
 
     def _patch(self, fd: int, old: bytes, same: list[tuple[int, int]], size: int) -> bytes:
-        """The file's SIZE bytes: OLD's where SAME says they still hold, read through the file elsewhere."""
-        out = bytearray(old[:size])  # one copy; the gaps are read straight into it
-        if size > len(out):
-            out.extend(bytes(size - len(out)))
-        view = memoryview(out)
+        """The file's SIZE bytes: OLD's where SAME says they still hold, read through the file elsewhere.
+        Joined in one copy (a recording file of 16 MB patched at every state: a bytearray of OLD
+        patched in place and then made bytes was two)."""
+        parts: list[bytes | memoryview] = []
+        view = memoryview(old)
         cur = 0
         for a, b in same + [(size, size)]:
+            a, b = min(a, size), min(b, size)
             if a > cur:  # not known to be unchanged: read it
-                got = os.preadv(fd, [view[cur:a]], cur)
-                if got != a - cur:  # shorter than its size said: read it all the plain way
+                got = os.pread(fd, a - cur, cur)
+                if len(got) != a - cur:  # shorter than its size said: read it all the plain way
                     view.release()
                     self.bytes_read += size
                     return os.pread(fd, size, 0)
+                parts.append(got)
                 self.bytes_read += a - cur
+            if b > max(a, cur):
+                lo = max(a, cur)
+                hi = min(b, len(old))
+                if hi > lo:
+                    parts.append(view[lo:hi])
+                if b > hi:   # (past OLD's end: a hole in both, zeros)
+                    parts.append(bytes(b - max(hi, lo)))
             cur = max(cur, b)
+        out = b"".join(parts)
+        parts.clear()
         view.release()
         self.patched += 1
-        return bytes(out)
+        return out
 
 
 def _pieces(ext: tuple[tuple[int, int, int, int], ...], end: int) -> list[tuple[int, int, int | None, int]]:

@@ -32,6 +32,7 @@ from foundation.errors import PowercutError, Terminated
 from harness.pipeline.live import live_guest
 from harness.pipeline.config import RunConfig
 from harness.pipeline.run import terminate_as_exception
+from harness.backends.vm import coverage as vm_coverage
 from fuzz import campaign_report
 from fuzz.coordinator import Coordinator, CoordinatorLost, Heartbeat
 from fuzz.coverage import campaign_coverage
@@ -71,6 +72,10 @@ def _worker_main(path: str, cfg: RunConfig, spec: CampaignSpec, n: int, deadline
                  stop: multiprocessing.synchronize.Event, parent: int, budget: WorkloadBudget | None,
                  findings: FindingBudget | None, joined: tuple[str, str, str] | None) -> None:
     os.setsid()  # Ctrl-C goes to the campaign process only; it stops workers with one SIGTERM
+    if spec.generator.uses_kernel_coverage(spec.options):
+        # Its feedback: the guest's kernel coverage, off by default for what it costs (a user's
+        # explicit POWERCUT_VM_COVERAGE still wins).
+        os.environ.setdefault(vm_coverage.ENV, "on")
 
     def on_term(signum: int, frame: object) -> None:
         raise Stopped()

@@ -19,6 +19,8 @@ fuzz/engines.py), what it is and what it needs:
 - `one_process_per_workload`: it cannot run in a guest a worker keeps;
 - `default_on`: the backend kind it is the default for ("host", "guest");
 - `require()`: a missing tool ends the campaign with its install hint before any worker;
+- `uses_kernel_coverage(options)`: its workers feed on the vm guest's kernel coverage, which
+  the campaign then turns on (it costs guest time, so it is off otherwise);
 - `report_extra(options, campaign_dir)`: its own report.json fields, and
   `summary_lines(report)` what the printed summary says of them.
 
@@ -71,6 +73,11 @@ class FuzzEngine:
 
     def require(self) -> None:
         """EnvError if this host lacks what the engine runs (checked once, before any worker starts)."""
+
+    def uses_kernel_coverage(self, options: Mapping[str, Any]) -> bool:
+        """Whether its workers feed on the guest's kernel coverage (vm backend): the campaign
+        then turns the guest's coverage on (harness/backends/vm/coverage.py; off by default)."""
+        return False
 
     def report_extra(self, options: Mapping[str, Any], campaign_dir: Callable[[str], str]) -> dict[str, Any]:
         """Its own report.json fields (CAMPAIGN_DIR(SUB): a directory of the campaign)."""

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from checkers.fsrules import Semantics
 from fuzz import engine_hypothesis
@@ -149,6 +151,9 @@ class CoverageEngine(FuzzEngine):
 
     def run(self, w: Worker) -> None:
         run(w)
+
+    def uses_kernel_coverage(self, options: Mapping[str, Any]) -> bool:
+        return True
 
 
 register_engine(CoverageEngine())

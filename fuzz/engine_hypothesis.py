@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings, target
@@ -139,6 +139,9 @@ class HypothesisEngine(FuzzEngine):
 
     def run(self, w: Worker) -> None:
         run(w)
+
+    def uses_kernel_coverage(self, options: Mapping[str, Any]) -> bool:
+        return bool(options.get("coverage_target"))
 
 
 def run(w: Worker) -> None:

@@ -23,6 +23,9 @@ one's next claim; once every position is done it only generates.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from fuzz import engine_exhaustive, engine_hypothesis
 from fuzz.coordinator import ALL_DONE, WAIT
 from fuzz.engine import FuzzEngine, register_engine
@@ -81,6 +84,9 @@ class MixedEngine(FuzzEngine):
 
     def run(self, w: Worker) -> None:
         run(w)
+
+    def uses_kernel_coverage(self, options: Mapping[str, Any]) -> bool:
+        return bool(options.get("coverage_target"))
 
 
 register_engine(MixedEngine())

@@ -27,6 +27,7 @@ from typing import Any
 from foundation.jsondoc import write_json
 from foundation import jsonl, ownership
 from foundation.errors import UsageError
+from harness.backends.vm.recovery import state_profile
 
 CONFIG = "campaign.json"
 
@@ -100,11 +101,13 @@ class CampaignDir:
                          {"boots": old.get("boots", 0) + stats["boots"],
                           "lost": old.get("lost", 0) + stats["lost"],
                           "boot_seconds": round(old.get("boot_seconds", 0.0) + stats["boot_seconds"], 2),
-                          "job_seconds": jobs})
+                          "job_seconds": jobs,
+                          "state_seconds": _add(old.get("state_seconds", {}), stats.get("state_profile", {}))})
 
     def guest_stats(self) -> dict[str, Any]:
         """The vm guests' costs summed over workers (empty for the fuse backend)."""
         total: dict[str, Any] = {}
+        seconds: dict[str, float] = {}
         d = self.sub("guests")
         for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
             with open(os.path.join(d, name)) as f:
@@ -115,6 +118,9 @@ class CampaignDir:
             jobs = total.setdefault("job_seconds", {})
             for k, v in g["job_seconds"].items():
                 jobs[k] = round(jobs.get(k, 0.0) + v, 3)
+            seconds = _add(seconds, g.get("state_seconds", {}))
+        if seconds:   # where a guest crash state's time went, over every worker
+            total["state_profile"] = state_profile(seconds)
         return total
 
     def note_worker_error(self, worker: str, line: str) -> None:
@@ -209,3 +215,7 @@ def fresh_dir(path: str) -> str:
     """PATH as a new empty powercut directory (removing the previous one powercut made)."""
     remove_owned(path)
     return ownership.make_dir(path)
+
+
+def _add(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    return {k: round(a.get(k, 0.0) + b.get(k, 0.0), 3) for k in {*a, *b}}

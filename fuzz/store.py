@@ -83,6 +83,10 @@ class FindingStore:
             keys |= {Signature.parse(unquote(n)).key() for n in os.listdir(claims)}
         return keys
 
+    def documented_saved(self) -> set[str]:
+        """Documented bugs (checkers/documented_bugs.py) a finding of this campaign was saved as."""
+        return {s["shrink"]["known_bug"] for s in self.saved() if s.get("shrink", {}).get("known_bug")}
+
     def next_number(self) -> int:
         """The number of the next finding directory (called under the lock)."""
         return len(self.dirs()) + 1

@@ -151,6 +151,10 @@ class Worker:
         Ctrl-C or SIGTERM cuts it short; the best run so far is saved all the same,
         and finding.json says the shrink is incomplete and why."""
         for sig, _ in self.new_signatures(trial):
+            if trial.known_bugs.get(sig.key()) in self.store.documented_saved():
+                # Saved once already (another crash op or fsck line of the same bug): the journal
+                # counts it (report.json known_bug_hits); another directory would say nothing new.
+                continue
             if not self.store.claim(sig):
                 continue
             if sig.key() in trial.known_bugs:

@@ -130,7 +130,8 @@ class StateHasher:
         if not changed:
             return value
         tear = state.tear
-        sectors = {s for e in state.epoch if e.index in changed for s in range(e.sector, e.sector + e.nr_sectors)}
+        # (by index, not a pass over the epoch: an epoch grows with the workload, its changes do not)
+        sectors = {s for i in changed for e in (self.entries[i],) for s in range(e.sector, e.sector + e.nr_sectors)}
         for s in sectors:
             ws = ep.writers[s]
             final = self._base.get(s, 0)

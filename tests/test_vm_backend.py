@@ -96,6 +96,11 @@ def test_run_is_clean_with_recovery_in_the_guest(vm_run: tuple[str, Path, PcEnv]
     assert len(boots) >= 2
     assert "job record" in (out / "vm-boot-0.console").read_text()
     assert "job recover" in (out / "vm-boot-1.console").read_text()
+    # Where the guest crash states' time went: every checked state staged, recovered, fsck'ed.
+    prof = r["vm"]["state_profile"]
+    assert prof["states"] == r["crash_states_checked"]
+    assert prof["seconds"]["guest"] > 0 and prof["seconds"]["fsck"] > 0 and prof["seconds"]["copy_out"] > 0
+    assert r["crash_walk"]["image_build_s"] > 0
 
 
 def test_json_workload_runs_in_the_guest(pc: PcEnv) -> None:
@@ -106,6 +111,7 @@ def test_json_workload_runs_in_the_guest(pc: PcEnv) -> None:
            "--kernel", KERNEL_612, "--recovery", "both", "--out", str(out), check_rc=0)
     r = report(out)
     assert r["findings"] == [] and r["kernel"].startswith("6.12")
+    assert "coverage" not in r  # kernel coverage costs guest time: off unless asked (tests/test_vm_coverage.py)
     n = r["crash_states_checked"]
     assert r["recovery_checks"] == {"rw": n, "ro": n}
     consoles = [p.read_text() for p in sorted(out.glob("vm-boot-*.console"))]

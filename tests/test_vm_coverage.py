@@ -36,7 +36,7 @@ def coverage_of(pc: PcEnv, name: str, ops: list[dict[str, Any]]) -> dict[str, An
                                 "threads": [{"name": "main", "ops": [*ops, {"op": "close", "fd": "f"}]}]}))
     out: Path = pc.tmp / f"out-{name}"
     pc.run("run", str(path), "--fs", "ext4", "--backend", "vm", "--kernel", KERNEL, "--max-states", "20",
-           "--out", str(out), check_rc=0)
+           "--out", str(out), check_rc=0, env=pc.env(POWERCUT_VM_COVERAGE="on"))  # off unless asked (coverage.py)
     return json.loads((out / "report.json").read_text())["coverage"]
 
 

@@ -52,6 +52,10 @@ def test_planted_violation_in_the_kernel_log_is_found_shrunk_and_reproduced(pc: 
     run = json.loads(open(os.path.join(d, "run", "report.json")).read())
     assert run["backend"] == "vm" and run["kernel"].startswith("6.12") and run["vm"]["live_guest"]
     assert report["vm"]["boots"] <= 1 + report["vm"]["lost"] and "record" in report["vm"]["job_seconds"]
+    # Where the workers' guest crash states went, summed over the campaign: every state the
+    # guest recovered was staged and fsck'ed on the host.
+    prof = report["vm"]["state_profile"]
+    assert 0 < prof["states"] and prof["seconds"]["guest"] > 0 and prof["ms_per_state"]["fsck"] > 0
     # reproduce.sh boots the same kernel to recover that crash state and shows the finding again.
     script = open(os.path.join(d, "reproduce.sh")).read()
     assert f"--backend vm --kernel {KERNEL}" in script

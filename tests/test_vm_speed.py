@@ -83,3 +83,24 @@ def test_bench_kernel_measures_the_dm_recorder_in_a_guest_of_that_kernel(pc: PcE
     assert fsync["log_flushes"] >= fsync["fsyncs"] > 0, fsync
     assert (fsync["ratio"] - 1) * (fsync["recorder_p50_us"] - fsync["loop_p50_us"]) >= 0, fsync
     assert pc.leftovers() == []
+
+
+def test_bench_campaign_runs_fuzz_on_vm_then_fuse_with_the_same_workloads_and_the_state_profile(pc: PcEnv) -> None:
+    """`bench --only campaign`: real `powercut fuzz` campaigns on both backends, the fuse one
+    capped at the vm one's workload count; steady rates without the boots; where a guest
+    crash state's time went."""
+    out = pc.tmp / "campaign.json"
+    pc.run("bench", "--only", "campaign", "--kernel", KERNEL_612, "--fs", "ext4", "--minutes", "1.5", "--jobs", "1",
+           "--json", str(out), check_rc=0, timeout=1800)
+    b = json.loads(out.read_text())
+    r = b["per_fs"]["ext4"]
+    vm, fuse = r["vm"], r["fuse"]
+    assert list(b["per_fs"]) == ["ext4"] and b["jobs"] == 1
+    assert vm["workloads"] == fuse["workloads"] > 0 and vm["crash_states"] > 0 and fuse["crash_states"] > 0
+    assert vm["one_time_s"]["boots_n"] >= 1 and vm["steady_s"] < vm["elapsed_s"]   # the boot is not in the rate
+    assert fuse["one_time_s"]["boots"] == 0 and fuse["steady_s"] == fuse["elapsed_s"]
+    assert r["vm_cost_over_fuse"] == pytest.approx(fuse["workloads_per_min"] / vm["workloads_per_min"], rel=0.02)
+    prof = vm["state_profile"]
+    assert prof["states"] >= vm["crash_states"] and prof["ms_per_state"]["guest"] > 0
+    assert {"record", "recover"} <= set(vm["guest_job_s_per_workload"])
+    assert pc.leftovers() == []

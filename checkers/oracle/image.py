@@ -92,7 +92,8 @@ class ContentOracle:
                 rows, design = check_records(self.records, self.h, self.wid, mnt, v.n_done, v.allowed, crash_point,
                                              scan=self.memo.scan if self.bulk else None,
                                              read=lambda p: self.files.content(mnt, p),
-                                             memo=memo, key=lambda p: (self.bulk, self.model.records_key(p, v)))
+                                             memo=memo, key=lambda p: (self.bulk, self.model.records_key(p, v)),
+                                             written=self.memo.written if self.incremental else None)
             except OSError as e:  # the recording file does not read back: no loss row for this state
                 rows, design = [], [_read_error(e, mnt, "records")]
             self.loss_rows += [dict(r, state_id=state_id) if state_id else r for r in rows]

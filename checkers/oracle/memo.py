@@ -24,6 +24,7 @@ class CheckMemo:
         self._scans: dict[str, ChunkScan] = {}   # path -> its chunks at the last crash state checked
         self._verdicts: dict[tuple[Any, ...], FileVerdict] = {}
         self.records: dict[tuple[Any, ...], tuple[dict[str, Any], list[Finding]]] = {}  # check_records' own memo
+        self.written: dict[tuple[Any, ...], dict[int, tuple[int, int, int, int]]] = {}  # design.written_records
 
     def scan(self, path: str, data: bytes) -> ChunkScan:
         """PATH's chunks, reusing the verdicts of chunks unchanged since the last

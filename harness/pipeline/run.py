@@ -243,6 +243,7 @@ def _check_log(reader: LogReader, rec: Recording, workload: WorkloadRunner, fs: 
              "recovery_checks": result.recovery_checks, "semantics": cfg.semantics,
              "crash_walk": {"seconds": round(walk_s, 3), "image_loads": result.image_loads,
                             "fsck_reused": result.fsck_reused,
+                            **({"image_build_s": round(result.image_build_s, 3)} if engines and not image else {}),
                             "ms_per_state": round(1000 * walk_s / result.states_checked, 2)
                             if result.states_checked else None}}
     if known is not None:

@@ -30,7 +30,7 @@ from typing import Any
 from checkers.findings import kernel_finding
 from checkers.crashwalk.recovery import PointInspect
 from harness.backends.dm.logdisk import finish_log, log_disk_bytes, log_end
-from harness.backends.vm.recovery import MAX_IMAGES_PER_BOOT, VmRecovery
+from harness.backends.vm.recovery import MAX_IMAGES_PER_BOOT, VmRecovery, state_profile
 from foundation import ownership
 from foundation.errors import EnvError, KernelFailure, UsageError
 from foundation.filesystems import FsType, host_kernel_lacks
@@ -110,6 +110,7 @@ class LiveVm:
         self.kernel = vmkernel.resolve(kernel, kernel_modules)
         self.fs_names = sorted({f.name for f in fss})
         self.fault = fault
+        self.state_profile: dict[str, float] = {}   # VmRecovery.profile, summed over this worker's runs
         self.base_initrd = initramfs.build(self.kernel, sorted(fss, key=lambda f: f.name))
         self.guests: dict[int, LiveGuest] = {}
         self.fresh: dict[tuple[str, str, int], FreshFs] = {}
@@ -157,14 +158,16 @@ class LiveVm:
 
     def stats(self) -> dict[str, Any]:
         """Where a worker's guest time went: boots (one, plus one after each guest lost to a
-        kernel death or hang: `lost`) and seconds per job kind."""
+        kernel death or hang: `lost`), seconds per job kind, and where its crash states'
+        time went (state_profile: seconds summed over its workloads' recovery engines)."""
         boots = [b for g in self.guests.values() for b in g.boots]
         jobs: dict[str, float] = {}
         for g in self.guests.values():
             for k, v in g.jobs.items():
                 jobs[k] = round(jobs.get(k, 0.0) + v, 3)
         return {"boots": len(boots), "lost": sum(g.lost for g in self.guests.values()),
-                "boot_seconds": round(sum(boots), 2), "job_seconds": jobs}
+                "boot_seconds": round(sum(boots), 2), "job_seconds": jobs,
+                "state_profile": dict(self.state_profile)}
 
 
 class VmBackend:
@@ -187,6 +190,7 @@ class VmBackend:
             self.base_initrd = initramfs.build(self.kernel, fs)
         self.guest: Guest | LiveGuest | None = None
         self._engines = 0   # recovery engines made (one per recovery mode)
+        self._recoveries: list[VmRecovery] = []
         self.coverage = coverage.RunCoverage(coverage.modules(fs), coverage.left_out(fs)) if coverage.enabled() else None
         self.mkfs = shlex.join([initramfs.which(fs.mkfs[0]), *fs.mkfs[1:]])
 
@@ -291,8 +295,11 @@ class VmBackend:
         fault = self.fault if self.fault in RECOVERY_FAULTS else None
         # One engine per recovery mode (--recovery both): each has its own batch disk and files.
         self._engines += 1
-        return VmRecovery(self.guest, fs, mount_opts, state, timeout=BOOT_TIMEOUT_S, inspect=inspect, fault=fault,
-                          engine=self._engines - 1, guest_reads=guest_reads(fs), coverage=self.coverage)
+        engine = VmRecovery(self.guest, fs, mount_opts, state, timeout=BOOT_TIMEOUT_S, inspect=inspect, fault=fault,
+                            engine=self._engines - 1, guest_reads=guest_reads(fs), coverage=self.coverage,
+                            profile_sink=self.live.state_profile if self.live else None)
+        self._recoveries.append(engine)
+        return engine
 
     def recovery_recorder(self, fs: FsType, state: RunState, device_bytes: int) -> None:
         raise UsageError("--recovery-crash records recovery mounts on the fuse recorder, not in the vm guest")
@@ -305,6 +312,12 @@ class VmBackend:
                               "fault": self.fault}
         if isinstance(self.workload, ExecutorWorkload):
             vm["content_checks"] = CONTENT_CHECKS_IN_GUEST if guest_reads(self.fs) else CONTENT_CHECKS
+        if self._recoveries:   # where this run's guest crash states' time went
+            total: dict[str, float] = {}
+            for r in self._recoveries:
+                for k, v in r.profile.items():
+                    total[k] = total.get(k, 0.0) + v
+            vm["state_profile"] = state_profile(total)
         return {"vm": vm, **({"coverage": self.coverage.report()} if self.coverage is not None else {})}
 
 

@@ -12,8 +12,10 @@ xfs' log recovery): a workload whose crash states reach new replay code is
 what a coverage-guided campaign looks for (fuzz/coverage.py).
 
 A run's coverage is its function -> call count per path; report.json's
-`coverage` has the counts and the functions. POWERCUT_VM_COVERAGE=off turns
-it off (to measure its cost: docs/coverage.md).
+`coverage` has the counts and the functions. It is off unless POWERCUT_VM_COVERAGE=on:
+a campaign whose engine uses it as feedback (fuzz/engine.py `uses_kernel_coverage`) turns
+it on for its workers; anything else pays nothing. Why off by default: in the campaign-way
+bench its probes made btrfs guest workloads several times slower (docs/coverage.md).
 """
 
 from __future__ import annotations
@@ -47,8 +49,11 @@ PLANT_FUNCTIONS = 300
 SOURCE = "BPF counters on a kprobe-multi link over every ftrace-able function of the modules"
 
 
+ENV = "POWERCUT_VM_COVERAGE"
+
+
 def enabled() -> bool:
-    return os.environ.get("POWERCUT_VM_COVERAGE", "on") != "off"
+    return os.environ.get(ENV, "off") == "on"
 
 
 def modules(fs: FsType) -> tuple[str, ...]:

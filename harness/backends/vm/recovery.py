@@ -33,6 +33,7 @@ import os
 import queue
 import re
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
@@ -57,6 +58,13 @@ from harness.backends.vm.qemu import Disk, Outcome
 MAX_IMAGES_PER_BOOT = 200
 MAX_BATCH_BYTES = 2 << 30
 CHECK_THREADS = max(1, min(4, os.cpu_count() or 1))
+# The profile of a batch's crash states, in seconds: stage_s, the host's copy of each crash
+# image into the batch disk (host -> guest); guest_s, the guest's jobs (linear devices,
+# the kernel's recovery mounts and unmounts, under TCG); copy_out_s, each recovered image
+# out of the batch disk (guest -> host); fsck_s and content_s, the host's fsck and
+# read-only mount + content oracle of it (they run while the guest recovers the next
+# images); checks_after_guest_s, the wait for those checks once the guest is done.
+PROFILE_KEYS = ("states", "stage_s", "guest_s", "copy_out_s", "fsck_s", "content_s", "checks_after_guest_s")
 _MOUNT_LINE = re.compile(r"^pc: mount (\d+)\s*$", re.M)
 
 
@@ -64,7 +72,7 @@ class VmRecovery:
     def __init__(self, guest: VmGuest, fs: FsType, mount_opts: str, state: RunState, *, timeout: float,
                  inspect: PointInspect | None = None, fault: str | None = None,
                  max_images: int = MAX_IMAGES_PER_BOOT, engine: int = 0, guest_reads: bool = False,
-                 coverage: RunCoverage | None = None) -> None:
+                 coverage: RunCoverage | None = None, profile_sink: dict[str, float] | None = None) -> None:
         self.guest, self.fs, self.state, self.timeout, self.inspect = guest, fs, state, timeout, inspect
         self.coverage = coverage  # the recovery path's kernel coverage goes here (harness/backends/vm/coverage.py)
         # Each image's dump region follows the batch's images: half the slots hold dumps.
@@ -90,8 +98,18 @@ class VmRecovery:
         self._inspect_lock = threading.Lock()
         self.image_bytes = 0
         self.pending: list[int] = []  # crash point of each staged image, by slot
+        # Where a crash state's time goes (seconds summed over states; PROFILE_KEYS), added
+        # to PROFILE_SINK (a worker's, over its campaign) when the engine closes.
+        self.profile: dict[str, float] = dict.fromkeys(PROFILE_KEYS, 0.0)
+        self._profile_sink = profile_sink
+        self._profile_lock = threading.Lock()
+
+    def _spent(self, key: str, t0: float) -> None:
+        with self._profile_lock:   # (the host checks run in a pool)
+            self.profile[key] += time.perf_counter() - t0
 
     def submit(self, point: int, image: str) -> list[tuple[int, Verdict]]:
+        t0 = time.perf_counter()
         with open(image, "rb") as src:
             size = os.fstat(src.fileno()).st_size
             if self.image_bytes not in (0, size) or size % 512:
@@ -99,6 +117,8 @@ class VmRecovery:
             self.image_bytes = size
             copy_range(src.fileno(), self.batch_fd, 0, size, len(self.pending) * size)
         self.pending.append(point)
+        self.profile["states"] += 1
+        self._spent("stage_s", t0)
         full = len(self.pending) >= self.max_images or os.fstat(self.batch_fd).st_blocks * 512 >= MAX_BATCH_BYTES
         return self._run_batch() if full else []
 
@@ -106,6 +126,10 @@ class VmRecovery:
         return self._run_batch() if self.pending else []
 
     def close(self) -> None:
+        if self._profile_sink is not None:
+            for k, v in self.profile.items():
+                self._profile_sink[k] = round(self._profile_sink.get(k, 0.0) + v, 3)
+            self._profile_sink = None
         self._clear_batch()
         os.close(self.batch_fd)
         self._loop_stack.close()
@@ -136,12 +160,16 @@ class VmRecovery:
                     futures[int(rest)] = pool.submit(self._check, int(rest), self.pending[int(rest)])
 
             first = 0
+            t0 = time.perf_counter()
             while first < n:
                 first = self._boot(first, n, mounted, kernel, recovered)
+            self._spent("guest_s", t0)
+            t0 = time.perf_counter()
             for slot, point in enumerate(self.pending):
                 if mounted[slot] is None and slot not in futures:
                     futures[slot] = pool.submit(self._check, slot, point)
             checked = {slot: f.result() for slot, f in futures.items()}
+            self._spent("checks_after_guest_s", t0)
         verdicts = []
         for slot, point in enumerate(self.pending):
             v = mounted[slot] or checked[slot]
@@ -199,8 +227,13 @@ class VmRecovery:
             path, fd = self.check_paths[i], self.check_fds[i]
             os.ftruncate(fd, 0)
             os.ftruncate(fd, self.image_bytes)
+            t0 = time.perf_counter()
             copy_range(self.batch_fd, fd, slot * self.image_bytes, self.image_bytes, 0)
+            self._spent("copy_out_s", t0)
+            t0 = time.perf_counter()
             verdict = fsck_verdict(path, self.fs)
+            self._spent("fsck_s", t0)
+            t0 = time.perf_counter()
             if self.inspect is not None:
                 inspect, lock = self.inspect, self._inspect_lock
 
@@ -212,6 +245,7 @@ class VmRecovery:
                 else:
                     verdict.content, verdict.device_waits = inspect_on_loop(self._loop(i), self.fs, self.mnts[i],
                                                                             self.state, one_at_a_time)
+                self._spent("content_s", t0)
             return verdict
         finally:
             self._free.put(i)
@@ -225,6 +259,15 @@ class VmRecovery:
             if state_id:
                 f.evidence["state_id"] = state_id
         return failed + contentdump.judged_by_failures(guarded_inspect(inspect, root), failed)
+
+
+def state_profile(seconds: dict[str, float]) -> dict[str, Any]:
+    """A VmRecovery.profile (or a sum of them) for a report: the seconds and, per crash
+    state, the milliseconds of each part."""
+    n = int(seconds.get("states", 0))
+    parts = {k.removesuffix("_s"): round(v, 3) for k, v in seconds.items() if k != "states"}
+    return {"states": n, "seconds": parts,
+            "ms_per_state": {k: round(1000 * v / n, 1) for k, v in parts.items()} if n else {}}
 
 
 def _warnings_by_slot(text: str) -> dict[int, dict[str, Any]]:
