@@ -44,10 +44,11 @@ def test_a_kernel_with_the_fix_has_not_the_bug() -> None:
     doc = json.loads((WORKLOADS / "btrfs_truncate_fsync_link.json").read_text())
     sig = "stale-data|fsync|-"
     on = {k: db.triage(fs="btrfs", mkfs_opts="", signature=sig, doc=doc, kernel=k)
-          for k in ("6.12.113+deb12-amd64", "6.12.115+deb12-amd64", "6.1.0-55-amd64")}
+          for k in ("6.12.113+deb12-amd64", "6.12.115+deb12-amd64", "6.1.0-55-amd64", "7.2.13+deb14-amd64")}
     assert on["6.12.113+deb12-amd64"].bug == "btrfs-truncate-fsync-link"
     assert on["6.12.115+deb12-amd64"].verdict == "new" and "has its fix" in on["6.12.115+deb12-amd64"].note
     assert on["6.1.0-55-amd64"].bug == "btrfs-truncate-fsync-link"  # Debian 6.1's uname has no patch level
+    assert on["7.2.13+deb14-amd64"].verdict == "new"  # its workload is clean on Debian's 7.2.13 (docs/bugs/)
     # the shape needs its feature: ext4 fast_commit's bug is not plain ext4's, nor `-O ^fast_commit`'s
     fc = json.loads((WORKLOADS / "ext4_fast_commit_unlink_open_fsync.json").read_text())
     for mkfs, verdict in (("-O fast_commit", "documented"), ("", "new"), ("-O ^fast_commit", "new")):

@@ -179,6 +179,11 @@ def test_kernel_events_on_the_console() -> None:
     e = first_event(WARNING_CONSOLE)
     assert e is not None and e.event == "warning" and e.rule() == "warning:fs/ext4/super.c:1234"
     assert "cut here" in e.excerpt
+    # Linux 7.x puts the source before "at" and the CPU after it (Debian 7.2.13's console):
+    # the same WARNING, the same identity as on 6.x.
+    e7 = first_event("[   16.908872] WARNING: fs/jbd2/transaction.c:334 at start_this_handle.cold+0x22/0x2f [jbd2],"
+                     " CPU#0: pc-exec/139\n[   16.909270] Modules linked in: ext4 jbd2\n")
+    assert e7 is not None and e7.event == "warning" and e7.rule() == "warning:fs/jbd2/transaction.c:334"
     # A guest that dies without a bug report: the last console line says what it was doing.
     died = died_event("pc: job record\npc: mount 4\n", "hang")
     assert died.event == "hang" and died.line == "pc: mount 4"

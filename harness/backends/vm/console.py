@@ -18,7 +18,9 @@ PATTERNS = [
     ("panic", re.compile(r"Kernel panic - not syncing")),
     ("oops", re.compile(r"\bOops: ")),
     ("bug", re.compile(r"\bBUG: |kernel BUG at ")),
-    ("warning", re.compile(r"\bWARNING: (CPU: |at )")),
+    # "WARNING: CPU: 0 PID: 77 at FILE:LINE func" (6.x) or, since 6.19,
+    # "WARNING: FILE:LINE at func, CPU#0: comm/pid" (7.x).
+    ("warning", re.compile(r"\bWARNING: (CPU: |at |[\w./-]+:\d+ at )")),
     ("general-protection", re.compile(r"general protection fault")),
     ("hung-task", re.compile(r"INFO: task .* blocked for more than")),
     ("sanitizer", re.compile(r"\b(UBSAN|KASAN|KFENCE|KMSAN): ")),
@@ -37,6 +39,11 @@ class KernelEvent:
 
     def rule(self) -> str:
         """The bug's identity for deduplication: the event and where the kernel says it was."""
+        # A source FILE:LINE wherever the line has it (before or after "at": the 6.x and 7.x
+        # WARNING formats), so one bug keeps its identity across kernels.
+        source = re.search(r"\b([\w./-]+\.[ch]:\d+)\b", self.line)
+        if source:
+            return f"{self.event}:{source.group(1)}"
         where = re.search(r"\b(at|in) ([\w./]+(:\d+)?|\w+\+0x[0-9a-f]+)", self.line)
         return f"{self.event}:{where.group(2)}" if where else self.event
 

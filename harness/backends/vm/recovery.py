@@ -41,7 +41,7 @@ from typing import Any
 
 from checkers.findings import Finding
 from checkers.crashwalk.recovery import PointInspect, Verdict, fsck_verdict, guarded_inspect, inspect_on_loop
-from foundation import ownership
+from foundation import kmount, ownership
 from foundation.errors import EnvError
 from foundation.filesystems import FsType, join_opts
 from foundation.loopdev import LoopDevice, recorded_loop
@@ -86,12 +86,13 @@ class VmRecovery:
         # Host checks of a batch run in parallel (fsck, and the read-only mounts for the
         # inspector, each check file on its own mount point); the inspector one at a time.
         self.check_paths = [os.path.join(state.scratch, f"recovered{tag}-{i}.img") for i in range(CHECK_THREADS)]
-        self.mnts = [state.subdir(f"inspect-mnt{tag}-{i}") if inspect else "" for i in range(CHECK_THREADS)]
         self.check_fds = [ownership.create_file(p) for p in self.check_paths]
         # The content oracle reads each image through a read-only loop device kept per check
         # file (attached at its first image): attaching one per image cost more than the read.
         self.loops: dict[int, LoopDevice] = {}
         self._loop_stack = ExitStack()
+        self.mnts = [(self._tree_mount(f"inspect-tree{tag}-{i}") if self.dumps else state.subdir(f"inspect-mnt{tag}-{i}"))
+                     if inspect else "" for i in range(CHECK_THREADS)]
         self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
         for i in range(CHECK_THREADS):
             self._free.put(i)
@@ -103,6 +104,20 @@ class VmRecovery:
         self.profile: dict[str, float] = dict.fromkeys(PROFILE_KEYS, 0.0)
         self._profile_sink = profile_sink
         self._profile_lock = threading.Lock()
+
+    def _tree_mount(self, name: str) -> str:
+        """A tmpfs of this run's for the tree the guest read of one image: a file there holds
+        hundreds of xattrs (ACE's xattrs(foo): 400 x 1 KiB), where the host's ext4 or the
+        scratch directory's file system may hold a few KiB (ENOSPC)."""
+        mnt = self.state.subdir(name)
+        res = self.state.record("mount", path=mnt)
+        kmount.mount("powercut-tree", mnt, "tmpfs", "mode=0700")
+
+        def unmount() -> None:
+            kmount.umount(mnt)
+            self.state.released(res)
+        self._loop_stack.callback(unmount)
+        return mnt
 
     def _spent(self, key: str, t0: float) -> None:
         with self._profile_lock:   # (the host checks run in a pool)
