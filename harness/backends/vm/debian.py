@@ -20,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass
 from functools import cmp_to_key
@@ -190,6 +191,15 @@ def download(pkgs: list[Candidate], into: str) -> list[str]:
     sysres.run(["apt-get", *apt_options(), "download", "-q", *(f"{p.name}={p.version}" for p in pkgs)],
                timeout=1800, cwd=into)
     return sorted(os.path.join(into, f) for f in os.listdir(into) if f.endswith(".deb"))
+
+
+def unpack(pkgs: list[Candidate], dest: str) -> None:
+    """PKGS' files under DEST (`dpkg-deb -x`: fetched, never installed); the .debs are not kept."""
+    debs = os.path.join(dest, ".debs")
+    os.mkdir(debs)
+    for deb in download(pkgs, debs):
+        sysres.run(["dpkg-deb", "-x", deb, dest], timeout=600)
+    shutil.rmtree(debs)
 
 
 def search(pattern: str) -> list[str]:

@@ -168,11 +168,7 @@ def _fetch(name: str, pkgs: list[debian.Candidate], root: str) -> None:
     # never sees (or leaves) a half-unpacked kernel under the final name.
     tmp = tempfile.mkdtemp(prefix=f".{name}-", dir=KERNEL_CACHE)
     try:
-        debs = os.path.join(tmp, ".debs")
-        os.mkdir(debs)
-        for deb in debian.download(pkgs, debs):
-            sysres.run(["dpkg-deb", "-x", deb, tmp], timeout=600)
-        shutil.rmtree(debs)
+        debian.unpack(pkgs, tmp)
         base = _modules_base(tmp)
         release = _only_release(base)
         sysres.run(["depmod", "-b", base, release], timeout=600)

@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, replace
 
-from foundation import paths, sysres
+from foundation import paths
 from foundation.errors import EnvError, UsageError
 from foundation.filesystems import FsType
 from harness.backends.vm import debian
@@ -124,11 +124,7 @@ def _fetch(suite: str, tool: debian.Candidate, root: str) -> None:
     tmp = tempfile.mkdtemp(prefix=f".{suite}-{tool.name}-", dir=TOOLS_CACHE)
     try:
         pkgs = _closure(suite, tool)
-        debs = os.path.join(tmp, ".debs")
-        os.mkdir(debs)
-        for deb in debian.download(pkgs, debs):
-            sysres.run(["dpkg-deb", "-x", deb, tmp], timeout=600)
-        shutil.rmtree(debs)
+        debian.unpack(pkgs, tmp)
         loader = _loader(tmp)
         os.makedirs(os.path.join(tmp, "bin"), exist_ok=True)
         for d in _BIN_DIRS:
