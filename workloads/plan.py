@@ -65,6 +65,7 @@ PLAN_FIELDS: dict[str, tuple[str, ...]] = {
     "copy_file_range": ("from_fd", "fd", "from_offset", "offset", "length"),
     "clone": ("from_fd", "fd", "from_offset", "offset", "length"),
     "exchange_range": ("from_fd", "fd", "from_offset", "offset", "length", "flags"),
+    "f2fs_atomic": ("fd", "flags"),
     "symlink": ("target", "path"),
     "unlink": ("path",),
     "mkdir": ("path", "mode"),
@@ -191,6 +192,8 @@ class _Builder:
             case "file":
                 return self.files[a["path"]] if op.kind in FILE_OPENERS else current[a["fd"]]
             case "flags":
+                if op.kind == "f2fs_atomic":  # the ioctl, as plan.c's f2fs_atomic_ioctls names it
+                    return (a["action"].upper(),)
                 return tuple(a["mode"] if op.kind == "fallocate" else a["mask"] if op.kind == "statx" else a["flags"])
             case "iov":
                 return ",".join(map(str, a["iov"]))

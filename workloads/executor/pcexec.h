@@ -19,7 +19,7 @@ enum pc_kind {
     K_FALLOCATE, K_FTRUNCATE, K_TRUNCATE, K_FSYNC, K_FDATASYNC, K_SYNC,
     K_SYNCFS, K_SYNC_FILE_RANGE, K_RENAME, K_LINK, K_SYMLINK, K_UNLINK,
     K_MKDIR, K_RMDIR, K_SETXATTR, K_REMOVEXATTR, K_MMAP_WRITE, K_FIEMAP, K_PWRITEV2,
-    K_STATX, K_LINKAT, K_COPY_FILE_RANGE, K_CLONE, K_EXCHANGE_RANGE, K_SLEEP,
+    K_STATX, K_LINKAT, K_COPY_FILE_RANGE, K_CLONE, K_EXCHANGE_RANGE, K_F2FS_ATOMIC, K_SLEEP,
     K_REPEAT, K_BARRIER, K__COUNT
 };
 
@@ -142,6 +142,12 @@ int64_t pc_statx_pack(const struct pc_statx *sx);
 #define PC_XCHG_DSYNC 0x2u          /* XFS_EXCHANGE_RANGE_DSYNC */
 #define PC_XCHG_FILE1_WRITTEN 0x8u  /* XFS_EXCHANGE_RANGE_FILE1_WRITTEN */
 int pc_exchange_range(int file1, int file2, const struct pc_op *op);
+
+/* f2fs_atomic.c: the f2fs atomic-write ioctls (op->flags: which one) */
+enum pc_f2fs_atomic { PC_F2FS_START = 1, PC_F2FS_REPLACE = 2, PC_F2FS_COMMIT = 4, PC_F2FS_ABORT = 8 };
+int pc_f2fs_atomic(int fd, const struct pc_op *op);
+/* after a write on FD: the planted early-commit fault (tests only) commits a batch here */
+void pc_f2fs_atomic_wrote(int fd);
 
 /* pattern.c */
 void pc_pattern_fill(uint8_t *dst, uint32_t wid, uint32_t file_id, uint32_t seq,

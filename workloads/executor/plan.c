@@ -30,6 +30,7 @@
  *   statx: path flags(the mask)        linkat: fd to (AT_EMPTY_PATH: names the fd's file)
  *   copy_file_range, clone: from_fd fd from_offset offset length (a clone of 0 0 0: FICLONE)
  *   exchange_range: from_fd(file1) fd(file2, the ioctl's fd) from_offset offset length flags
+ *   f2fs_atomic: fd flags(one of START REPLACE COMMIT ABORT: the F2FS_IOC_*_ATOMIC_* ioctl)
  *   sleep: us    repeat: count period_us(0: no period)    barrier: barrier
  * Modes are octal; everything else decimal.
  */
@@ -53,7 +54,7 @@ static const char *const kind_names[K__COUNT] = {
     "fallocate", "ftruncate", "truncate", "fsync", "fdatasync", "sync",
     "syncfs", "sync_file_range", "rename", "link", "symlink", "unlink",
     "mkdir", "rmdir", "setxattr", "removexattr", "mmap_write", "fiemap", "pwritev2",
-    "statx", "linkat", "copy_file_range", "clone", "exchange_range", "sleep", "repeat", "barrier",
+    "statx", "linkat", "copy_file_range", "clone", "exchange_range", "f2fs_atomic", "sleep", "repeat", "barrier",
 };
 
 /* The fields each kind's line must carry, and no others (besides seq, kind, id). */
@@ -70,7 +71,7 @@ static const char *const kind_fields[K__COUNT] = {
     [K_MMAP_WRITE] = "fd file offset stride length msync", [K_FIEMAP] = "fd sync",
     [K_PWRITEV2] = "fd file offset stride length iov flags", [K_STATX] = "path flags", [K_LINKAT] = "fd to",
     [K_COPY_FILE_RANGE] = "from_fd fd from_offset offset length", [K_CLONE] = "from_fd fd from_offset offset length",
-    [K_EXCHANGE_RANGE] = "from_fd fd from_offset offset length flags",
+    [K_EXCHANGE_RANGE] = "from_fd fd from_offset offset length flags", [K_F2FS_ATOMIC] = "fd flags",
     [K_SLEEP] = "us",
     [K_REPEAT] = "count period_us", [K_BARRIER] = "barrier",
 };
@@ -107,6 +108,10 @@ static const struct flag_name statx_masks[] = {
 static const struct flag_name xchg_flags[] = {
     { "TO_EOF", (int)PC_XCHG_TO_EOF }, { "DSYNC", (int)PC_XCHG_DSYNC },
     { "FILE1_WRITTEN", (int)PC_XCHG_FILE1_WRITTEN }, { 0, 0 },
+};
+static const struct flag_name f2fs_atomic_ioctls[] = {
+    { "START", PC_F2FS_START }, { "REPLACE", PC_F2FS_REPLACE }, { "COMMIT", PC_F2FS_COMMIT },
+    { "ABORT", PC_F2FS_ABORT }, { 0, 0 },
 };
 static const struct flag_name policies[] = {
     { "other", SCHED_OTHER }, { "batch", SCHED_BATCH }, { "idle", SCHED_IDLE },
@@ -357,6 +362,11 @@ static void parse_op(struct parser *p, struct pc_op *op, int depth)
         op->flags = flags(p, "flags", statx_masks);
     else if (k == K_EXCHANGE_RANGE)
         op->flags = flags(p, "flags", xchg_flags);
+    else if (k == K_F2FS_ATOMIC) {
+        op->flags = flags(p, "flags", f2fs_atomic_ioctls);
+        if (op->flags == 0 || (op->flags & (op->flags - 1)))
+            perr(p, "f2fs_atomic: flags must name one ioctl (START, REPLACE, COMMIT or ABORT)");
+    }
     if (k == K_PWRITEV2)
         parse_iov(p, op);
     if (k == K_REPEAT) {

@@ -73,7 +73,8 @@ EXECUTOR_COMMAND = f'/usr/bin/pc-exec --plan {GUEST_PLAN} --dir /mnt --out {GUES
 def guest_command(workload: WorkloadRunner) -> str:
     """How the guest runs the workload (a program is copied to /pc/workload; busybox sh evals this)."""
     if isinstance(workload, ExecutorWorkload):
-        return EXECUTOR_COMMAND
+        fault = os.environ.get("PC_EXEC_FAULT")  # the executor's planted faults (tests only) reach the guest's
+        return f"PC_EXEC_FAULT={shlex.quote(fault)} {EXECUTOR_COMMAND}" if fault else EXECUTOR_COMMAND
     if not isinstance(workload, ExternalProgram):
         raise UsageError(f"--backend vm cannot run workload {workload.name!r} in the guest")
     ext = os.path.splitext(workload.path)[1]

@@ -1,0 +1,83 @@
+"""The model of f2fs atomic writes (the op f2fs_atomic): a batch's writes
+become the file's content at its commit, all of them or none.
+
+F2FS_IOC_START_ATOMIC_WRITE puts the inode in atomic mode: its dirty pages
+are written to a COW inode (an orphan, deleted by recovery) and its on-disk
+size stays the one at the start (fs/f2fs/file.c f2fs_ioc_start_atomic_write,
+original_i_size; fs/f2fs/inode.c f2fs_update_inode writes i_size of an
+atomic file only once committed). F2FS_IOC_COMMIT_ATOMIC_WRITE moves the COW
+blocks into the file under the checkpoint lock and writes the file's node
+blocks as one fsync chain without waiting for them or flushing the cache
+(fs/f2fs/segment.c f2fs_commit_atomic_write; fs/f2fs/file.c
+f2fs_do_sync_file with atomic set: roll-forward recovery takes the whole
+chain or none of it). ABORT, a failed commit, and the last close of a
+writable fd (f2fs_release_file) drop the batch. START_ATOMIC_REPLACE
+(Linux 6.3+) starts the batch from an empty file: the commit truncates
+every block the batch did not write.
+
+So the model keeps a batch's writes aside and applies them at the COMMIT's
+position, marked with the batch (DataEvent.batch): none of them is allowed
+at a crash point before the commit began, the image check classifies their
+ranges at every later one (checkers/untorn.py) and a batch with some pieces
+new and some old is an `atomicity` finding (rule f2fs-atomic-write), and a
+later sync/syncfs makes them durable as any data (sync-all).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from checkers.timeline import Exec, Inode
+from foundation.intervals import Src
+
+
+@dataclass
+class Batch:
+    start: Exec
+    replace: bool
+    writes: list[tuple[int, int, Src]] = field(default_factory=list)  # (start, end, src) in issue order
+
+
+class F2fsBatches:
+    """HistoryBuilder's part for f2fs_atomic (mixed in: it uses the builder's state)."""
+
+    batches: dict[int, Batch]  # inode -> its open batch
+
+    def batched(self, ino: Inode, start: int, end: int, src: Src) -> bool:
+        """Whether a write to INO goes into its open batch (kept aside until the commit)."""
+        b = self.batches.get(ino.ino)
+        if b is None:
+            return False
+        b.writes.append((start, end, src))
+        return True
+
+    def op_f2fs_atomic(self, ex: Exec) -> None:
+        ino, _, _ = self.fd_inode(ex)  # type: ignore[attr-defined]
+        if ino is None or ino.kind != "file":
+            return
+        action = (ex.f("flags") or ("",))[0]
+        if action in ("START", "REPLACE"):
+            # a second start on an atomic file returns 0 and keeps the batch
+            if ex.ok and ino.ino not in self.batches:
+                self.batches[ino.ino] = Batch(ex, action == "REPLACE")
+            return
+        b = self.batches.pop(ino.ino, None)
+        if action != "COMMIT" or not ex.ok:
+            return  # aborted, or a failed commit (revoked: f2fs_abort_atomic_write)
+        if b is None:
+            # a commit of a file not in atomic mode is an fdatasync (f2fs_do_sync_file, datasync)
+            self.op_fsync_as(ex, "fdatasync-data")  # type: ignore[attr-defined]
+            return
+        if b.replace:
+            self.resize(ex, ino, 0)  # type: ignore[attr-defined]
+        for start, end, src in b.writes:
+            self.data(ex, ino, start, end, src, batch=b.start.pos)  # type: ignore[attr-defined]
+
+    def close_batch(self, ex: Exec, ino_no: int, writable: bool) -> None:
+        """The last close of a writable fd of a file in atomic mode aborts its batch."""
+        if not writable or ino_no not in self.batches:
+            return
+        others = [k for k, (i, _, _) in self.fds.items()  # type: ignore[attr-defined]
+                  if i == ino_no and k != (ex.rec.thread, ex.f("fd")) and self.access[k][1]]  # type: ignore[attr-defined]
+        if not others:
+            del self.batches[ino_no]
