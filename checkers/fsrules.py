@@ -70,6 +70,11 @@ class Semantics:
         `-i exchange=1` (foundation/xfs_exchange.py); ext4 and btrfs have no such ioctl."""
         return self.fs == "xfs" and xfs_exchange.wanted(self.mkfs_opts)
 
+    def f2fs_atomic(self) -> bool:
+        """Whether the file system has the f2fs atomic-write ioctls (F2FS_IOC_START_ATOMIC_WRITE
+        and the rest): f2fs only; every other answers ENOTTY."""
+        return self.fs == "f2fs"
+
     def holds(self, name: str) -> bool:
         r = RULES[name]
         if r.tier == "linux" and self.tier != "linux":

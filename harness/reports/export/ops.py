@@ -88,6 +88,8 @@ def repro_args(ops: list[dict[str, Any]]) -> list[str]:
         elif k == "exchange_range":
             out += [k, op["from_fd"], str(op.get("from_offset", 0)), op["fd"], str(op.get("offset", 0)),
                     str(op.get("length", 0)), str(_bits(op.get("flags", []), XCHG))]
+        elif k == "f2fs_atomic":
+            out += [k, op["fd"], op["action"]]
         elif k in ("unlink", "rmdir"):
             out += [k, op["path"]]
         elif k == "mkdir":
@@ -198,6 +200,9 @@ class XfsIoScript:
             self._copy(op)
         elif k == "exchange_range":
             self._exchange(op)
+        elif k == "f2fs_atomic":  # xfs_io has no command for these ioctls; the shell export runs them
+            self.lines.append(f"# f2fs_atomic {op['action']} on fd {name} (F2FS_IOC_*_ATOMIC_*): "
+                              "not expressible in xfs_io; the shell export (pc-repro) issues it")
         elif k == "symlink":
             self.emit(f"ln -s {shlex.quote(op['target'])} {_mnt(op['path'])}")
         elif k == "unlink":
