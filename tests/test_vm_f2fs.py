@@ -56,7 +56,7 @@ def test_f2fs_atomic_batches_are_clean_on_a_healthy_kernel(pc: PcEnv) -> None:
     r = _run(pc, "f2fs_atomic_write.json", rc=0)
     assert r["findings"] == [] and not r["oracle"]["lost_track"]
     ioctls = r["latency"]["kinds"]["f2fs_atomic"]
-    assert ioctls["count"] == 9 and ioctls["errors"] == 0
+    assert ioctls["count"] == 8 and ioctls["errors"] == 0
     assert r["torn_writes"]["states"] > 0 and r["torn_writes"]["states_torn"] == 0
 
 
