@@ -35,6 +35,7 @@ from foundation.intervals import Src
 class Batch:
     start: Exec
     replace: bool
+    size: int  # the file's size at the start (REPLACE: 0): what an O_APPEND write in the batch appends to
     writes: list[tuple[int, int, Src]] = field(default_factory=list)  # (start, end, src) in issue order
 
 
@@ -51,6 +52,12 @@ class F2fsBatches:
         b.writes.append((start, end, src))
         return True
 
+    def batch_size(self, ino: Inode) -> int:
+        """INO's size as the kernel sees it in memory: with a batch open, the size the batch's
+        writes give it (the on-disk size stays the one at the start until the commit)."""
+        b = self.batches.get(ino.ino)
+        return ino.size if b is None else max([b.size, *(end for _, end, _ in b.writes)])
+
     def op_f2fs_atomic(self, ex: Exec) -> None:
         ino, _, _ = self.fd_inode(ex)  # type: ignore[attr-defined]
         if ino is None or ino.kind != "file":
@@ -59,7 +66,7 @@ class F2fsBatches:
         if action in ("START", "REPLACE"):
             # a second start on an atomic file returns 0 and keeps the batch
             if ex.ok and ino.ino not in self.batches:
-                self.batches[ino.ino] = Batch(ex, action == "REPLACE")
+                self.batches[ino.ino] = Batch(ex, action == "REPLACE", 0 if action == "REPLACE" else ino.size)
             return
         b = self.batches.pop(ino.ino, None)
         if action != "COMMIT" or not ex.ok:

@@ -511,7 +511,8 @@ class HistoryBuilder(F2fsBatches):
         if append and ex.kind == "pwrite":
             # pwrite(2), BUGS: with O_APPEND, Linux appends whatever the offset;
             # the data is still the pattern generated for the requested offset.
-            start, delta = ino.size, ino.size - ex.rec.aux
+            size = self.batch_size(ino) if self.batches else ino.size  # in a batch: its size in memory
+            start, delta = size, size - ex.rec.aux
         src = Src(ex.f("file"), ex.op.seq, ex.rec.iter, delta)
         if self.batches and self.batched(ino, start, start + ex.rec.ret, src):
             return  # an f2fs atomic batch's: the file's at its commit (checkers/f2fs_batches.py)

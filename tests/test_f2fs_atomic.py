@@ -191,3 +191,17 @@ def test_only_f2fs_campaigns_draw_atomic_batches() -> None:
                 assert ops[j]["fd"] == ops[i]["fd"] and j > i + 1
                 i = j
             i += 1
+
+
+@needs_exec
+def test_appends_in_a_batch_land_after_each_other(tmp_path: Path) -> None:
+    """With O_APPEND, a batch's second write appends after its first (the size in memory),
+    not after the size on disk: the file with the whole batch committed is no finding."""
+    ops = [{"op": "open", "path": "db", "flags": ["O_CREAT", "O_RDWR", "O_APPEND"], "fd": "f"},
+           {"op": "pwrite", "fd": "f", "offset": 0, "length": 4096}, {"op": "sync"}, atomic("start"),
+           {"op": "pwrite", "fd": "f", "offset": 0, "length": 4096},
+           {"op": "pwrite", "fd": "f", "offset": 0, "length": 4096}, atomic("commit"), {"op": "sync"},
+           {"op": "close", "fd": "f"}]
+    run = Run(tmp_path, ops)  # on the scratch directory the writes appended one after another
+    assert (run.dir / "db").stat().st_size == 3 * 4096
+    assert run.check(run.after(7)) == []
