@@ -63,13 +63,13 @@ class F2fsBatches:
         if ino is None or ino.kind != "file":
             return
         action = (ex.f("flags") or ("",))[0]
-        if action in ("START", "REPLACE"):
+        if action in ("start", "replace"):
             # a second start on an atomic file returns 0 and keeps the batch
             if ex.ok and ino.ino not in self.batches:
-                self.batches[ino.ino] = Batch(ex, action == "REPLACE", 0 if action == "REPLACE" else ino.size)
+                self.batches[ino.ino] = Batch(ex, action == "replace", 0 if action == "replace" else ino.size)
             return
         b = self.batches.pop(ino.ino, None)
-        if action != "COMMIT" or not ex.ok:
+        if action != "commit" or not ex.ok:
             return  # aborted, or a failed commit (revoked: f2fs_abort_atomic_write)
         if b is None:
             # a commit of a file not in atomic mode is an fdatasync (f2fs_do_sync_file, datasync)

@@ -39,7 +39,7 @@ def test_f2fs_atomic_survives_the_plan_round_trip() -> None:
     plan = build_plan(parse_workload(doc([OPEN, atomic("start"), atomic("replace"), atomic("commit"),
                                           atomic("abort"), {"op": "close", "fd": "f"}])))
     text = render_plan(plan)
-    for i, name in enumerate(["START", "REPLACE", "COMMIT", "ABORT"], start=1):
+    for i, name in enumerate(["start", "replace", "commit", "abort"], start=1):
         assert f"op seq={i} kind=f2fs_atomic fd=0 flags={name}" in text
     assert parse_plan(text) == plan
 

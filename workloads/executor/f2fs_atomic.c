@@ -32,15 +32,15 @@ static int early_commit(void)
 int pc_f2fs_atomic(int fd, const struct pc_op *op)
 {
     switch (op->flags) {
-    case PC_F2FS_START:
-    case PC_F2FS_REPLACE: {
-        int r = ioctl(fd, op->flags == PC_F2FS_START ? PC_F2FS_IOC_START_ATOMIC_WRITE
+    case PC_F2FS_start:
+    case PC_F2FS_replace: {
+        int r = ioctl(fd, op->flags == PC_F2FS_start ? PC_F2FS_IOC_START_ATOMIC_WRITE
                                                      : PC_F2FS_IOC_START_ATOMIC_REPLACE);
         if (!r && early_commit())
             armed_fd = fd;
         return r;
     }
-    case PC_F2FS_COMMIT:
+    case PC_F2FS_commit:
         if (armed_fd == fd)
             armed_fd = -1;
         return ioctl(fd, PC_F2FS_IOC_COMMIT_ATOMIC_WRITE);
