@@ -5,6 +5,7 @@
  * writes that follow on it are the batch, COMMIT makes it the file's content,
  * ABORT (or the last close of a writable fd) drops it. Other file systems
  * answer ENOTTY. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -44,10 +45,13 @@ int pc_f2fs_atomic(int fd, const struct pc_op *op)
         if (armed_fd == fd)
             armed_fd = -1;
         return ioctl(fd, PC_F2FS_IOC_COMMIT_ATOMIC_WRITE);
-    default:
+    case PC_F2FS_abort:
         if (armed_fd == fd)
             armed_fd = -1;
         return ioctl(fd, PC_F2FS_IOC_ABORT_ATOMIC_WRITE);
+    default: /* none or several named: the schema allows one (a hand-written plan may not) */
+        errno = EINVAL;
+        return -1;
     }
 }
 

@@ -137,7 +137,7 @@ int64_t pc_statx_pack(const struct pc_statx *sx);
 #define PC_XCHG_FILE1_WRITTEN 0x8u  /* XFS_EXCHANGE_RANGE_FILE1_WRITTEN */
 int pc_exchange_range(int file1, int file2, const struct pc_op *op);
 
-/* f2fs_atomic.c: the f2fs atomic-write ioctls; op->flags names one (the flag names are
+/* f2fs_atomic.c: the f2fs atomic-write ioctls; op->flags names one (several: EINVAL) (the flag names are
  * the workload's action values: the schema's x-plan prefixes them with PC_F2FS_) */
 enum pc_f2fs_atomic { PC_F2FS_start = 1, PC_F2FS_replace = 2, PC_F2FS_commit = 4, PC_F2FS_abort = 8 };
 int pc_f2fs_atomic(int fd, const struct pc_op *op);

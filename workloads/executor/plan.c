@@ -278,8 +278,6 @@ static void parse_op(struct parser *p, struct pc_op *op, int depth)
 #undef HAS
     if (kind_flags[k])
         op->flags = flags(p, "flags", kind_flags[k]);
-    if (k == K_F2FS_ATOMIC && (op->flags == 0 || (op->flags & (op->flags - 1))))
-        perr(p, "f2fs_atomic: flags must name one ioctl (start, replace, commit or abort)");
     else if (k == K_FIEMAP)
         op->flags = num(p, "sync", 0, 1) ? FIEMAP_FLAG_SYNC : 0;
     if (k == K_PWRITEV2)
