@@ -26,6 +26,7 @@ later sync/syncfs makes them durable as any data (sync-all).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from checkers.timeline import Exec, Inode
 from foundation.intervals import Src
@@ -43,6 +44,15 @@ class F2fsBatches:
     """HistoryBuilder's part for f2fs_atomic (mixed in: it uses the builder's state)."""
 
     batches: dict[int, Batch]  # inode -> its open batch
+    if TYPE_CHECKING:  # the builder's, which this part uses
+        fds: dict[tuple[int, int], tuple[int, bool, bool]]
+        access: dict[tuple[int, int], tuple[bool, bool, bool]]
+
+        def fd_inode(self, ex: Exec) -> tuple[Inode | None, bool, bool]: ...
+        def op_fsync_as(self, ex: Exec, rule: str) -> None: ...
+        def resize(self, ex: Exec, ino: Inode, size: int) -> None: ...
+        def data(self, ex: Exec, ino: Inode, start: int, end: int, src: Src | None, untorn: bool = False,
+                 batch: int | None = None) -> None: ...
 
     def batched(self, ino: Inode, start: int, end: int, src: Src) -> bool:
         """Whether a write to INO goes into its open batch (kept aside until the commit)."""
@@ -59,7 +69,7 @@ class F2fsBatches:
         return ino.size if b is None else max([b.size, *(end for _, end, _ in b.writes)])
 
     def op_f2fs_atomic(self, ex: Exec) -> None:
-        ino, _, _ = self.fd_inode(ex)  # type: ignore[attr-defined]
+        ino, _, _ = self.fd_inode(ex)
         if ino is None or ino.kind != "file":
             return
         action = (ex.f("flags") or ("",))[0]
@@ -73,18 +83,18 @@ class F2fsBatches:
             return  # aborted, or a failed commit (revoked: f2fs_abort_atomic_write)
         if b is None:
             # a commit of a file not in atomic mode is an fdatasync (f2fs_do_sync_file, datasync)
-            self.op_fsync_as(ex, "fdatasync-data")  # type: ignore[attr-defined]
+            self.op_fsync_as(ex, "fdatasync-data")
             return
         if b.replace:
-            self.resize(ex, ino, 0)  # type: ignore[attr-defined]
+            self.resize(ex, ino, 0)
         for start, end, src in b.writes:
-            self.data(ex, ino, start, end, src, batch=b.start.pos)  # type: ignore[attr-defined]
+            self.data(ex, ino, start, end, src, batch=b.start.pos)
 
     def close_batch(self, ex: Exec, ino_no: int, writable: bool) -> None:
         """The last close of a writable fd of a file in atomic mode aborts its batch."""
         if not writable or ino_no not in self.batches:
             return
-        others = [k for k, (i, _, _) in self.fds.items()  # type: ignore[attr-defined]
-                  if i == ino_no and k != (ex.rec.thread, ex.f("fd")) and self.access[k][1]]  # type: ignore[attr-defined]
+        others = [k for k, (i, _, _) in self.fds.items()
+                  if i == ino_no and k != (ex.rec.thread, ex.f("fd")) and self.access[k][1]]
         if not others:
             del self.batches[ino_no]
