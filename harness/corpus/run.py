@@ -37,6 +37,7 @@ from harness.backends.engine import option_keys
 from harness.pipeline.config import KEYS, RunConfig, host_backend
 from harness.pipeline.live import live_guest, opener
 from harness.pipeline.run import check_tools, run_checked
+from workloads.runner import load_runner
 
 if TYPE_CHECKING:
     import multiprocessing.queues
@@ -126,7 +127,7 @@ def run_case(entry: Entry, row: Row, out_dir: str, options: CorpusOptions = Corp
     write_json(wl, entry.workload, indent=1)
     try:
         cfg = run_config(entry, row, options)
-        report = run_checked(wl, cfg, os.path.join(case_dir, "run"), opener=opener(live)).report
+        report = run_checked(load_runner(wl), cfg, os.path.join(case_dir, "run"), opener=opener(live)).report
     except PowercutError as e:
         case.error = str(e)
         return case
