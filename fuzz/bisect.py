@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from foundation.jsondoc import write_json
-from harness.backends.vm import debian
+from harness.backends import debian
 from harness.corpus.diff import diff as corpus_diff
 from harness.corpus.entries import VERDICT_KINDS
 from foundation import ownership

@@ -36,7 +36,7 @@ from harness.pipeline.config import RunConfig, check_size
 from harness.reports.plots import BackgroundPlots
 from foundation.progress import CrashProgress
 from harness.reports.report import budget_line, latency_clock, write_report
-from harness.backends.vm import tools
+from harness.backends import tools
 from harness.reports.markdown import write_markdown
 from foundation.runstate import RunState
 from harness.backends.recording import Recording
