@@ -191,7 +191,7 @@ def test_a_suites_xfsprogs_makes_and_checks_exchange_range_itself(tmp_path: Path
     ("incompat feature mismatch in AG 1 super")."""
     from foundation import xfs_exchange
     from foundation.filesystems import get_fs
-    from harness.backends.vm import tools
+    from harness.backends import tools
     fs = tools.for_fs("debian:sid", get_fs("xfs"))
     image = tmp_path / "xfs.img"
     with open(image, "wb") as f:
