@@ -159,9 +159,11 @@ class XfsIoScript:
         pat = f"-S 0x{fill(i):02x}"
         if k == "open" and "O_TMPFILE" in op["flags"]:
             self.tmpfile = _Tmpfile(name, op["path"], op["flags"])
+            self.needs.add("_require_xfs_io_command -T")
         elif k == "linkat" and self.tmpfile is not None:
             # flink is linkat(fd, "", AT_FDCWD, to, AT_EMPTY_PATH) on xfs_io's own fd
             self.tmpfile.cmds.append(f'-c "flink $SCRATCH_MNT/{op["to"]}"')
+            self.needs.add("_require_xfs_io_command flink")
             self.tmpfile.linked = op["to"]
         elif k in ("open", "creat"):
             self._open(op, k)
@@ -205,6 +207,7 @@ class XfsIoScript:
         elif k == "link":
             self.emit(f"ln {_mnt(op['from'])} {_mnt(op['to'])}")
         elif k == "linkat" and name in self.shell_fds:  # xfs_io's flink: linkat(fd, "", ..., AT_EMPTY_PATH)
+            self.needs.add("_require_xfs_io_command flink")
             self.emit(f'$XFS_IO_PROG -c "flink $SCRATCH_MNT/{op["to"]}" /proc/self/fd/{self.shell_fds[name]}')
         elif k == "linkat":
             self.unmade.add(op["to"])
