@@ -117,3 +117,30 @@ bytes_within "00 61" -j 4000 {f}
 """
     p = subprocess.run([*cmd, "-c", script], capture_output=True, text=True, timeout=60)
     assert p.stdout.splitlines() == [runs(data), runs(data[4000:6000]), "(none)", "yes", "no: 62 63 7f"], p.stdout
+
+
+@pytest.mark.e2e
+@needs_root_stack
+def test_an_o_tmpfile_file_written_linked_and_written_again_by_its_name_is_what_the_model_says(tmp_path: Path) -> None:
+    """An O_TMPFILE file's xfs_io -T run (a write, flink) ends at the first op on another path;
+    the shell then holds it by its linked name, and a write through that fd lands in the same file.
+    A link refused (the name taken) leaves the fd to xfs_io: the later write is a comment."""
+    ops = [{"op": "mkdir", "path": "A"},
+           {"op": "open", "path": "A", "flags": ["O_TMPFILE", "O_RDWR"], "fd": "t"},
+           {"op": "pwrite", "fd": "t", "offset": 0, "length": 5000},
+           {"op": "linkat", "fd": "t", "to": "A/bar"},
+           {"op": "mkdir", "path": "B"},
+           {"op": "pwrite", "fd": "t", "offset": 7000, "length": 100},
+           {"op": "fsync", "fd": "t"},
+           {"op": "creat", "path": "B/taken", "fd": "c"},
+           {"op": "open", "path": "B", "flags": ["O_TMPFILE", "O_RDWR"], "fd": "u"},
+           {"op": "linkat", "fd": "u", "to": "B/taken"},
+           {"op": "mkdir", "path": "C"},
+           {"op": "pwrite", "fd": "u", "offset": 0, "length": 10}]
+    script = xfs_io_script(ops)
+    assert any("-T" in ln and "flink" in ln for ln in script.lines), script.lines
+    checks = _all_checks(ops)
+    p = _run_on_ext4(tmp_path, [_HELPERS, *script.lines, *[f'echo "{c.label}: $({c.cmd})"' for c in checks]])
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == [c.golden() for c in checks], (tmp_path / "seq.full").read_text()
+    assert any("A/bar" in c.label and "bytes" in c.label for c in checks)

@@ -244,10 +244,18 @@ class XfsIoScript:
         else:
             raise ValueError(f"no xfs_io form for op {k!r}")
         self.model.apply(i, op)
+        if k == "linkat" and self.tmpfile is not None and not self._names_fd(op["to"], name):
+            self.tmpfile.linked = None     # the link failed in the finding's run (O_EXCL, a name taken)
         if self.tmpfile is not None and self.tmpfile.fd not in self.model.fds:
             self.lines.append(f"# open({self.tmpfile.path}, O_TMPFILE) as fd {name} fails here as in the "
                               "finding's run")
             self.tmpfile = None
+
+    def _names_fd(self, path: str, name: str) -> bool:
+        """Whether PATH is now a name of the file fd NAME holds (in the model)."""
+        fd, at = self.model.fds.get(name), self.model.inode_at(path)
+        held = self.model.b.fds.get((0, fd.slot)) if fd is not None else None
+        return at is not None and held is not None and at.ino == held[0]
 
     def finish_tmpfile(self, closing: bool = False, last: bool = False) -> None:
         """The collected O_TMPFILE run as one xfs_io -T process; after it exits the shell holds
