@@ -159,9 +159,9 @@ test: deps test-deps
 	rc=0; $(PYTEST) --durations=15 -n $(TEST_JOBS) --dist loadgroup -m "not serial" $(TEST_ARGS) tests || rc=$$?; \
 	    $(PYTEST) -m serial tests || rc=$$?; exit $$rc
 
-# The inner loop: tests without root, guests or campaigns (marker `quick`, seconds).
+# The inner loop: tests without root, guests or campaigns (marker `quick`, seconds), on every core.
 test-quick: deps
-	$(PYTEST) --durations=5 -m quick tests
+	$(PYTEST) --durations=5 -n $(TEST_JOBS) -m quick tests
 
 # The whole corpus on every matrix row this host can run (CI runs it after `make test`).
 CORPUS_JOBS ?= 2
