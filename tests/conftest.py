@@ -109,7 +109,7 @@ def assert_log_replays_to(reader: LogReader, device_bytes: int, final: Path, scr
 
 # tryfirst: before pytest deselects by marker (-m quick) and before pytest-xdist reads xdist_group.
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test that is neither e2e, vm nor slow is `quick` (the inner loop: `make test-quick`).
     A test that requires root (real devices, mounts) or runs powercut itself (the `pc` fixture)
     counts as e2e. Then the order and grouping `make test`'s workers (pytest-xdist) run them in."""
@@ -123,6 +123,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if group and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(group))
     items[:] = _longest_first(items)
+    if _xdist_worker() and config.getvalue("loadgroup"):
+        _name_groups(items)
+
+
+def _name_groups(items: list[pytest.Item]) -> None:
+    """`--dist loadgroup` keeps the tests whose node id ends in @GROUP on one worker. pytest-xdist
+    3.6-3.8 append it to `item._nodeid`, which pytest 9.2 no longer reads (the id is `item._id`):
+    without this the groups were silently spread over the workers (two dm guests for one fixture)."""
+    from _pytest.nodeid import NodeId
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark and hasattr(item, "_id") and "@" not in item.nodeid:
+            item._id = NodeId.parse(f"{item.nodeid}@{mark.args[0] if mark.args else mark.kwargs.get('name', 'default')}")
 
 
 def _worker_group(item: pytest.Item) -> str | None:
