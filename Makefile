@@ -85,8 +85,14 @@ COVER_SRC    := $(wildcard harness/backends/vm/cover/*.c)
 $(BUILD)/pc-recorder: $(RECORDER_SRC) $(wildcard harness/backends/fuse/*.h) | $(APT_DEP)
 	$(CC) $(CFLAGS) $(FUSE_CFLAGS) -o $@ $(RECORDER_SRC) $(FUSE_LIBS) -lpthread
 
-$(BUILD)/pc-exec: $(EXEC_SRC) $(wildcard workloads/executor/*.h) | $(APT_DEP)
-	$(CC) $(CFLAGS) -o $@ $(EXEC_SRC) -lpthread -lm
+# The executor's op tables (kinds, their plan fields and flag names) are generated from the
+# workload schema, where each op's x-plan says them once (workloads/plan_schema.py).
+$(BUILD)/gen/pc-kinds.h: workloads/schema/workload.schema.json workloads/plan_schema.py
+	@mkdir -p $(@D)
+	$(PYTHON) workloads/plan_schema.py $@
+
+$(BUILD)/pc-exec: $(EXEC_SRC) $(wildcard workloads/executor/*.h) $(BUILD)/gen/pc-kinds.h | $(APT_DEP)
+	$(CC) $(CFLAGS) -I$(BUILD)/gen -o $@ $(EXEC_SRC) -lpthread -lm
 
 # pc-dmlog: the dm-log-writes target of the dm backend and of the vm guest.
 $(BUILD)/pc-dmlog: $(DMLOG_SRC) | $(APT_DEP)

@@ -6,8 +6,11 @@ choice not to shrink a known bug again). The bugs are data
 (documented_bugs.json beside this module; docs/bugs/README.md agrees with it,
 tests/test_documented_bugs.py checks that): each a shape of the file system
 and mkfs features it needs, the finding kinds and oracle rules it shows as,
-and the op kinds its workload holds in order. A finding on a kernel that has
-the bug's fix is not that bug: the triage says "new" and why.
+and the op kinds its workload holds in order; a bug with `crash_state`
+"unflushed-sync" only names findings whose crash state lost a write a
+completed sync had not flushed (checkers/unflushed_sync.py: their signature's
+rule ends in its SUFFIX), and no other bug needs that condition. A finding on
+a kernel that has the bug's fix is not that bug: the triage says "new" and why.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
+
+from checkers.unflushed_sync import SUFFIX
 
 TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "documented_bugs.json")
 CLASSES = {"kernel-bug": "documented kernel bug", "candidate": "documented candidate kernel bug (not yet verified)",
@@ -100,7 +105,10 @@ def holds_ops(wanted: list[str], doc: dict[str, Any]) -> bool:
 
 
 def _shape_fits(bug: dict[str, Any], fs: str, mkfs_opts: str, kind: str, rule: str, doc: dict[str, Any]) -> bool:
+    rule, suffix, _ = rule.partition(SUFFIX)
     if bug["fs"] != fs or kind not in bug["kinds"]:
+        return False
+    if bug.get("crash_state") == SUFFIX.lstrip("@") and not suffix:
         return False
     if bug.get("rules") and rule not in bug["rules"]:
         return False

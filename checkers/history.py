@@ -831,6 +831,28 @@ class HistoryBuilder:
             cur[name] = (ex.f("file"), ex.op.seq, ex.rec.iter, ex.f("length"))
         ino.xattrs.append((ex.pos, cur))
 
+    def op_fsetxattr(self, ex: Exec) -> None:
+        """One xattr set through an fd, with XATTR_CREATE / XATTR_REPLACE. setxattr(2): CREATE
+        fails with EEXIST if the name exists, REPLACE with ENODATA if it does not (both: one of
+        them always); ext4 (ext4_xattr_set_handle), xfs (xfs_attr_set), btrfs (btrfs_setxattr)
+        and f2fs (__f2fs_setxattr) look the name up before any space check, so that answer comes
+        first. Without a flag the model predicts no errno (ENOSPC, E2BIG are the fs's call). Its
+        durability is setxattr's: the file's xattrs (fsync, ordered-metadata)."""
+        ino, _, _ = self.fd_inode(ex)
+        if ino is None or ex.rec.skipped:
+            return
+        cur = dict(ino.xattrs_at(ex.pos + 1))
+        name, flags = ex.f("name"), set(ex.f("flags") or ())
+        if "CREATE" in flags and name in cur:
+            self.predict(ex, E.EEXIST)
+        elif "REPLACE" in flags and name not in cur:
+            self.predict(ex, E.ENODATA)
+        elif not ex.ok and ex.rec.errno in (E.EEXIST, E.ENODATA):
+            self.predict(ex, None)  # a flag's answer where the name says otherwise
+        if ex.ok:
+            cur[name] = (ex.f("file"), ex.op.seq, ex.rec.iter, ex.f("length"))
+            ino.xattrs.append((ex.pos, cur))
+
     def op_removexattr(self, ex: Exec) -> None:
         path = self.path(ex, "path")
         ino = self.lookup(path) if path else None

@@ -44,12 +44,12 @@ class FsType:
 
     def make(self, target: str, extra: str) -> None:
         """mkfs on TARGET (a device or an image file); one clear EnvError if it fails."""
-        by_hand = self.name == "xfs" and xfs_exchange.wanted(extra) and xfs_exchange.by_hand()
+        by_hand = self.name == "xfs" and xfs_exchange.wanted(extra) and xfs_exchange.by_hand(self.mkfs[0])
         p = sysres.run(self.mkfs_cmd(target, xfs_exchange.strip(extra) if by_hand else extra),
                        check=False, timeout=600)
         if p.returncode == 0:
             if by_hand:
-                xfs_exchange.set_bit(target)
+                xfs_exchange.set_bit(target, self.xfs_db())
             return
         last = (p.stderr or p.stdout).strip().splitlines()[-1:]
         hint = ""
@@ -61,8 +61,8 @@ class FsType:
 
     def guest_mkfs(self, mkfs: str, extra: str) -> str:
         """The guest's mkfs command line (MKFS: the program's path there and its options)."""
-        if self.name == "xfs" and xfs_exchange.wanted(extra) and xfs_exchange.by_hand():
-            return xfs_exchange.guest_mkfs(mkfs, extra)
+        if self.name == "xfs" and xfs_exchange.wanted(extra) and xfs_exchange.by_hand(self.mkfs[0]):
+            return xfs_exchange.guest_mkfs(mkfs, extra, self.xfs_db())
         return f"{mkfs} {extra}".strip()
 
     def fsck_cmd(self, image: str) -> list[str]:
@@ -71,7 +71,13 @@ class FsType:
 
     def fsck_view(self, image: str) -> contextlib.AbstractContextManager[None]:
         """What IMAGE must look like to this fsck while it runs (xfs_exchange.py)."""
-        return xfs_exchange.hidden_from_repair(image) if self.name == "xfs" else contextlib.nullcontext()
+        if self.name != "xfs":
+            return contextlib.nullcontext()
+        return xfs_exchange.hidden_from_repair(image, self.fsck[0], self.xfs_db())
+
+    def xfs_db(self) -> str:
+        """The xfs_db of this tool set (the suite's under `--tools`), for the exchange-range bit."""
+        return next((t for t in self.guest_tools if os.path.basename(t) == "xfs_db"), "xfs_db")
 
     def fsck_env(self) -> dict[str, str] | None:
         """The environment to run fsck_cmd in (None: ours), for the same reason as its options."""

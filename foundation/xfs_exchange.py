@@ -46,15 +46,20 @@ def _version(tool: str) -> tuple[int, int]:
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
+# The versions of the programs a run uses, not of the host's: with `--tools debian:SUITE`
+# mkfs and xfs_repair are the suite's, and a newer mkfs.xfs sets the bit itself (sid's
+# does by default), which a by-hand step around a newer xfs_repair would only undo on
+# the primary superblock ("incompat feature mismatch in AG 1 super").
 @functools.cache
-def by_hand() -> bool:
-    """The host's mkfs.xfs predates `-i exchange=1`: the bit is set with xfs_db."""
-    return _version("mkfs.xfs") < FIRST_VERSION
+def by_hand(mkfs: str = "mkfs.xfs") -> bool:
+    """MKFS (mkfs.xfs) predates `-i exchange=1`: the bit is set with xfs_db."""
+    return _version(mkfs) < FIRST_VERSION
 
 
 @functools.cache
-def repair_predates() -> bool:
-    return _version("xfs_repair") < FIRST_VERSION
+def repair_predates(repair: str = "xfs_repair") -> bool:
+    """REPAIR (xfs_repair) refuses a superblock with the bit."""
+    return _version(repair) < FIRST_VERSION
 
 
 def strip(mkfs_opts: str) -> str:
@@ -81,37 +86,37 @@ def _incompat(image: str) -> int:
         return struct.unpack(">I", f.read(4))[0]
 
 
-def _write_incompat(image: str, value: int) -> None:
-    p = sysres.run(["xfs_db", "-x", "-c", "sb 0", "-c", f"write -d features_incompat {value:#x}", image],
+def _write_incompat(image: str, value: int, xfs_db: str = "xfs_db") -> None:
+    p = sysres.run([xfs_db, "-x", "-c", "sb 0", "-c", f"write -d features_incompat {value:#x}", image],
                    check=False)
     if p.returncode != 0 or _incompat(image) != value:
         raise EnvError(f"xfs_db could not set the exchange-range feature on {image}: "
                        f"{(p.stderr or p.stdout).strip()}")
 
 
-def set_bit(image: str) -> None:
+def set_bit(image: str, xfs_db: str = "xfs_db") -> None:
     """Turn the feature on in a freshly made file system (a device or an image)."""
-    _write_incompat(image, _incompat(image) | EXCHRANGE)
+    _write_incompat(image, _incompat(image) | EXCHRANGE, xfs_db)
 
 
-def guest_mkfs(mkfs: str, mkfs_opts: str) -> str:
+def guest_mkfs(mkfs: str, mkfs_opts: str, xfs_db: str = "xfs_db") -> str:
     """A shell command for the guest that makes the file system on the device appended
     to it (record.sh: `eval "$PC_MKFS $dev"`), as set_bit does on the host."""
     made = f"{mkfs} {strip(mkfs_opts)}".strip()
     return ('pc_mkfs() { ' + made + ' "$1" && '
-            'v=$(xfs_db -r -c "sb 0" -c "p features_incompat" "$1" | sed "s/.*= //") && '
-            f'xfs_db -x -c "sb 0" -c "write -d features_incompat $((v | {EXCHRANGE}))" "$1"; }}; pc_mkfs')
+            f'v=$({xfs_db} -r -c "sb 0" -c "p features_incompat" "$1" | sed "s/.*= //") && '
+            f'{xfs_db} -x -c "sb 0" -c "write -d features_incompat $((v | {EXCHRANGE}))" "$1"; }}; pc_mkfs')
 
 
 @contextlib.contextmanager
-def hidden_from_repair(image: str) -> Iterator[None]:
-    """Around an xfs_repair that predates the feature: the bit off, then on again."""
-    if not repair_predates() or not _incompat(image) & EXCHRANGE:
+def hidden_from_repair(image: str, repair: str = "xfs_repair", xfs_db: str = "xfs_db") -> Iterator[None]:
+    """Around an xfs_repair (REPAIR) that predates the feature: the bit off, then on again."""
+    if not repair_predates(repair) or not _incompat(image) & EXCHRANGE:
         yield
         return
     value = _incompat(image)
-    _write_incompat(image, value & ~EXCHRANGE)
+    _write_incompat(image, value & ~EXCHRANGE, xfs_db)
     try:
         yield
     finally:
-        _write_incompat(image, value)
+        _write_incompat(image, value, xfs_db)

@@ -24,6 +24,7 @@ from typing import Any
 from checkers.crashwalk.walk import Inspect
 from checkers.findings import KINDS, Finding
 from checkers.crashwalk.recovery import first_problem
+from checkers import unflushed_sync
 from fuzz.coverage import Novelty
 from fuzz.layout import fresh_dir
 from harness.backends import BackendOpener
@@ -64,6 +65,8 @@ def signature(f: Finding, plan: Plan) -> Signature:
         op, rule = "-", problem_key(" ".join([f.evidence["errno"], *(f.evidence.get("kernel_log") or [])[:1]]))
     elif f.kind == "fsck" and f.evidence.get("fsck_output"):
         op, rule = "-", problem_key(first_problem(f.evidence["fsck_output"]))
+    if f.evidence.get(unflushed_sync.TAG) is not None:
+        rule += unflushed_sync.SUFFIX  # a state that lost a sync's unflushed write: its own bug
     return Signature(f.kind, op or "-", rule)
 
 

@@ -35,7 +35,7 @@ def test_each_shape_fits_its_own_workload() -> None:
         doc = json.loads((WORKLOADS / b["workload"]).read_text())
         assert db.holds_ops(b["ops"], doc), b["id"]
         mkfs = " ".join(f"-O {f}" for f in b.get("mkfs_features", []))
-        sig = f"{b['kinds'][0]}|-|{(b.get('rules') or ['-'])[0]}"
+        sig = f"{b['kinds'][0]}|-|{(b.get('rules') or ['-'])[0]}" + ("@" + b["crash_state"] if b.get("crash_state") else "")
         t = db.triage(fs=b["fs"], mkfs_opts=mkfs, signature=sig, doc=doc)
         assert t.verdict == "documented", (b["id"], t)
 

@@ -108,6 +108,9 @@ MAIN_OPS = [  # (op, expected ret or FD, expected errno)
         op("pwrite", "pwrite-rep", fd="f", offset=20480, stride=1024, length=512)]}, 0, 0),
     (op("ftruncate", "ftrunc", fd="f", length=32768), 0, 0),
     (op("fsync", "fsync", fd="f"), 0, 0),
+    (op("fsetxattr", "fxattr-f", fd="f", name="user.fx", length=16, flags=["CREATE"]), 0, 0),
+    (op("fsetxattr", "fxattr-there", fd="f", name="user.fx", length=16, flags=["CREATE"]), -1, errno.EEXIST),
+    (op("fsetxattr", "fxattr-absent", fd="f", name="user.fy", length=16, flags=["REPLACE"]), -1, errno.ENODATA),
     (op("open", "open-c", path="d/c", flags=["O_CREAT", "O_RDWR"], fd="c"), FD, 0),
     (op("copy_file_range", "copy-fc", from_fd="f", from_offset=4096, fd="c", offset=100, length=5000), 5000, 0),
     (op("open", "open-dir", path="d", flags=["O_RDONLY"], fd="dir"), FD, 0),
@@ -199,6 +202,7 @@ def test_files_hold_the_pattern_where_written(every_op: Run) -> None:
     assert [r.one("append-1").offset, r.one("append-2").offset] == [0, 1000]
     assert a == r.data("append-1", "d/a", 0, 1000) + r.data("append-2", "d/a", 1000, 1000)
     assert os.getxattr(d / "d/g", "user.pc") == r.data("xattr-g", "d/g", 0, 64)
+    assert os.getxattr(d / "d/f", "user.fx") == r.data("fxattr-f", "d/f", 0, 16)  # the fd's file's pattern
     assert os.readlink(d / "d/s") == "g" and (d / "d/g").stat().st_size == 1000
 
 

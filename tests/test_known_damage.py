@@ -13,10 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from checkers.documented_bugs import triage
 from checkers.findings import Finding
-from checkers.known_damage import KnownDamage, configuration_without_metadata_journal, flushed
+from checkers.known_damage import KnownDamage, configuration_without_metadata_journal
 from conftest import WORKLOADS, PcEnv, needs_root_stack
+from fuzz.trial import signature
 from test_fuzz import campaign
+from workloads.plan import parse_plan
 
 NO_JOURNAL = ["--fs", "ext4", "--mkfs-opts", "-O ^has_journal", "--crash-points", "write"]
 
@@ -34,15 +37,15 @@ def test_a_state_is_covered_by_a_sync_until_the_next_write() -> None:
     assert [p for p in range(16) if k.covered_by_sync(p)] == [10, 11]
 
 
-def test_a_sync_that_wrote_after_its_flush_covers_only_prefix_states() -> None:
-    """Writes at 5 and 8, a flush at 6: a mark at 7 has every write before it flushed, one at 9 not.
-    A reordered state at the unflushed sync may have lost the write at 8: its damage is counted."""
-    assert flushed(7, writes=[5, 8], flushes=[6]) and not flushed(9, writes=[5, 8], flushes=[6])
-    assert flushed(3, writes=[5, 8], flushes=[6]) and not flushed(7, writes=[5, 8], flushes=[])
-    k = KnownDamage("ext4 -O ^has_journal", syncs=[9], writes=[5, 8, 12], unflushed=frozenset({9}))
-    assert k.covered_by_sync(10) and not k.covered_by_sync(10, prefix=False)
+def test_a_sync_covers_its_reorderings_too() -> None:
+    """A sync's mark at 9 after writes at 5 and 8, a flush at 6 between them: the write at 8 was
+    unflushed when sync returned, but sync(2) promised it durable (docs/bugs/ext4-nojournal-sync-unflushed.md):
+    damage in a reordered state that lost it is a finding, as in the state that has it."""
+    k = KnownDamage("ext4 -O ^has_journal", syncs=[9], writes=[5, 8, 12])
     damage = [Finding("fsck", "bitmap differences", crash_point=10, state_id=s) for s in ("p10", "p10-d8")]
-    assert k.split(damage) == (damage[:1], damage[1:])
+    assert k.split(damage) == (damage, [])
+    before = Finding("fsck", "bitmap differences", crash_point=8, state_id="p8-d5")
+    assert k.split([before]) == ([], [before])
 
 
 def op_marks(pc: PcEnv, log: Path) -> dict[str, int]:
@@ -98,3 +101,33 @@ def test_unjournaled_campaign_counts_damage_instead_of_saving_it(pc: PcEnv) -> N
     assert "expected damage" in text
     journal = [json.loads(ln) for j in (out / "journal").glob("*.jsonl") for ln in j.read_text().splitlines()]
     assert sum(e.get("expected_damage", 0) for e in journal) == report["expected_damage"]
+
+
+@pytest.mark.e2e
+@needs_root_stack
+def test_a_reordering_that_loses_a_syncs_unflushed_write_is_the_documented_bug(pc: PcEnv) -> None:
+    """Through the FUSE recorder on the host's kernel: sync(2) writes the block device's buffers
+    (the bitmaps, group descriptors and inode table A/g's delayed allocation dirtied) after
+    ext4_sync_fs's flush, so they sit between the last FLUSH and the sync's mark, and a crash
+    state at the mark that drops one is a finding: the documented bug, not expected damage."""
+    out = pc.tmp / "run"
+    p = pc.run("run", str(WORKLOADS / "unjournaled_sync.json"), *NO_JOURNAL[:4], "--out", str(out), check_rc=1)
+    r = json.loads((out / "report.json").read_text())
+    synced = op_marks(pc, out / "recording.log")["op 0.9.0"]
+    dump = pc.run("log", "dump", str(out / "recording.log"), check_rc=0).stdout
+    flags = {int(m[1]): m[2] for m in re.finditer(r"^(\d+) sector=\d+ nr_sectors=\d+ flags=(\S+)", dump, re.M)}
+    last_flush = max(i for i, f in flags.items() if i < synced and "FLUSH" in f)
+    tail = [i for i in range(last_flush + 1, synced) if flags.get(i) == "NONE"]
+    assert tail, dump  # the kernel's order (fs/sync.c): the writes follow the flush
+    tagged = [f for f in r["findings"] if "unflushed_sync" in f.get("evidence", {})]
+    assert tagged and all(f["evidence"]["unflushed_sync"] == synced for f in tagged), r["findings"]
+    assert all(re.fullmatch(rf"p\d+-d({'|'.join(map(str, tail))})", f["state_id"]) for f in tagged), tagged
+    assert all(row["crash_point"] < synced for row in r["expected_damage"]["rows"]), r["expected_damage"]
+    doc = json.loads((WORKLOADS / "unjournaled_sync.json").read_text())
+    plan = parse_plan((out / "plan.txt").read_text())
+    for f in tagged:
+        sig = signature(Finding(**f), plan).key()
+        t = triage(fs="ext4", mkfs_opts="-O ^has_journal", signature=sig, doc=doc, kernel=r["kernel"])
+        assert t.bug == "ext4-nojournal-sync-unflushed", (sig, t)
+    assert "[durability]" in p.stdout or "[fsck]" in p.stdout, p.stdout
+    assert pc.leftovers() == []

@@ -183,3 +183,29 @@ def test_sids_tools_make_the_file_system_in_the_guest_and_check_it_on_the_host(p
     assert sid is not None and r["tools"]["from"] == "debian:sid"
     assert r["tools"]["packages"]["e2fsprogs"] == sid.version and "libc6" in r["tools"]["packages"]
     assert r["findings"] == [] and r["crash_states_checked"] > 0
+
+
+@require_root
+def test_a_suites_xfsprogs_makes_and_checks_exchange_range_itself(tmp_path: Path) -> None:
+    """sid's xfsprogs knows `-i exchange=1`: the by-hand bit (foundation/xfs_exchange.py,
+    for the host's older xfsprogs) must stay out of its way. It used to look at the
+    host's versions, set the bit on the primary superblock only around sid's xfs_repair,
+    and every crash state of an xfs `--tools debian:sid` run was an fsck finding
+    ("incompat feature mismatch in AG 1 super")."""
+    from foundation import xfs_exchange
+    from foundation.filesystems import get_fs
+    from harness.backends.vm import tools
+    fs = tools.for_fs("debian:sid", get_fs("xfs"))
+    image = tmp_path / "xfs.img"
+    with open(image, "wb") as f:
+        f.truncate(300 << 20)
+    fs.make(str(image), "-i exchange=1")
+    db = fs.xfs_db()
+    assert db != "xfs_db" and not xfs_exchange.by_hand(fs.mkfs[0])
+    for ag in ("0", "1"):
+        p = subprocess.run([db, "-r", "-c", f"sb {ag}", "-c", "p features_incompat", str(image)],
+                           capture_output=True, text=True, check=True)
+        assert int(p.stdout.split("=")[1], 16) & xfs_exchange.EXCHRANGE, (ag, p.stdout)
+    with fs.fsck_view(str(image)):
+        p = subprocess.run(fs.fsck_cmd(str(image)), capture_output=True, text=True)
+    assert p.returncode == 0 and "feature mismatch" not in p.stdout + p.stderr, p.stdout + p.stderr

@@ -16,7 +16,7 @@ no spaces. Flag lists are names joined by '|', or '-' when empty.
   workload wid=<u32> name=<str>
   barrier index=<i> parties=<n> name=<str>       one line per barrier, index 0, 1, ...
   thread index=<i> name=<str> policy=<other|batch|idle|fifo|rr> priority=<n> nice=<n> cpu=<n|-1> fds=<n>
-  op seq=<n> kind=<kind> [id=<str>] <the kind's fields: PLAN_FIELDS>
+  op seq=<n> kind=<kind> [id=<str>] <the kind's fields: PLAN_FIELDS, the schema's x-plan>
   ...                                            a repeat's body follows its op line up to "endrepeat"
   endthread
   end
@@ -38,47 +38,15 @@ from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
 from foundation.errors import UsageError
-from workloads.format import Op, Workload, walk
+from workloads.format import SCHEMA, Op, Workload, walk
+from workloads.plan_schema import plan_specs
 
 HEADER = "powercut-plan 1"
 
-# The fields of each op kind's line, in order; plan.c's kind_fields matches.
-PLAN_FIELDS: dict[str, tuple[str, ...]] = {
-    "open": ("fd", "file", "path", "flags", "mode"),
-    "creat": ("fd", "file", "path", "mode"),
-    "close": ("fd",),
-    "write": ("fd", "file", "length"),
-    "pwrite": ("fd", "file", "offset", "stride", "length"),
-    "read": ("fd", "length"),
-    "pread": ("fd", "offset", "stride", "length"),
-    "fallocate": ("fd", "flags", "offset", "stride", "length"),
-    "ftruncate": ("fd", "length"),
-    "truncate": ("path", "length"),
-    "fsync": ("fd",),
-    "fdatasync": ("fd",),
-    "sync": (),
-    "syncfs": ("fd",),
-    "sync_file_range": ("fd", "offset", "stride", "length", "flags"),
-    "rename": ("from", "to", "flags"),
-    "link": ("from", "to"),
-    "linkat": ("fd", "to"),
-    "copy_file_range": ("from_fd", "fd", "from_offset", "offset", "length"),
-    "clone": ("from_fd", "fd", "from_offset", "offset", "length"),
-    "exchange_range": ("from_fd", "fd", "from_offset", "offset", "length", "flags"),
-    "symlink": ("target", "path"),
-    "unlink": ("path",),
-    "mkdir": ("path", "mode"),
-    "rmdir": ("path",),
-    "setxattr": ("path", "file", "name", "length", "count"),
-    "removexattr": ("path", "name"),
-    "mmap_write": ("fd", "file", "offset", "stride", "length", "msync"),
-    "fiemap": ("fd", "sync"),
-    "pwritev2": ("fd", "file", "offset", "stride", "length", "iov", "flags"),
-    "statx": ("path", "flags"),
-    "sleep": ("us",),
-    "repeat": ("count", "period_us"),
-    "barrier": ("barrier",),
-}
+# Each op kind's line: its fields in order, and where its flag names come from; written
+# once, in the schema (each op's x-plan), which also gives the C executor its tables.
+PLAN_SPECS = plan_specs(SCHEMA)
+PLAN_FIELDS: dict[str, tuple[str, ...]] = {k: s.fields for k, s in PLAN_SPECS.items()}
 _STRINGS = frozenset(("path", "from", "to", "target", "name", "id"))
 FILE_OPENERS = ("open", "creat", "setxattr")  # the ops whose path gets a file id
 
@@ -191,7 +159,7 @@ class _Builder:
             case "file":
                 return self.files[a["path"]] if op.kind in FILE_OPENERS else current[a["fd"]]
             case "flags":
-                return tuple(a["mode"] if op.kind == "fallocate" else a["mask"] if op.kind == "statx" else a["flags"])
+                return tuple(a[PLAN_SPECS[op.kind].flags_from or "flags"])
             case "iov":
                 return ",".join(map(str, a["iov"]))
             case "barrier":

@@ -40,7 +40,7 @@ KIND_TIERS: Tiers = [["pwrite", "write", "ftruncate"],
                      ["close", "unlink", "open", "truncate", "rename", "fallocate", "mmap_write", "link",
                       "pwritev2", "copy_file_range", "clone"],
                      ["mkdir", "rmdir", "symlink", "setxattr", "removexattr", "syncfs", "sync_file_range",
-                      "read", "pread", "statx", "tmpfile"],
+                      "read", "pread", "statx", "tmpfile", "fsetxattr"],
                      # Namespace ops once more, in a tier of their own: a namespace op followed by
                      # an fsync of the file or of its directory is the shape xfstests' power-failure
                      # tests check most (docs/semantics.md), so they weigh as much as data ops.
@@ -58,7 +58,7 @@ PERSIST_KINDS = ["fsync", "fdatasync", "sync", "fsync_dir"]
 PERSIST_AFTER_NAMESPACE = [None, "fsync", "fdatasync", "sync", "fsync_dir", "fsync_dir", "fsync", "fsync_dir"]
 FD_KINDS = {"pwrite", "fsync", "close", "write", "fdatasync", "ftruncate", "fallocate", "syncfs",
             "sync_file_range", "mmap_write", "read", "pread", "pwritev2", "linkat", "copy_file_range", "clone",
-            "exchange_range"}
+            "exchange_range", "fsetxattr"}
 # copy_file_range(2) and reflink clones (ioctl_ficlone(2)) between two open files: the
 # whole file (FICLONE) first, then block-aligned ranges (length 0: to the source's end);
 # clones only where the file system shares extents (OpListBuilder.reflink), elsewhere
@@ -106,6 +106,9 @@ SFR_LENGTHS: Tiers = [[0, 4096, 65536]]
 # setxattr (value length, count): one xattr, or hundreds of 1 KiB on one file (what Samba,
 # Ceph and backup tools keep per file): an attr tree of its own (xfs: node format).
 XATTR_SIZES: Tiers = [[(8, 1), (100, 1)], [(1024, 400)]]
+# fsetxattr(2) on an open file: XATTR_CREATE (set only if absent: a lock or a tag written
+# once) and XATTR_REPLACE (update only if present) first, then no flag.
+FSETXATTR_FLAGS: Tiers = [[["CREATE"], ["REPLACE"]], [[]]]
 
 
 def kind_tiers(exchange: bool) -> Tiers:
@@ -231,6 +234,8 @@ class OpListBuilder:
             op["length"], count = pick(XATTR_SIZES)
             if count > 1:
                 op["count"] = count
+        elif kind == "fsetxattr":
+            op.update(name=pick(one(XATTRS)), length=pick(one([8, 100])), flags=pick(FSETXATTR_FLAGS))
         elif kind == "removexattr":
             op.update(path=pick(one(PATHS)), name=pick(one(XATTRS)))
         elif kind == "statx":

@@ -82,6 +82,9 @@ class Engine:
     faults: ClassVar[tuple[str, ...]] = ()   # its `--fault` test modes
     records_recovery: ClassVar[bool] = False  # --recovery-crash: it can record a recovery mount
     keeps_guest: ClassVar[bool] = False       # its runs share a guest it keeps (a KeptGuest) across runs
+    # Its log holds a write that is not FUA until the next flush, after marks logged meanwhile
+    # (dm-log-writes' unflushed list); otherwise a write is logged when it completes.
+    logs_writes_at_flush: ClassVar[bool] = False
 
     def resolve(self) -> Engine:
         """The engine that records (`auto` chooses one)."""

@@ -21,12 +21,14 @@ from typing import Any
 from checkers.crashwalk.walk import Inspect, RecoveryOptions, WalkOptions, check_crash_states
 from checkers.crashwalk.recovery_modes import mode_opts, recovery_name
 from checkers.findings import Finding
+from checkers.history import History
 from checkers.fsrules import DEFAULT_TIER, Semantics
 from checkers.oracle import ContentOracle
 from checkers.design import design_points
 from checkers.workload_checks import WorkloadChecks, finish, prepare, records_path
 from checkers.findings import fold_error_state, kernel_finding
-from checkers.known_damage import known_damage
+from checkers.known_damage import known_damage, sync_marks
+from checkers.unflushed_sync import SyncTails, tag_losses
 from foundation import internal_error, ownership, sysres
 from harness.backends import Backend, BackendOpener, engine
 from foundation.errors import KernelFailure, Terminated, UsageError
@@ -44,7 +46,7 @@ from foundation.sparse import sparse_copy
 from workloads.runner import ExecutorWorkload, WorkloadRunner, load_runner, read_document
 from replay.crashpoints import (DEFAULT as DEFAULT_POINTS, DEFAULT_BUDGET, EVERY_POINT, Budget, CrashPointSpec,
                                mark_range, select_crash_points)
-from replay.crashstates import DEFAULT_REORDER, RECOVERY_LOG_DIR, CrashState
+from replay.crashstates import DEFAULT_REORDER, RECOVERY_LOG_DIR, CrashState, plan_for_log
 from replay.logformat import LogReader
 from workloads import scenarios
 from workloads.results import read_records
@@ -229,11 +231,12 @@ def _check_log(reader: LogReader, rec: Recording, workload: WorkloadRunner, fs: 
             plots.stop()
     finish(checks, reader, all_points)
     findings = fold_error_state(rec.findings + checks.findings + result.findings)
-    known = None if cfg.known_damage_findings else known_damage(fs.name, cfg.mkfs_opts, reader,
-                                                                 checks.oracle.h if checks.oracle else None)
+    history = checks.oracle.h if checks.oracle else None
+    known = None if cfg.known_damage_findings else known_damage(fs.name, cfg.mkfs_opts, reader, history)
     expected: list[Finding] = []
     if known is not None:
         findings, expected = known.split(findings)
+        tag_unflushed_sync_losses(findings, reader, history, cfg)
     extra = {"crash_point_kinds": str(kinds), "device_tuning": rec.device_tuning, "tools": tools.report(cfg.tools, fs.name, fs.fsck_package),
              **checks.report, **backend.report_extra(),
              "max_states": str(budget or EVERY_POINT), "crash_points_all": len(all_points), "reorder": str(cfg.reorder),
@@ -352,3 +355,11 @@ def check_image(path: str, device_bytes: int) -> None:
         raise UsageError(f"--image {path}: not a regular file (copy the device into an image file first)")
     if st.st_size != device_bytes:
         raise UsageError(f"--image {path}: {st.st_size} bytes, but the run's device had {device_bytes}")
+
+
+def tag_unflushed_sync_losses(findings: list[Finding], reader: LogReader, history: History | None, cfg: RunConfig) -> None:
+    """Name the findings whose crash state lost a completed sync's unflushed write (checkers/unflushed_sync.py)."""
+    entries = list(reader.entries())
+    tails = SyncTails(sync_marks(history), [e.index for e in entries if e.is_write],
+                      [e.index for e in entries if e.is_flush], cfg.backend.engine.logs_writes_at_flush)
+    tag_losses(findings, plan_for_log(reader, [], cfg.reorder), tails)

@@ -220,8 +220,11 @@ void pc_exec_op(const struct pc_plan *plan, struct pc_thread *t, const struct pc
         /* fall through */
     case K_PWRITE:
     case K_MMAP_WRITE:
+        pc_pattern_fill(t->buf, plan->wid, op->file_id, op->seq, iter, off, len);
+        break;
     case K_SETXATTR:
-        pc_pattern_fill(t->buf, plan->wid, op->file_id, op->seq, iter, op->kind == K_SETXATTR ? 0 : off, len);
+    case K_FSETXATTR: /* a value is the pattern of its own offset 0 */
+        pc_pattern_fill(t->buf, plan->wid, op->file_id, op->seq, iter, 0, len);
         break;
     case K_PWRITEV2:
         off = (uint64_t)pwritev2_offset(slot, op, off);
@@ -287,6 +290,7 @@ void pc_exec_op(const struct pc_plan *plan, struct pc_thread *t, const struct pc
     case K_MKDIR: TIMED(r, mkdir(op->path, op->mode)); break;
     case K_RMDIR: TIMED(r, rmdir(op->path)); break;
     case K_SETXATTR: TIMED(r, set_xattrs(op, t->buf, len, &r->aux)); break;
+    case K_FSETXATTR: TIMED(r, fsetxattr(fd, op->name, t->buf, len, op->flags)); break;
     case K_REMOVEXATTR: TIMED(r, removexattr(op->path, op->name)); break;
     case K_MMAP_WRITE: TIMED(r, mmap_write(fd, t->buf, off, len, op->msync, &r->flags)); break;
     case K_FIEMAP: TIMED(r, count_extents(fd, (uint32_t)op->flags)); break;

@@ -13,15 +13,9 @@
 
 #define PC_MAX_IOV 16
 
-/* Op kinds; the order is that of kind_names in plan.c. */
-enum pc_kind {
-    K_OPEN, K_CREAT, K_CLOSE, K_WRITE, K_PWRITE, K_READ, K_PREAD,
-    K_FALLOCATE, K_FTRUNCATE, K_TRUNCATE, K_FSYNC, K_FDATASYNC, K_SYNC,
-    K_SYNCFS, K_SYNC_FILE_RANGE, K_RENAME, K_LINK, K_SYMLINK, K_UNLINK,
-    K_MKDIR, K_RMDIR, K_SETXATTR, K_REMOVEXATTR, K_MMAP_WRITE, K_FIEMAP, K_PWRITEV2,
-    K_STATX, K_LINKAT, K_COPY_FILE_RANGE, K_CLONE, K_EXCHANGE_RANGE, K_SLEEP,
-    K_REPEAT, K_BARRIER, K__COUNT
-};
+/* Op kinds: generated from the workload schema (workloads/plan_schema.py, `make`
+ * writes it to the build directory), with plan.c's kind names, fields and flags. */
+#include "pc-kinds.h"
 
 struct pc_op {
     enum pc_kind kind;
@@ -30,8 +24,8 @@ struct pc_op {
     int from_fd;       /* copy_file_range, clone: the source's slot; exchange_range: file1's; -1: none */
     uint64_t from_offset; /* copy_file_range, clone: where the source range starts; exchange_range: file1's */
     uint32_t file_id;  /* pattern file id of the data this op writes */
-    int flags;         /* open flags, fallocate mode, sync_file_range, rename, fiemap or RWF_ flags, statx mask,
-                          exchange_range's XFS_EXCHANGE_RANGE_ flags */
+    int flags;         /* the kind's flag names as their values (its x-plan flags: open's O_ flags,
+                          fallocate's mode, statx's mask, ...); fiemap: FIEMAP_FLAG_SYNC or 0 */
     int at_position;   /* pwritev2 with offset -1: at the fd's position */
     uint32_t niov;     /* pwritev2: iovec count and lengths (summing to length) */
     uint64_t iov[PC_MAX_IOV];

@@ -14,23 +14,9 @@
  *   endthread
  *   end
  *
- * Fields by kind (fd: slot in the thread's fd table; file: pattern file id;
- * an op of iteration i works at offset + i*stride):
- *   open: fd file path flags mode      creat: fd file path mode     close: fd
- *   write: fd file length              pwrite: fd file offset stride length
- *   read: fd length                    pread: fd offset stride length
- *   fallocate: fd flags offset stride length
- *   ftruncate: fd length   truncate: path length   fsync, fdatasync, syncfs: fd   sync: -
- *   sync_file_range: fd offset stride length flags
- *   rename: from to flags   link: from to   symlink: target path
- *   unlink, rmdir: path     mkdir: path mode
- *   setxattr: path file name length count(NAME, NAME.1 .. NAME.(count-1))    removexattr: path name
- *   mmap_write: fd file offset stride length msync(0|1)    fiemap: fd sync(0|1)
- *   pwritev2: fd file offset(-1: the fd's position) stride length iov(lengths joined by ',') flags
- *   statx: path flags(the mask)        linkat: fd to (AT_EMPTY_PATH: names the fd's file)
- *   copy_file_range, clone: from_fd fd from_offset offset length (a clone of 0 0 0: FICLONE)
- *   exchange_range: from_fd(file1) fd(file2, the ioctl's fd) from_offset offset length flags
- *   sleep: us    repeat: count period_us(0: no period)    barrier: barrier
+ * The fields of each kind's line, in order, and its flag names: each op's
+ * x-plan in workloads/schema/workload.schema.json, as the generated
+ * pc-kinds.h tables (workloads/plan.py documents what the fields mean).
  * Modes are octal; everything else decimal.
  */
 #include <ctype.h>
@@ -48,66 +34,15 @@
 #define MAX_TOKENS 16
 #define MAX_DEPTH 8
 
-static const char *const kind_names[K__COUNT] = {
-    "open", "creat", "close", "write", "pwrite", "read", "pread",
-    "fallocate", "ftruncate", "truncate", "fsync", "fdatasync", "sync",
-    "syncfs", "sync_file_range", "rename", "link", "symlink", "unlink",
-    "mkdir", "rmdir", "setxattr", "removexattr", "mmap_write", "fiemap", "pwritev2",
-    "statx", "linkat", "copy_file_range", "clone", "exchange_range", "sleep", "repeat", "barrier",
-};
-
-/* The fields each kind's line must carry, and no others (besides seq, kind, id). */
-static const char *const kind_fields[K__COUNT] = {
-    [K_OPEN] = "fd file path flags mode", [K_CREAT] = "fd file path mode", [K_CLOSE] = "fd",
-    [K_WRITE] = "fd file length", [K_PWRITE] = "fd file offset stride length",
-    [K_READ] = "fd length", [K_PREAD] = "fd offset stride length",
-    [K_FALLOCATE] = "fd flags offset stride length", [K_FTRUNCATE] = "fd length",
-    [K_TRUNCATE] = "path length", [K_FSYNC] = "fd", [K_FDATASYNC] = "fd", [K_SYNC] = "",
-    [K_SYNCFS] = "fd", [K_SYNC_FILE_RANGE] = "fd offset stride length flags",
-    [K_RENAME] = "from to flags", [K_LINK] = "from to", [K_SYMLINK] = "target path",
-    [K_UNLINK] = "path", [K_MKDIR] = "path mode", [K_RMDIR] = "path",
-    [K_SETXATTR] = "path file name length count", [K_REMOVEXATTR] = "path name",
-    [K_MMAP_WRITE] = "fd file offset stride length msync", [K_FIEMAP] = "fd sync",
-    [K_PWRITEV2] = "fd file offset stride length iov flags", [K_STATX] = "path flags", [K_LINKAT] = "fd to",
-    [K_COPY_FILE_RANGE] = "from_fd fd from_offset offset length", [K_CLONE] = "from_fd fd from_offset offset length",
-    [K_EXCHANGE_RANGE] = "from_fd fd from_offset offset length flags",
-    [K_SLEEP] = "us",
-    [K_REPEAT] = "count period_us", [K_BARRIER] = "barrier",
-};
-
 struct flag_name {
     const char *name;
     int value;
 };
-#define FLAG(prefix, n) { #n, prefix##n }
-static const struct flag_name open_flags[] = {
-    FLAG(, O_CREAT), FLAG(, O_RDWR), FLAG(, O_WRONLY), FLAG(, O_RDONLY), FLAG(, O_TRUNC),
-    FLAG(, O_APPEND), FLAG(, O_DIRECT), FLAG(, O_SYNC), FLAG(, O_DSYNC), FLAG(, O_EXCL), FLAG(, O_TMPFILE), { 0, 0 },
-};
-static const struct flag_name falloc_flags[] = {
-    FLAG(FALLOC_FL_, KEEP_SIZE), FLAG(FALLOC_FL_, PUNCH_HOLE), FLAG(FALLOC_FL_, ZERO_RANGE),
-    FLAG(FALLOC_FL_, COLLAPSE_RANGE), FLAG(FALLOC_FL_, INSERT_RANGE),
-    FLAG(FALLOC_FL_, UNSHARE_RANGE), { 0, 0 },
-};
-static const struct flag_name sfr_flags[] = {
-    FLAG(SYNC_FILE_RANGE_, WAIT_BEFORE), FLAG(SYNC_FILE_RANGE_, WRITE),
-    FLAG(SYNC_FILE_RANGE_, WAIT_AFTER), { 0, 0 },
-};
-static const struct flag_name rename_flags[] = {
-    FLAG(RENAME_, NOREPLACE), FLAG(RENAME_, EXCHANGE), { 0, 0 },
-};
-static const struct flag_name rwf_flags[] = {
-    { "RWF_ATOMIC", PC_RWF_ATOMIC }, FLAG(, RWF_DSYNC), FLAG(, RWF_SYNC), FLAG(, RWF_APPEND),
-    FLAG(, RWF_NOWAIT), FLAG(, RWF_HIPRI), { 0, 0 },
-};
-static const struct flag_name statx_masks[] = {
-    { "STATX_WRITE_ATOMIC", (int)PC_STATX_WRITE_ATOMIC }, { "STATX_DIOALIGN", (int)PC_STATX_DIOALIGN },
-    { "STATX_BASIC_STATS", (int)PC_STATX_BASIC_STATS }, { 0, 0 },
-};
-static const struct flag_name xchg_flags[] = {
-    { "TO_EOF", (int)PC_XCHG_TO_EOF }, { "DSYNC", (int)PC_XCHG_DSYNC },
-    { "FILE1_WRITTEN", (int)PC_XCHG_FILE1_WRITTEN }, { 0, 0 },
-};
+#ifndef RWF_ATOMIC /* headers older than Linux 6.11's */
+#define RWF_ATOMIC PC_RWF_ATOMIC
+#endif
+#define PC_KIND_TABLES
+#include "pc-kinds.h"
 static const struct flag_name policies[] = {
     { "other", SCHED_OTHER }, { "batch", SCHED_BATCH }, { "idle", SCHED_IDLE },
     { "fifo", SCHED_FIFO }, { "rr", SCHED_RR }, { 0, 0 },
@@ -341,22 +276,10 @@ static void parse_op(struct parser *p, struct pc_op *op, int depth)
     if (HAS("barrier"))
         op->barrier = (int)num(p, "barrier", 0, (int64_t)p->plan->nbarriers - 1);
 #undef HAS
-    if (k == K_OPEN)
-        op->flags = flags(p, "flags", open_flags);
-    else if (k == K_FALLOCATE)
-        op->flags = flags(p, "flags", falloc_flags);
-    else if (k == K_SYNC_FILE_RANGE)
-        op->flags = flags(p, "flags", sfr_flags);
-    else if (k == K_RENAME)
-        op->flags = flags(p, "flags", rename_flags);
+    if (kind_flags[k])
+        op->flags = flags(p, "flags", kind_flags[k]);
     else if (k == K_FIEMAP)
         op->flags = num(p, "sync", 0, 1) ? FIEMAP_FLAG_SYNC : 0;
-    else if (k == K_PWRITEV2)
-        op->flags = flags(p, "flags", rwf_flags);
-    else if (k == K_STATX)
-        op->flags = flags(p, "flags", statx_masks);
-    else if (k == K_EXCHANGE_RANGE)
-        op->flags = flags(p, "flags", xchg_flags);
     if (k == K_PWRITEV2)
         parse_iov(p, op);
     if (k == K_REPEAT) {

@@ -32,6 +32,7 @@ class DmOptions:
 class DmEngine(DeviceEngine):
     name = "dm"
     summary = "the host kernel's own dm-log-writes on loop devices"
+    logs_writes_at_flush = True
     options = (Option("data_dev", "--data-dev", metavar="DEV", needs=_NEEDS_DM, scope="one-run",
                       help="--backend dm: record on this block device (erased; default: a loop device on a new file)"),
                Option("log_dev", "--log-dev", metavar="DEV", needs=_NEEDS_DM, scope="one-run",

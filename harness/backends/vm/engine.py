@@ -49,6 +49,7 @@ class VmEngine(Engine):
                FAULT)
     faults = FAULTS
     keeps_guest = True
+    logs_writes_at_flush = True  # the guest's dm-log-writes
 
     def parse(self, values: Mapping[str, Any]) -> VmOptions:
         if not values["kernel"]:

@@ -30,6 +30,7 @@ FALLOC = {"KEEP_SIZE": 0x01, "PUNCH_HOLE": 0x02, "COLLAPSE_RANGE": 0x08, "ZERO_R
 SFR = {"WAIT_BEFORE": 1, "WRITE": 2, "WAIT_AFTER": 4}
 RENAME = {"NOREPLACE": 1, "EXCHANGE": 2}
 XCHG = {"TO_EOF": 1, "DSYNC": 2, "FILE1_WRITTEN": 8}  # XFS_EXCHANGE_RANGE_* (fs/xfs/libxfs/xfs_fs.h)
+XATTR = {"CREATE": 1, "REPLACE": 2}  # XATTR_* (include/uapi/linux/xattr.h)
 RWF = {"RWF_HIPRI": 1, "RWF_DSYNC": 2, "RWF_SYNC": 4, "RWF_NOWAIT": 8, "RWF_APPEND": 16, "RWF_ATOMIC": 64}
 CRASH_MARK = "pc-crash"
 
@@ -96,6 +97,8 @@ def repro_args(ops: list[dict[str, Any]]) -> list[str]:
             out += ["setxattrs", op["path"], op["name"], str(op["length"]), str(op["count"])]
         elif k == "setxattr":
             out += [k, op["path"], op["name"], str(op["length"])]
+        elif k == "fsetxattr":
+            out += [k, op["fd"], op["name"], str(op["length"]), str(_bits(op.get("flags", []), XATTR))]
         elif k == "removexattr":
             out += [k, op["path"], op["name"]]
         elif k == "mmap_write":
@@ -214,6 +217,8 @@ class XfsIoScript:
                 # stopping at the first failure as the executor does (ext4: ENOSPC)
                 self.emit(f"for i in $(seq 1 {op['count'] - 1}); do $SETFATTR_PROG -n {op['name']}.$i "
                           f"-v {value} {_mnt(op['path'])} || break; done")
+        elif k == "fsetxattr":
+            self._fsetxattr(i, op)
         elif k == "removexattr":
             self.needs.add("_require_attrs")
             self.emit(f"$SETFATTR_PROG -x {op['name']} {_mnt(op['path'])}")
@@ -283,6 +288,27 @@ class XfsIoScript:
         opts += "" if "TO_EOF" in flags else f" -l {op.get('length', 0)}"
         opts += " -f" * ("DSYNC" in flags) + " -w" * ("FILE1_WRITTEN" in flags)
         self.xfs_io(op["fd"], f"exchangerange {opts} /proc/self/fd/{src}")
+
+    def _fsetxattr(self, i: int, op: dict[str, Any]) -> None:
+        """setfattr on the fd's /proc/self/fd/N (the same file); setfattr has no XATTR_CREATE
+        or XATTR_REPLACE, so a getfattr of the name decides whether it runs, as the flag would."""
+        name = op["fd"]
+        if name not in self.shell_fds:
+            self.lines.append(f"# fsetxattr({op['name']}) on fd {name}, which is not open here: its open failed "
+                              "in the finding's run too")
+            return
+        self.needs.add("_require_attrs")
+        path = f"/proc/self/fd/{self.shell_fds[name]}"
+        value = f"\"$(head -c {op['length']} /dev/zero | tr '\\0' '{chr(fill(i))}')\""
+        setf = f"$SETFATTR_PROG -n {op['name']} -v {value} {path}"
+        flags = op.get("flags", [])
+        if flags:
+            self.caveats.append(f"fsetxattr with XATTR_{'|XATTR_'.join(flags)}: a getfattr of the name, then "
+                                "setfattr (two calls where the finding made one)")
+            test = f"$GETFATTR_PROG -n {op['name']} {path} >/dev/null 2>&1"
+            # CREATE: only if absent; REPLACE: only if present; both: never
+            setf = "false" if len(flags) == 2 else f"{test} || {setf}" if "CREATE" in flags else f"{test} && {setf}"
+        self.emit(setf)
 
     def _pwritev2(self, name: str, op: dict[str, Any], pat: str, pos: int) -> None:
         iov, flags = op["iov"], set(op.get("flags", []))

@@ -12,6 +12,7 @@
  *      | rename FROM TO FLAGS | link FROM TO | linkat NAME TO | symlink TARGET PATH | unlink PATH
  *      | rmdir PATH | mkdir PATH MODE | setxattr PATH NAME LEN | removexattr PATH NAME
  *      | setxattrs PATH NAME LEN COUNT (NAME, NAME.1 .. NAME.(COUNT-1); stops at a failure)
+ *      | fsetxattr NAME XATTR LEN FLAGS (XATTR_CREATE 1, XATTR_REPLACE 2)
  *      | mmap_write NAME OFF LEN MSYNC | pwritev2 NAME OFF FLAGS LEN,LEN,...
  *      | copy_file_range FROM FROM_OFF NAME OFF LEN
  *      | clone FROM FROM_OFF NAME OFF LEN (0 0 0: FICLONE, else FICLONERANGE)
@@ -161,7 +162,7 @@ static int one_op(char **a, int left, int op)
         {"fallocate", 5}, {"ftruncate", 3}, {"truncate", 3}, {"fsync", 2}, {"fdatasync", 2},
         {"syncfs", 2}, {"sync", 1}, {"sync_file_range", 5}, {"rename", 4}, {"link", 3}, {"linkat", 3},
         {"symlink", 3}, {"unlink", 2}, {"rmdir", 2}, {"mkdir", 3}, {"setxattr", 4},
-        {"setxattrs", 5}, {"removexattr", 3}, {"mmap_write", 5}, {"pwritev2", 5}, {"copy_file_range", 6},
+        {"setxattrs", 5}, {"fsetxattr", 5}, {"removexattr", 3}, {"mmap_write", 5}, {"pwritev2", 5}, {"copy_file_range", 6},
         {"clone", 6}, {"exchange_range", 7}, {"mark", 2},
     };
     int n = 0;
@@ -229,6 +230,9 @@ static int one_op(char **a, int left, int op)
     } else if (!strcmp(k, "setxattrs")) {
         buf = buffer((size_t)num(a[3]), op);
         r = buf ? set_xattrs(a[1], a[2], buf, (size_t)num(a[3]), num(a[4])) : -1;
+    } else if (!strcmp(k, "fsetxattr")) {
+        buf = buffer((size_t)num(a[3]), op);
+        r = buf ? fsetxattr(fd_of(a[1]), a[2], buf, (size_t)num(a[3]), (int)num(a[4])) : -1;
     } else if (!strcmp(k, "removexattr")) {
         r = removexattr(a[1], a[2]);
     } else if (!strcmp(k, "mmap_write")) {
