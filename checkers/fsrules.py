@@ -70,6 +70,11 @@ class Semantics:
         `-i exchange=1` (foundation/xfs_exchange.py); ext4 and btrfs have no such ioctl."""
         return self.fs == "xfs" and xfs_exchange.wanted(self.mkfs_opts)
 
+    def f2fs_atomic(self) -> bool:
+        """Whether the file system has the f2fs atomic-write ioctls (F2FS_IOC_START_ATOMIC_WRITE
+        and the rest): f2fs only; every other answers ENOTTY."""
+        return self.fs == "f2fs"
+
     def holds(self, name: str) -> bool:
         r = RULES[name]
         if r.tier == "linux" and self.tier != "linux":
@@ -252,6 +257,30 @@ UNTORN_RULES = [
               "open(2) flag ... applies only to the data range written by the system call'"),
 ]
 RULES.update({r.name: r for r in UNTORN_RULES})
+
+# f2fs atomic writes (the op f2fs_atomic; checkers/f2fs_batches.py). The ioctls exist on f2fs
+# only (ENOTTY elsewhere); a file that cannot leave compression refuses START (EINVAL).
+F2FS_ATOMIC_RULES = [
+    Rule("f2fs-atomic-write",
+         "the writes of an f2fs atomic batch (START or REPLACE, writes, COMMIT) are all in the file or "
+         "none of them at every crash state, and none before its COMMIT began or after an ABORT; the "
+         "file's size moves with them (REPLACE: the blocks the batch did not write go with it); a commit "
+         "is durable once a later sync()/syncfs() returns (sync-all), not when COMMIT returns",
+         frozenset({"f2fs"}),
+         "fs/f2fs/file.c: f2fs_ioc_start_atomic_write sends the file's writes to a COW inode and keeps its "
+         "on-disk size (original_i_size; fs/f2fs/inode.c f2fs_update_inode skips i_size until committed); "
+         "f2fs_ioc_commit_atomic_write moves the COW blocks into the file (fs/f2fs/segment.c "
+         "f2fs_commit_atomic_write, under f2fs_lock_op, so a checkpoint sees all or none) and calls "
+         "f2fs_do_sync_file with atomic set, which writes the node blocks as one fsync-marked chain that "
+         "roll-forward recovery takes whole or not at all, without waiting for them or flushing the cache; "
+         "f2fs_ioc_abort_atomic_write and f2fs_release_file (the last writable close) drop the batch; "
+         "Daeho Jeong's commit 3db1de0e582c 'f2fs: change the current atomic write way' (the COW design) and "
+         "the START_ATOMIC_REPLACE commit (Linux 6.3); xfstests f2fs/003, 004, 010 and 013 run SQLite's "
+         "start-write-commit sequence and check the committed data (013: Chao Yu's fix f098aeba04c9 "
+         "'f2fs: fix to avoid atomicity corruption of atomic file')",
+         tier="linux"),
+]
+RULES.update({r.name: r for r in F2FS_ATOMIC_RULES})
 
 # XFS_IOC_EXCHANGE_RANGE (xfs made with -i exchange=1, Linux 6.10+).
 EXCHANGE_RULES = [

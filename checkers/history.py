@@ -22,6 +22,7 @@ import itertools
 import os
 from dataclasses import dataclass, field
 
+from checkers.f2fs_batches import Batch, F2fsBatches
 from checkers.overlap import other_orders
 from checkers.timeline import DataEvent, Exec, Inode
 from foundation.intervals import Piece, Src
@@ -93,7 +94,7 @@ def split_dot(raw: str) -> tuple[str, bool]:
     return "/".join(p for p in parts if p not in (".", "")) or ROOT, parts[-1] == "."
 
 
-class HistoryBuilder:
+class HistoryBuilder(F2fsBatches):
     """Applies executed ops one by one (apply) to the namespace and the inodes. The oracle
     builds its History with it; the exports drive it with predicted results
     (harness/reports/export/model.py), so both judge by the same semantics."""
@@ -120,6 +121,7 @@ class HistoryBuilder:
         self.reflink = reflink            # clones work here (None: not known, either answer is taken)
         self.exchange = exchange          # exchange_range works here (None: not known, as reflink)
         self._next_ino = 1
+        self.batches: dict[int, Batch] = {}  # inode -> its open f2fs atomic batch (checkers/f2fs_batches.py)
 
     # -- helpers ---------------------------------------------------------
     def new_inode(self, kind: str, pos: int, target: str = "") -> Inode:
@@ -228,11 +230,12 @@ class HistoryBuilder:
                 touched.add(i)
         self.name_changes.append((pos, frozenset(updates), frozenset(touched)))
 
-    def data(self, ex: Exec, ino: Inode, start: int, end: int, src: Src | None, untorn: bool = False) -> None:
+    def data(self, ex: Exec, ino: Inode, start: int, end: int, src: Src | None, untorn: bool = False,
+             batch: int | None = None) -> None:
         ino.content.set(start, end, src)
         if src is not None:
             ino.size = max(ino.size, end)
-        ino.events.append(DataEvent(ex.pos, "data" if src else "zero", start, end, src, ino.size, untorn))
+        ino.events.append(DataEvent(ex.pos, "data" if src else "zero", start, end, src, ino.size, untorn, batch=batch))
 
     def resize(self, ex: Exec, ino: Inode, size: int) -> None:
         if size < ino.size:
@@ -490,8 +493,11 @@ class HistoryBuilder:
             self.resize(ex, dst, at + count)
 
     def op_close(self, ex: Exec) -> None:
-        self.fds.pop((ex.rec.thread, ex.f("fd")), None)
-        self.access.pop((ex.rec.thread, ex.f("fd")), None)
+        key = (ex.rec.thread, ex.f("fd"))
+        if key in self.fds and self.batches:
+            self.close_batch(ex, self.fds[key][0], self.access[key][1])
+        self.fds.pop(key, None)
+        self.access.pop(key, None)
 
     def op_write(self, ex: Exec) -> None:
         ino, osync, append = self.fd_inode(ex)
@@ -505,8 +511,12 @@ class HistoryBuilder:
         if append and ex.kind == "pwrite":
             # pwrite(2), BUGS: with O_APPEND, Linux appends whatever the offset;
             # the data is still the pattern generated for the requested offset.
-            start, delta = ino.size, ino.size - ex.rec.aux
-        self.data(ex, ino, start, start + ex.rec.ret, Src(ex.f("file"), ex.op.seq, ex.rec.iter, delta))
+            size = self.batch_size(ino) if self.batches else ino.size  # in a batch: its size in memory
+            start, delta = size, size - ex.rec.aux
+        src = Src(ex.f("file"), ex.op.seq, ex.rec.iter, delta)
+        if self.batches and self.batched(ino, start, start + ex.rec.ret, src):
+            return  # an f2fs atomic batch's: the file's at its commit (checkers/f2fs_batches.py)
+        self.data(ex, ino, start, start + ex.rec.ret, src)
         if osync:  # generic_write_sync syncs the written range only
             self.persists.append(Persist(ex, "osync-write", ino.ino, ex.pos + 1, (start, start + ex.rec.ret)))
 
@@ -619,9 +629,12 @@ class HistoryBuilder:
             self.resize(ex, ino, ex.f("length"))
 
     def op_fsync(self, ex: Exec) -> None:
+        self.op_fsync_as(ex, PERSIST_INODE[ex.kind])
+
+    def op_fsync_as(self, ex: Exec, rule: str) -> None:
         ino, _, _ = self.fd_inode(ex)
         if ino is not None and ex.ok:
-            self.persists.append(Persist(ex, PERSIST_INODE[ex.kind], ino.ino, self.prefix_before(ex)))
+            self.persists.append(Persist(ex, rule, ino.ino, self.prefix_before(ex)))
 
     op_fdatasync = op_fsync
 

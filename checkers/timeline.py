@@ -53,6 +53,9 @@ class DataEvent:
     # is in the guarantee's base (its position below the floor); None: a failed write's bytes,
     # allowed from then on. Its size is the file's size in that order.
     until: int | None = None
+    # an f2fs atomic batch's write (checkers/f2fs_batches.py): the position of the batch's START;
+    # the batch's writes are all old or all new together at every crash state
+    batch: int | None = None
 
 
 @dataclass

@@ -110,7 +110,7 @@ def classify(h: History, wid: int, e: DataEvent, overlapping: list[DataEvent], d
 
 def classified(h: History) -> Callable[[DataEvent], bool]:
     """Whether a data event's write is classified at every crash state."""
-    return lambda e: e.untorn or h.execs[e.pos].kind in CLASSIFIED_KINDS
+    return lambda e: e.untorn or e.batch is not None or h.execs[e.pos].kind in CLASSIFIED_KINDS
 
 
 def classify_file(h: History, wid: int, events: PointEvents | PlainEvents, data: bytes) -> list[WriteVerdict]:

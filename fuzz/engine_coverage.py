@@ -63,7 +63,7 @@ class Corpus:
         self.rng = random.Random(hash((w.seed, w.number, "coverage")) & 0xFFFFFFFF)
         afl_mutator.init(self.rng.randrange(1 << 32))
         sem = Semantics(fs=w.cfg.fs, mkfs_opts=w.cfg.mkfs_opts)
-        self.reflink, self.exchange = sem.reflink(), sem.exchange()
+        self.reflink, self.exchange, self.atomic = sem.reflink(), sem.exchange(), sem.f2fs_atomic()
         self.min_ops, self.max_ops = int(w.options.get("min_ops", 3)), int(w.options.get("max_ops", 8))
         # Joined entries grow: at most twice --max-ops records (a record is an op and maybe its
         # persistence op, plus the opens and closes the decoder adds): a run's cost grows with it.
@@ -73,7 +73,7 @@ class Corpus:
         self.n = 0
 
     def kind(self, rec: bytes) -> str:
-        tiers = kind_tiers(self.exchange)
+        tiers = kind_tiers(self.exchange, self.atomic)
         tier = tiers[rec[0] % len(tiers)]
         return str(tier[rec[1] % len(tier)])
 
@@ -125,7 +125,7 @@ class Corpus:
         self.n += 1
         seeding = len(self.entries) == 0 or self.n <= SEEDS or self.n % RANDOM_SHARE == 0
         data = self.random_input() if seeding else self.mutate(*self.pick())
-        ops = decode(data, self.reflink, self.exchange)
+        ops = decode(data, self.reflink, self.exchange, self.atomic)
         if not ops:
             return
         doc = workload_doc(ops, name=f"cov-{self.w.name}-{self.done}-{self.n}")

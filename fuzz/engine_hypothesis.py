@@ -158,7 +158,8 @@ class Rounds:
         self.db = worker_database(w)
         lo, hi = w.options.get("ops_range") or (0, 1 << 30)
         sem = Semantics(fs=w.cfg.fs, mkfs_opts=w.cfg.mkfs_opts)  # clones, exchanges only where they work
-        self.generated = workloads(w.options["min_ops"], w.options["max_ops"], sem.reflink(), sem.exchange()).filter(
+        self.generated = workloads(w.options["min_ops"], w.options["max_ops"], sem.reflink(), sem.exchange(),
+                                   sem.f2fs_atomic()).filter(
             lambda d: lo <= op_count(d) <= hi)
         self.done = w.campaign.totals().workloads  # a resumed campaign continues with fresh seeds
         self.n = 0

@@ -117,6 +117,7 @@ MAIN_OPS = [  # (op, expected ret or FD, expected errno)
     (op("clone", "clone-from-dir", from_fd="dir", fd="c"), -1, errno.EISDIR),  # on every file system
     # XFS_IOC_EXCHANGE_RANGE is xfs's: other file systems (this test's directory) know no such ioctl
     (op("exchange_range", "exchange-fc", from_fd="f", fd="c", flags=["TO_EOF"]), -1, errno.ENOTTY),
+    (op("f2fs_atomic", "f2fs-start", fd="f", action="start"), -1, errno.ENOTTY),  # no f2fs here
     (op("close", "close-dir", fd="dir"), 0, 0),
     (op("close", "close-c", fd="c"), 0, 0),
     (op("fiemap", "fiemap-f", fd="f", sync=True), 1, 0),  # one fallocated extent, written or not

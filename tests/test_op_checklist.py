@@ -60,7 +60,8 @@ def _text(rel: str) -> str:
 
 
 def _generated() -> set[str]:
-    kinds = {k for tier in (*vocab.KIND_TIERS, *vocab.EXCHANGE_KIND_TIERS) for k in tier} | set(vocab.PERSIST_KINDS)
+    kinds = {k for tier in (*vocab.KIND_TIERS, *vocab.EXCHANGE_KIND_TIERS, *vocab.kind_tiers(False, atomic=True))
+             for k in tier} | set(vocab.PERSIST_KINDS)
     kinds |= set(re.findall(r'"op": "(\w+)"', _text("workloads/exhaustive.py")))
     return kinds | {c for c in dir(exhaustive) if c in KINDS}
 

@@ -48,3 +48,25 @@ def test_a_guest_read_tree_keeps_hundreds_of_xattrs(pc: PcEnv) -> None:
     r = _run(pc, "many_xattrs_fsync.json", rc=0, fs="xfs")
     assert "reads the recovered tree" in r["vm"]["content_checks"]
     assert r["oracle"]["ops_modelled"] > 0 and not r["oracle"]["lost_track"]
+
+
+def test_f2fs_atomic_batches_are_clean_on_a_healthy_kernel(pc: PcEnv) -> None:
+    """SQLite's sequence (start, writes, commit; an abort; a replace) on the guest's f2fs: every
+    ioctl succeeds, the batches' writes are classified at the states from their commits on, none torn."""
+    r = _run(pc, "f2fs_atomic_write.json", rc=0)
+    assert r["findings"] == [] and not r["oracle"]["lost_track"]
+    ioctls = r["latency"]["kinds"]["f2fs_atomic"]
+    assert ioctls["count"] == 8 and ioctls["errors"] == 0
+    assert r["torn_writes"]["states"] > 0 and r["torn_writes"]["states_torn"] == 0
+
+
+def test_a_planted_half_committed_batch_is_an_atomicity_finding(pc: PcEnv) -> None:
+    """PC_EXEC_FAULT=early-commit: the executor commits each batch after its first write (unrecorded),
+    so the rest of it lands as plain writes later: states with half a committed batch."""
+    out = pc.tmp / "out"
+    pc.run("run", str(WORKLOADS / "f2fs_atomic_write.json"), "--fs", "f2fs", "--backend", "vm", "--kernel", KERNEL,
+           "--out", str(out), check_rc=1, env=pc.env(PC_EXEC_FAULT="early-commit"))
+    assert pc.leftovers() == []
+    found = [f for f in report(out)["findings"] if f["kind"] == "atomicity"]
+    assert found and {f["evidence"]["rule"] for f in found} == {"f2fs-atomic-write"}
+    assert all(f["evidence"]["new_ranges"] and f["evidence"]["old_ranges"] for f in found)

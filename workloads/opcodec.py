@@ -56,11 +56,12 @@ def records(data: bytes) -> list[bytes]:
     return [data[i * RECORD:(i + 1) * RECORD] for i in range(n)]
 
 
-def decode(data: bytes, reflink: bool = True, exchange: bool = False) -> list[dict[str, Any]]:
+def decode(data: bytes, reflink: bool = True, exchange: bool = False, atomic: bool = False) -> list[dict[str, Any]]:
     """The op list DATA encodes (possibly empty); REFLINK: the file system clones;
-    EXCHANGE: it exchanges ranges (its kind tiers have exchange_range: vocab.kind_tiers)."""
-    b = OpListBuilder(reflink, exchange)
-    tiers = kind_tiers(exchange)
+    EXCHANGE: it exchanges ranges (its kind tiers have exchange_range: vocab.kind_tiers);
+    ATOMIC: it has f2fs atomic writes (f2fs_atomic batches)."""
+    b = OpListBuilder(reflink, exchange, atomic)
+    tiers = kind_tiers(exchange, atomic)
     for rec in records(data):
         tier = tiers[rec[0] % len(tiers)]
         kind = tier[rec[1] % len(tier)]

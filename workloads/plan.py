@@ -159,7 +159,8 @@ class _Builder:
             case "file":
                 return self.files[a["path"]] if op.kind in FILE_OPENERS else current[a["fd"]]
             case "flags":
-                return tuple(a[PLAN_SPECS[op.kind].flags_from or "flags"])
+                v = a[PLAN_SPECS[op.kind].flags_from or "flags"]
+                return (v,) if isinstance(v, str) else tuple(v)
             case "iov":
                 return ",".join(map(str, a["iov"]))
             case "barrier":

@@ -47,7 +47,8 @@ def plan_specs(schema: dict[str, Any]) -> dict[str, PlanSpec]:
         if fl is None:
             out[kind] = PlanSpec(tuple(xp["fields"]))
             continue
-        names = op["properties"][fl["from"]]["items"]["enum"]
+        prop = op["properties"][fl["from"]]
+        names = (prop.get("items") or prop)["enum"]  # a list of names, or one name (f2fs_atomic's action)
         out[kind] = PlanSpec(tuple(xp["fields"]), fl["from"], tuple(names), fl["c_prefix"], fl.get("c_include"))
     return out
 

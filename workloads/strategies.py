@@ -26,14 +26,14 @@ _records = st.binary(min_size=RECORD, max_size=RECORD)
 
 
 def op_lists(min_ops: int = 3, max_ops: int = 12, reflink: bool = True,
-             exchange: bool = False) -> st.SearchStrategy[list[dict[str, Any]]]:
+             exchange: bool = False, atomic: bool = False) -> st.SearchStrategy[list[dict[str, Any]]]:
     """Op lists of MIN_OPS..MAX_OPS records (each an op, maybe an open before it and a
     persistence op after it), never empty; clones only if REFLINK (the file system has them),
-    range exchanges only if EXCHANGE."""
+    range exchanges only if EXCHANGE, f2fs atomic batches only if ATOMIC."""
     return st.lists(_records, min_size=max(1, min_ops), max_size=max_ops).map(
-        lambda r: decode(b"".join(r), reflink, exchange))
+        lambda r: decode(b"".join(r), reflink, exchange, atomic))
 
 
 def workloads(min_ops: int = 3, max_ops: int = 12, reflink: bool = True,
-              exchange: bool = False) -> st.SearchStrategy[dict[str, Any]]:
-    return op_lists(min_ops, max_ops, reflink, exchange).map(workload_doc)
+              exchange: bool = False, atomic: bool = False) -> st.SearchStrategy[dict[str, Any]]:
+    return op_lists(min_ops, max_ops, reflink, exchange, atomic).map(workload_doc)

@@ -50,6 +50,9 @@ KIND_TIERS: Tiers = [["pwrite", "write", "ftruncate"],
 # (ioctl_xfs_exchange_range(2): write the new contents into a temporary file or a clone,
 # then exchange). Other file systems keep KIND_TIERS as they are (kind_tiers).
 EXCHANGE_KIND_TIERS: Tiers = [[*KIND_TIERS[0], "exchange_range"], *KIND_TIERS[1:]]
+# On f2fs, a batch of atomic writes (F2FS_IOC_START_ATOMIC_WRITE, pwrites, COMMIT or ABORT
+# on one fd: what SQLite does on Android for each transaction) joins the data ops' tier as
+# one kind, f2fs_atomic; no other file system has the ioctls, so no other draws it.
 NAMESPACE_KINDS = frozenset(KIND_TIERS[-1])
 PERSIST_KINDS = ["fsync", "fdatasync", "sync", "fsync_dir"]
 # The persistence op after a namespace op (a record's byte 2, modulo its length; 0 none,
@@ -73,6 +76,11 @@ EXCHANGE_RANGES: Tiers = [[(0, 0, None), (0, 4096, None), (4096, 0, None), (4096
                           [(0, 0, 4096), (4096, 8192, 4096)]]
 EXCHANGE_FLAGS: Tiers = [[[]], [["DSYNC"]]]
 EXCHANGE_FILL = [8192, 4096, 16384]   # what the temporary file of an exchange gets first
+ATOMIC_STARTS: Tiers = [["start"], ["replace"]]   # REPLACE: Linux 6.3+
+ATOMIC_ENDS: Tiers = [["commit", "commit", "commit", "abort"]]
+ATOMIC_WRITES: Tiers = [[1, 2, 3]]                # pwrites in a batch
+ATOMIC_OFFSETS: Tiers = [[0, 4096, 8192, 16384], range(0, 70001)]
+ATOMIC_LENGTHS: Tiers = [[4096, 8192], [1000, 16384]]
 FALLOC_MODES = [["KEEP_SIZE"], [], ["PUNCH_HOLE", "KEEP_SIZE"], ["ZERO_RANGE"], ["ZERO_RANGE", "KEEP_SIZE"],
                 ["COLLAPSE_RANGE"], ["INSERT_RANGE"], ["UNSHARE_RANGE"]]  # unshare: copy-on-write on reflink xfs
 OPEN_FLAGS = [["O_CREAT", "O_RDWR"], ["O_RDWR"], ["O_CREAT", "O_RDWR", "O_TRUNC"], ["O_CREAT", "O_RDWR", "O_APPEND"],
@@ -111,9 +119,11 @@ XATTR_SIZES: Tiers = [[(8, 1), (100, 1)], [(1024, 400)]]
 FSETXATTR_FLAGS: Tiers = [[["CREATE"], ["REPLACE"]], [[]]]
 
 
-def kind_tiers(exchange: bool) -> Tiers:
-    """The op kind tiers of a file system that has exchange_range (EXCHANGE) or not."""
-    return EXCHANGE_KIND_TIERS if exchange else KIND_TIERS
+def kind_tiers(exchange: bool, atomic: bool = False) -> Tiers:
+    """The op kind tiers of a file system that has exchange_range (EXCHANGE) or not, and
+    f2fs atomic writes (ATOMIC) or not."""
+    tiers = EXCHANGE_KIND_TIERS if exchange else KIND_TIERS
+    return [[*tiers[0], "f2fs_atomic"], *tiers[1:]] if atomic else tiers
 
 
 def one(items: Sequence[Any]) -> Tiers:
@@ -130,9 +140,10 @@ class OpListBuilder:
     """Builds a valid op list from choices: an fd op with no fd open becomes
     an open, at most MAX_FDS fds are open, every fd is closed at the end."""
 
-    def __init__(self, reflink: bool = True, exchange: bool = False) -> None:
+    def __init__(self, reflink: bool = True, exchange: bool = False, atomic: bool = False) -> None:
         self.reflink = reflink            # the file system clones: else a clone is drawn as a copy_file_range
         self.exchange = exchange          # and exchanges ranges: else an exchange is drawn as a clone
+        self.atomic = atomic              # and has f2fs atomic writes: else a batch is drawn as a pwrite
         self.ops: list[dict[str, Any]] = []
         self.fds: list[str] = []
         self.last_fd: str | None = None   # the fd the last fd op used: persist / reuse it first
@@ -186,6 +197,11 @@ class OpListBuilder:
             return
         if kind == "exchange_range" and not self.exchange:
             kind = "clone"
+        if kind == "f2fs_atomic":
+            if self.atomic:
+                self.atomic_batch(pick)
+                return
+            kind = "pwrite"
         if kind == "clone" and not self.reflink:
             kind = "copy_file_range"
         if kind in ("copy_file_range", "clone", "exchange_range"):
@@ -275,6 +291,24 @@ class OpListBuilder:
         self.last_fd = dst
         self.touched, self.last_ns = [], ""
         self.ops.append(op)
+
+    def atomic_batch(self, pick: Picker) -> None:
+        """An f2fs atomic batch on one fd, as SQLite writes a transaction: START (or REPLACE),
+        a few pwrites, COMMIT (three times in four) or ABORT; nothing else on the file in between
+        (checkers/f2fs_batches.py). Not on an O_DIRECT fd (the ioctl refuses it): a plain one
+        is opened on its file instead."""
+        start, writes, end = pick(ATOMIC_STARTS), pick(ATOMIC_WRITES), pick(ATOMIC_ENDS)
+        fd = pick(self._fd_tiers()) if self.fds else None
+        if fd is None or fd in self.direct:
+            if len(self.fds) >= MAX_FDS:
+                return
+            fd = self.open(self.fd_path.get(fd or "", "") or pick(self._path_tiers(FILES)), ["O_CREAT", "O_RDWR"])
+        self.ops.append({"op": "f2fs_atomic", "fd": fd, "action": start})
+        for _ in range(writes):
+            self.ops.append({"op": "pwrite", "fd": fd, "offset": pick(ATOMIC_OFFSETS), "length": pick(ATOMIC_LENGTHS)})
+        self.ops.append({"op": "f2fs_atomic", "fd": fd, "action": end})
+        self.last_fd = fd
+        self.touched, self.last_ns = [], ""
 
     def exchange_files(self, pick: Picker) -> None:
         """Two files for an exchange, as applications update one atomically: a file that

@@ -84,9 +84,36 @@ class FileCheck:
                                 expected=f"size <= {hi}", found=f"size {size}")
         self.verdicts = classify_file(self.o.h, self.o.wid, self.events, data)
         torn = next((w for w in self.verdicts if w.torn and w.untorn_promised), None)
-        if not self.o.semantics.holds("untorn-write"):
-            return None
-        return self.untorn_finding(torn) if torn else None
+        if torn and self.o.semantics.holds("untorn-write"):
+            return self.untorn_finding(torn)
+        return self.batch_finding() if self.o.semantics.holds("f2fs-atomic-write") else None
+
+    def batch_finding(self) -> Finding | None:
+        """An f2fs atomic batch (checkers/f2fs_batches.py) with some of its writes' pieces
+        in the file and some not: half a committed batch."""
+        batches: dict[int, list[WriteVerdict]] = {}
+        for w in self.verdicts:
+            if w.event.batch is not None:
+                batches.setdefault(w.event.batch, []).append(w)
+        for start, ws in sorted(batches.items()):
+            new = [(w, s, t) for w in ws for s, t in w.new]
+            old = [(w, s, t) for w in ws for s, t in w.old]
+            if not (new and old):
+                continue
+            r = rule("f2fs-atomic-write")
+            commit = ws[0].ex
+            span = lambda xs: ", ".join(f"{s}..{t} (op {w.event.src.seq if w.event.src else '?'})"  # noqa: E731
+                                        for w, s, t in xs[:6])
+            return Finding("atomicity", f"half of the f2fs atomic batch committed by {commit.describe()} "
+                           f"is in the file: {span(new)} hold its data, {span(old)} older data ({r.promise})",
+                           evidence={"rule": r.name, "op": commit.describe(), "op_mark": commit.mark,
+                                     "batch_start": self.o.h.execs[start].describe(),
+                                     "new_ranges": [[s, t] for _, s, t in new], "old_ranges": [[s, t] for _, s, t in old],
+                                     "writers": {"old": [x for w, _, _ in old for x in w.old_writers][:4]},
+                                     "expected": "all of the batch's writes, or none of them",
+                                     "found": f"new {span(new)}; old {span(old)}",
+                                     "offset": old[0][1], "reference": r.reference})
+        return None
 
     def untorn_finding(self, w: WriteVerdict) -> Finding:
         e = w.event

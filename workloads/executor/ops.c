@@ -251,8 +251,8 @@ void pc_exec_op(const struct pc_plan *plan, struct pc_thread *t, const struct pc
         TIMED(r, close(fd));
         set_slot(slot, -1, 0);
         break;
-    case K_WRITE: TIMED(r, write(fd, t->buf, len)); break;
-    case K_PWRITE: TIMED(r, pwrite(fd, t->buf, len, (off_t)off)); break;
+    case K_WRITE: TIMED(r, write(fd, t->buf, len)); pc_f2fs_atomic_wrote(fd); break;
+    case K_PWRITE: TIMED(r, pwrite(fd, t->buf, len, (off_t)off)); pc_f2fs_atomic_wrote(fd); break;
     case K_READ: TIMED(r, read(fd, t->buf, len)); break;
     case K_PREAD: TIMED(r, pread(fd, t->buf, len, (off_t)off)); break;
     case K_FALLOCATE: TIMED(r, fallocate(fd, op->flags, (off_t)off, (off_t)len)); break;
@@ -285,6 +285,7 @@ void pc_exec_op(const struct pc_plan *plan, struct pc_thread *t, const struct pc
         }
         break;
     case K_EXCHANGE_RANGE: TIMED(r, pc_exchange_range(from, fd, op)); break;
+    case K_F2FS_ATOMIC: TIMED(r, pc_f2fs_atomic(fd, op)); break;
     case K_SYMLINK: TIMED(r, symlink(op->path2, op->path)); break;
     case K_UNLINK: TIMED(r, unlink(op->path)); break;
     case K_MKDIR: TIMED(r, mkdir(op->path, op->mode)); break;

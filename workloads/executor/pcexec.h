@@ -137,6 +137,13 @@ int64_t pc_statx_pack(const struct pc_statx *sx);
 #define PC_XCHG_FILE1_WRITTEN 0x8u  /* XFS_EXCHANGE_RANGE_FILE1_WRITTEN */
 int pc_exchange_range(int file1, int file2, const struct pc_op *op);
 
+/* f2fs_atomic.c: the f2fs atomic-write ioctls; op->flags names one (several: EINVAL) (the flag names are
+ * the workload's action values: the schema's x-plan prefixes them with PC_F2FS_) */
+enum pc_f2fs_atomic { PC_F2FS_start = 1, PC_F2FS_replace = 2, PC_F2FS_commit = 4, PC_F2FS_abort = 8 };
+int pc_f2fs_atomic(int fd, const struct pc_op *op);
+/* after a write on FD: the planted early-commit fault (tests only) commits a batch here */
+void pc_f2fs_atomic_wrote(int fd);
+
 /* pattern.c */
 void pc_pattern_fill(uint8_t *dst, uint32_t wid, uint32_t file_id, uint32_t seq,
                      uint32_t iter, uint64_t offset, size_t len);

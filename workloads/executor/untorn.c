@@ -50,9 +50,9 @@ int pc_fault_strip_atomic(void)
 {
     if (strip_atomic < 0) {
         const char *f = getenv("PC_EXEC_FAULT");
-        if (f && *f && strcmp(f, "strip-atomic"))
-            pc_die("PC_EXEC_FAULT=%s: unknown fault (known: strip-atomic)", f);
-        strip_atomic = f && *f;
+        if (f && *f && strcmp(f, "strip-atomic") && strcmp(f, "early-commit"))
+            pc_die("PC_EXEC_FAULT=%s: unknown fault (known: strip-atomic, early-commit)", f);
+        strip_atomic = f && !strcmp(f, "strip-atomic");
     }
     return strip_atomic;
 }

@@ -16,7 +16,8 @@
  *      | mmap_write NAME OFF LEN MSYNC | pwritev2 NAME OFF FLAGS LEN,LEN,...
  *      | copy_file_range FROM FROM_OFF NAME OFF LEN
  *      | clone FROM FROM_OFF NAME OFF LEN (0 0 0: FICLONE, else FICLONERANGE)
- *      | exchange_range FILE1 FILE1_OFF NAME OFF LEN FLAGS (XFS_IOC_EXCHANGE_RANGE on NAME) | mark TEXT
+ *      | exchange_range FILE1 FILE1_OFF NAME OFF LEN FLAGS (XFS_IOC_EXCHANGE_RANGE on NAME)
+ *      | f2fs_atomic NAME start|replace|commit|abort (the f2fs atomic-write ioctls) | mark TEXT
  * Numbers are decimal (FLAGS and MODE: the numeric values). Data is one byte
  * value per op ('a' + op number % 26). `mark TEXT` runs
  * `dmsetup message $PC_LOGWRITES 0 mark TEXT`. Each op prints one line with its
@@ -163,7 +164,7 @@ static int one_op(char **a, int left, int op)
         {"syncfs", 2}, {"sync", 1}, {"sync_file_range", 5}, {"rename", 4}, {"link", 3}, {"linkat", 3},
         {"symlink", 3}, {"unlink", 2}, {"rmdir", 2}, {"mkdir", 3}, {"setxattr", 4},
         {"setxattrs", 5}, {"fsetxattr", 5}, {"removexattr", 3}, {"mmap_write", 5}, {"pwritev2", 5}, {"copy_file_range", 6},
-        {"clone", 6}, {"exchange_range", 7}, {"mark", 2},
+        {"clone", 6}, {"exchange_range", 7}, {"f2fs_atomic", 3}, {"mark", 2},
     };
     int n = 0;
     for (size_t i = 0; i < sizeof arity / sizeof arity[0]; i++)
@@ -254,6 +255,10 @@ static int one_op(char **a, int left, int op)
         struct { int32_t file1_fd; uint32_t pad; uint64_t off1, off2, len, flags; } x = {
             fd_of(a[1]), 0, (uint64_t)num(a[2]), (uint64_t)num(a[4]), (uint64_t)num(a[5]), (uint64_t)num(a[6]) };
         r = ioctl(fd_of(a[3]), _IOW('X', 129, x), &x);
+    } else if (!strcmp(k, "f2fs_atomic")) {
+        /* F2FS_IOC_{START,COMMIT,ABORT}_ATOMIC_WRITE, F2FS_IOC_START_ATOMIC_REPLACE (include/uapi/linux/f2fs.h) */
+        int nr = !strcmp(a[2], "start") ? 1 : !strcmp(a[2], "commit") ? 2 : !strcmp(a[2], "abort") ? 5 : 25;
+        r = ioctl(fd_of(a[1]), _IO(0xf5, nr));
     } else if (!strcmp(k, "mark")) {
         r = run_mark(a[1]);
     }
