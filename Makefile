@@ -153,12 +153,21 @@ $(BUILD)/.test-deps-ok: ci/install-deps.sh | $(BUILD)/.apt-ok
 	@touch $@ $(BUILD)/.afl-ok
 test-deps: $(BUILD)/.test-deps-ok
 
+# One pytest-xdist worker a core (a guest boot under TCG keeps one core busy; most host tests
+# wait on loop devices, FUSE and mkfs); tests/conftest.py hands out the guest modules first and
+# keeps tests that share a module's fixture, or a lab, on one worker. `serial` tests change
+# something machine-wide while they run (a dead FUSE mount fails every mkfs.btrfs): after the
+# others, alone. Both parts always run; make fails if either did.
+TEST_JOBS ?= $(shell nproc)
+TEST_ARGS ?=
+PYTEST     = $(VENV)/bin/python -m pytest -q -p no:cacheprovider
 test: deps test-deps
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=15 tests
+	rc=0; $(PYTEST) --durations=15 -n $(TEST_JOBS) --dist loadgroup -m "not serial" $(TEST_ARGS) tests || rc=$$?; \
+	    $(PYTEST) -m serial tests || rc=$$?; exit $$rc
 
-# The inner loop: tests without root, guests or campaigns (marker `quick`, seconds).
+# The inner loop: tests without root, guests or campaigns (marker `quick`, seconds), on every core.
 test-quick: deps
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=5 -m quick tests
+	$(PYTEST) --durations=5 -n $(TEST_JOBS) -m quick tests
 
 # The whole corpus on every matrix row this host can run (CI runs it after `make test`).
 CORPUS_JOBS ?= 2

@@ -107,16 +107,62 @@ def assert_log_replays_to(reader: LogReader, device_bytes: int, final: Path, scr
     assert at is None, f"replayed image differs in the 64 KiB at byte {at}"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+# tryfirst: before pytest deselects by marker (-m quick) and before pytest-xdist reads xdist_group.
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test that is neither e2e, vm nor slow is `quick` (the inner loop: `make test-quick`).
     A test that requires root (real devices, mounts) or runs powercut itself (the `pc` fixture)
-    counts as e2e."""
+    counts as e2e. Then the order and grouping `make test`'s workers (pytest-xdist) run them in."""
     for item in items:
         if "pc" in getattr(item, "fixturenames", ()) or any(
                 m.kwargs.get("reason") in (ROOT_REASON, ROOT_STACK_REASON) for m in item.iter_markers("skipif")):
             item.add_marker(pytest.mark.e2e)
         if not any(item.get_closest_marker(m) for m in ("e2e", "vm", "slow")):
             item.add_marker(pytest.mark.quick)
+        group = _worker_group(item)
+        if group and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(group))
+    items[:] = _longest_first(items)
+    if _xdist_worker() and config.getvalue("loadgroup"):
+        _name_groups(items)
+
+
+def _name_groups(items: list[pytest.Item]) -> None:
+    """`--dist loadgroup` keeps the tests whose node id ends in @GROUP on one worker. pytest-xdist
+    3.6-3.8 append it to `item._nodeid`, which pytest 9.2 no longer reads (the id is `item._id`):
+    without this the groups were silently spread over the workers (two dm guests for one fixture)."""
+    from _pytest.nodeid import NodeId
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark and hasattr(item, "_id") and "@" not in item.nodeid:
+            item._id = NodeId.parse(f"{item.nodeid}@{mark.args[0] if mark.args else mark.kwargs.get('name', 'default')}")
+
+
+def _worker_group(item: pytest.Item) -> str | None:
+    """Tests that share a module-scoped fixture (a booted guest, a built tree) run on one worker,
+    so it is set up once; `--dist loadgroup` keeps an xdist_group on one worker."""
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    if any(d[-1].scope in ("module", "package") for d in defs.values() if d):
+        return item.module.__name__
+    return None
+
+
+def _longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """Modules with guest tests first, then slow ones, then e2e, quick ones last (each module's
+    tests stay together, in their order): a worker that starts a two-minute guest test last
+    would keep the whole run waiting on it. pytest-xdist hands tests out in this order."""
+    def rank(item: pytest.Item) -> int:
+        return next((i for i, m in enumerate(("vm", "slow", "e2e")) if item.get_closest_marker(m)), 3)
+    module_rank: dict[str, int] = {}
+    for item in items:
+        key = item.nodeid.split("::")[0]
+        module_rank[key] = min(module_rank.get(key, 3), rank(item))
+    return sorted(items, key=lambda item: module_rank[item.nodeid.split("::")[0]])
+
+
+def _xdist_worker() -> bool:
+    """This process is one of pytest-xdist's workers (the controller runs the session hooks once)."""
+    return "PYTEST_XDIST_WORKER" in os.environ
 
 
 # --- the suite never writes into the source tree -------------------------------------------
@@ -134,6 +180,10 @@ def _tree_state() -> set[str]:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    # With pytest-xdist the controller alone checks the tree and sweeps, before any worker starts:
+    # a worker's snapshot would count a sibling's files, and its sweep root is its own basetemp.
+    if _xdist_worker():
+        return
     session.config.stash[_TREE] = _tree_state()
     if os.geteuid() == 0:
         swept = killed_sessions.sweep(_pytest_tmp_root(session.config))

@@ -23,8 +23,9 @@ from pathlib import Path
 from common import POWERCUT, ROOT
 from foundation import ownership
 
-# pytest-N/<test>/state, .../state/m2 (a joined machine), .../<who>/state (a recipe's pod).
-MAX_DEPTH = 4
+# pytest-N/<test>/state, .../state/m2 (a joined machine), .../<who>/state (a recipe's pod);
+# under pytest-xdist (`make test`) one level deeper: pytest-N/popen-gwK/<test>/...
+MAX_DEPTH = 5
 
 
 def is_state_root(path: Path) -> bool:

@@ -104,7 +104,9 @@ def test_exhaustive_space_is_deterministic_valid_and_distinct() -> None:
     names = ["unlink", "large-new"]
     assert any(exhaustive.workload(2, i, names)["name"] == "seq2-unlink.sync-large-new.fsync-dir"
                for i in range(exhaustive.space_size(2, names)))
-    assert len(list(exhaustive.capped(3, 100))) == 100
+    # the pruned space capped (seq 2's, counted above: seq 3's takes a minute to count; a --seq 3
+    # campaign with --seq-cap runs in test_fuzz_spaces.py)
+    assert len(list(exhaustive.capped(2, 100))) == 100 < exhaustive.space_size(2)
     assert list(exhaustive.capped(1, 0)) == list(range(n))
 
 

@@ -26,7 +26,8 @@ from conftest import POWERCUT, PcEnv, needs_root_stack
 from fuzz.trial import digest
 from netlab import MOUNT_MARK, NETNS_DIR, PORT, Lab, lab, lab_namespaces, mounted, sweep_dead_labs
 
-pytestmark = [pytest.mark.e2e, needs_root_stack,
+# One lab at a time: two labs side by side race on the /run/netns mount the last one takes away.
+pytestmark = [pytest.mark.e2e, needs_root_stack, pytest.mark.xdist_group("netlab"),
               pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed (make deps)")]
 
 LEASE_S = "10"  # a killed machine's positions go to the others after this long (beats every third of it)

@@ -38,6 +38,8 @@ def other_session(pc: PcEnv, test: str) -> tuple[Path, PcEnv]:
     return sessions, PcEnv(test_dir / "state", test_dir / "scratch", pc.tmp)
 
 
+# serial: while its dead FUSE mount exists, every mkfs.btrfs on the machine fails (what it shows).
+@pytest.mark.serial
 def test_a_killed_sessions_dead_recorder_stack_is_released_by_the_next_session(pc: PcEnv) -> None:
     sessions, killed = other_session(pc, "test_x0")
     proc, _hold = start_blocked_run(killed)
@@ -79,3 +81,14 @@ def test_a_live_sessions_run_is_not_swept(pc: PcEnv) -> None:
             f.write("go\n")
         proc.communicate(timeout=300)
     assert proc.returncode == 0 and live.leftovers() == []
+
+
+def test_state_roots_are_found_where_xdist_workers_keep_their_tests(tmp_path: Path) -> None:
+    """`make test` runs on pytest-xdist: a test's directory is pytest-N/popen-gwK/<test>/, so a
+    joined machine's state root sits five levels down (and the run directories are not entered)."""
+    from foundation import ownership
+    nested = tmp_path / "pytest-3" / "popen-gw1" / "test_x0" / "state" / "m2"
+    (nested / "r1").mkdir(parents=True)
+    ownership.tag(str(nested), "root")
+    ownership.tag(str(nested / "r1"), "run")
+    assert killed_sessions.state_roots(tmp_path) == [nested]
