@@ -65,6 +65,7 @@ from foundation.sparse import sync_sparse
 from replay.crashpoints import first_crash_point, select_crash_points
 from replay.logformat import LogReader
 from replay.stateimage import build_crash_image
+from workloads.runner import load_runner
 
 VM_WORKLOADS, VM_WORKLOADS_QUICK = 11, 3   # seq-1 campaign workloads through one live guest (and through fuse)
 MIXED = os.path.join(paths.ROOT, "tests", "workloads", "mixed.sh")
@@ -77,7 +78,7 @@ SEQ1 = {
 
 def _run(workload: str, out: str, **cfg: Any) -> dict[str, Any]:
     """A whole `powercut run` in this process; its report."""
-    return run_workload(workload, RunConfig.parse({"quiet": True, **cfg}), out)
+    return run_workload(load_runner(workload), RunConfig.parse({"quiet": True, **cfg}), out)
 
 
 def _record(fs: FsType, scratch: str, name: str) -> tuple[str, int]:

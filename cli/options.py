@@ -7,7 +7,7 @@ from typing import Any
 
 from checkers.fsrules import DEFAULT_TIER, TIERS
 from foundation.options import Option
-from harness.backends import ENGINES
+from harness.backends import ENGINES, tools
 from harness.backends.engine import declared_options, option_keys
 from harness.pipeline.config import RunConfig
 
@@ -40,10 +40,7 @@ def add_backend_options(p: argparse.ArgumentParser, scopes: tuple[str, ...] = ()
     for o in declared_options():
         if not o.scope or o.scope in scopes:
             add_option(p, o)
-    p.add_argument("--tools", default=None, metavar="debian:SUITE",
-                   help="mkfs and fsck from that Debian suite (e.g. debian:sid, for a kernel from sid), unpacked "
-                        "into powercut's cache and run with the suite's own C library, in the guest and on the "
-                        "host; default: the host's")
+    add_option(p, tools.OPTION)
 
 
 def backend_values(args: argparse.Namespace) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from foundation.jsondoc import write_json
-from harness.backends.vm import debian
+from harness.backends import debian
 from harness.corpus.diff import diff as corpus_diff
 from harness.corpus.entries import VERDICT_KINDS
 from foundation import ownership
@@ -38,6 +38,7 @@ from foundation.errors import PowercutError, UsageError
 from harness.pipeline.config import RunConfig
 from harness.pipeline.run import run_checked
 from replay.crashstates import DEFAULT_REORDER
+from workloads.runner import load_runner
 
 _DEBIAN = "debian:"
 
@@ -137,7 +138,7 @@ class Bisection:
             out = os.path.join(self.out, f"{i:02d}-{name.replace(':', '_')}")
             t0 = time.monotonic()
             try:
-                result = run_checked(self.workload, cfg, out)
+                result = run_checked(load_runner(self.workload), cfg, out)
                 verdict, n = verdict_of([f.to_json() for f in result.findings]), len(result.findings)
             except PowercutError as e:
                 if e.exit_code != 2:

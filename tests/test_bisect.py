@@ -13,7 +13,7 @@ from common import require_root
 from fuzz.bisect import Bisection, KernelChoice, debian_range, kernel_list
 from fuzz.bisect import Tested as KernelTried  # (a name starting with "Test" would be collected)
 from foundation.errors import UsageError
-from harness.backends.vm import debian
+from harness.backends import debian
 from harness.pipeline.config import RunConfig
 
 

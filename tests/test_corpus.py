@@ -161,6 +161,14 @@ def test_latency_regression_fails_the_run(pc: PcEnv) -> None:
     assert third["cases"]["create-pwrite-fsync@ext4-ordered"]["regressions"] == [], third
 
 
+def test_tools_the_suite_cannot_give_end_the_corpus_run_in_one_line(pc: PcEnv) -> None:
+    # Had once before the cases (harness/corpus/run.py run_cases), not failed in each case.
+    p = pc.run("corpus", "run", "--tools", "debian:hamm", "--entries", "create-pwrite-fsync,append-fsync",
+               "--rows", "ext4-ordered,xfs-default", "--out", str(pc.tmp / "out"), check_rc=2)
+    assert p.stdout == "" and p.stderr.count("\n") == 1 and p.stderr.startswith("powercut: --tools debian:hamm: ")
+    assert not (pc.tmp / "out" / "results.json").exists()
+
+
 @pytest.mark.e2e
 @needs_root_stack
 def test_promote_a_run_into_the_corpus(pc: PcEnv) -> None:

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from foundation.errors import EnvError
-from harness.backends.vm import debian, initramfs
+from harness.backends import debian
+from harness.backends.vm import initramfs
 from harness.backends.vm.kernel import Kernel, kernel_packages, resolve
 from common import WORKLOADS, require_root
 from conftest import PcEnv
@@ -149,7 +150,7 @@ def test_suites_are_in_powercuts_own_sources() -> None:
 @require_root
 def test_a_suites_fsck_runs_on_the_host_with_its_own_c_library() -> None:
     from foundation.filesystems import get_fs
-    from harness.backends.vm import tools
+    from harness.backends import tools
     sid = debian.find("e2fsprogs", "sid")
     assert sid is not None
     fs = tools.for_fs("debian:sid", get_fs("ext4"))
@@ -190,7 +191,7 @@ def test_a_suites_xfsprogs_makes_and_checks_exchange_range_itself(tmp_path: Path
     ("incompat feature mismatch in AG 1 super")."""
     from foundation import xfs_exchange
     from foundation.filesystems import get_fs
-    from harness.backends.vm import tools
+    from harness.backends import tools
     fs = tools.for_fs("debian:sid", get_fs("xfs"))
     image = tmp_path / "xfs.img"
     with open(image, "wb") as f:

@@ -22,8 +22,8 @@ from foundation import paths
 from foundation.errors import EnvError, UsageError
 from foundation.runstate import RunState, spawn_recorded
 from workloads import scenarios
-from workloads.format import Device, parse_workload, read_document
-from workloads.plan import build_plan, render_plan
+from workloads.format import Device, Workload, parse_workload, read_document
+from workloads.plan import Plan, build_plan, render_plan
 
 INTERPRETERS = {".sh": ["bash"], ".py": [sys.executable]}
 SCENARIO_PREFIX = "scenario:"
@@ -35,13 +35,46 @@ SYSCTLS = ("dirty_ratio", "dirty_background_ratio", "dirty_bytes", "dirty_backgr
            "dirty_expire_centisecs", "dirty_writeback_centisecs")
 
 
+@dataclass(frozen=True)
+class Compiled:
+    """A workload the executor runs: the parsed document and its plan, what the model
+    checks the crash states against and the latency figures are read with."""
+
+    workload: Workload
+    plan: Plan
+
+
+@dataclass(frozen=True)
+class GuestPaths:
+    """Where a guest (busybox sh) keeps what runs a workload: its input files, pc-exec,
+    the mount of the file system under test, the records file pc-exec writes."""
+
+    inputs: str
+    exe: str
+    mount: str
+    records: str
+
+
 class WorkloadRunner(Protocol):
+    """A workload as the run path sees it: what it is, asked of it, never of its type."""
+
     name: str
     device: Device                   # what it asks of the recorded device
     run_defaults: Mapping[str, str]  # `powercut run` options it suggests (mount_opts, crash_points)
+    compiled: Compiled | None        # its ops as the executor runs them; None: a program nobody sees into
 
     def run(self, directory: str, mark_file: str, out_dir: str, state: RunState) -> dict[str, Any]:
         """Run the workload in DIRECTORY; return facts for the report."""
+
+    def guest_inputs(self, out_dir: str) -> dict[str, bytes]:
+        """The files a guest needs in GuestPaths.inputs to run it."""
+
+    def guest_command(self, at: GuestPaths) -> str:
+        """The command a guest's shell runs it with, in the mount (UsageError: it cannot)."""
+
+    def result(self, exit_code: int, output: str, sysctls: Mapping[str, str], command: list[str]) -> dict[str, Any]:
+        """The report's facts once it ran (COMMAND, exiting EXIT_CODE, wrote OUTPUT); EnvError
+        if the run failed in a way that leaves nothing to check."""
 
 
 @dataclass
@@ -49,6 +82,7 @@ class ExternalProgram:
     path: str
     device: Device = field(default_factory=Device)
     run_defaults: Mapping[str, str] = field(default_factory=dict)
+    compiled: None = None
 
     def __post_init__(self) -> None:
         if not os.path.isfile(self.path):
@@ -67,8 +101,20 @@ class ExternalProgram:
         log = os.path.join(out_dir, "workload.out")
         with open(log, "w") as out:
             code = run_child(self.command(), state, "workload", cwd=directory, env=env, stdout=out)
-        return {"type": "program", "command": self.command(), "exit_code": code,
-                "output": os.path.basename(log)}
+        return self.result(code, log, {}, self.command())
+
+    def guest_inputs(self, out_dir: str) -> dict[str, bytes]:
+        with open(self.path, "rb") as f:
+            return {"workload": f.read()}
+
+    def guest_command(self, at: GuestPaths) -> str:
+        ext = os.path.splitext(self.path)[1]
+        if ext == ".py":
+            raise UsageError(f"workload {self.path}: the vm guest has no Python; use a busybox sh script")
+        return f"sh {at.inputs}/workload" if ext == ".sh" else f"{at.inputs}/workload"
+
+    def result(self, exit_code: int, output: str, sysctls: Mapping[str, str], command: list[str]) -> dict[str, Any]:
+        return {"type": "program", "command": command, "exit_code": exit_code, "output": os.path.basename(output)}
 
 
 def run_child(cmd: list[str], state: RunState, what: str, **popen: Any) -> int:
@@ -102,6 +148,7 @@ class ExecutorWorkload:
         self.source = source  # for the report: {"file": path} or {"scenario": {name, scale, params}}
         self.workload = parse_workload(doc)
         self.plan = build_plan(self.workload)
+        self.compiled: Compiled | None = Compiled(self.workload, self.plan)
         self.name = self.workload.name
         self.device = self.workload.device
         self.run_defaults: Mapping[str, str] = {}
@@ -131,7 +178,17 @@ class ExecutorWorkload:
         with open(err_path, "w") as err:
             code = run_child([exe, "--plan", plan_path, "--dir", directory, "--out", records,
                               "--mark-file", mark_file], state, "pc-exec", stdout=err)
-        check_executor_exit(code, err_path)
+        return self.result(code, err_path, sysctls, [])
+
+    def guest_inputs(self, out_dir: str) -> dict[str, bytes]:
+        with open(self.save_inputs(out_dir), "rb") as f:
+            return {"plan": f.read()}
+
+    def guest_command(self, at: GuestPaths) -> str:
+        return f'{at.exe} --plan {at.inputs}/plan --dir {at.mount} --out {at.records} --mark-file "$POWERCUT_MARK_FILE"'
+
+    def result(self, exit_code: int, output: str, sysctls: Mapping[str, str], command: list[str]) -> dict[str, Any]:
+        check_executor_exit(exit_code, output)
         return self.info(sysctls)
 
 

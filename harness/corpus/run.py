@@ -37,6 +37,8 @@ from harness.backends.engine import option_keys
 from harness.pipeline.config import KEYS, RunConfig, host_backend
 from harness.pipeline.live import live_guest, opener
 from harness.pipeline.run import check_tools, run_checked
+from workloads.runner import load_runner
+from harness.backends import tools
 
 if TYPE_CHECKING:
     import multiprocessing.queues
@@ -126,7 +128,7 @@ def run_case(entry: Entry, row: Row, out_dir: str, options: CorpusOptions = Corp
     write_json(wl, entry.workload, indent=1)
     try:
         cfg = run_config(entry, row, options)
-        report = run_checked(wl, cfg, os.path.join(case_dir, "run"), opener=opener(live)).report
+        report = run_checked(load_runner(wl), cfg, os.path.join(case_dir, "run"), opener=opener(live)).report
     except PowercutError as e:
         case.error = str(e)
         return case
@@ -147,6 +149,10 @@ def run_cases(todo: list[tuple[Entry, Row]], out_dir: str, options: CorpusOption
     if options.backend.engine.keeps_guest:
         yield from _run_live(todo, out_dir, options, jobs)
         return
+    # A suite's tools are had once, here (and shared by the cases through the cache): a suite
+    # that cannot give them is one error for the corpus run (exit 2), not one per case.
+    for fs in sorted({row.fs for _, row in todo}):
+        tools.for_fs(options.tools, get_fs(fs))
     if jobs <= 1:
         for entry, row in todo:
             yield run_case(entry, row, out_dir, options)

@@ -26,7 +26,7 @@ from harness.reports.markdown import profile_lines
 from harness.reports.plots import NOT_PLOTTED, PLOT_DIR, cdf, slug
 from harness.reports.report import summary
 from foundation.mdtable import table
-from workloads.runner import SCENARIO_PREFIX, ExecutorWorkload, WorkloadRunner, load_runner
+from workloads.runner import SCENARIO_PREFIX, WorkloadRunner, load_runner
 from workloads import scenarios
 from workloads.results import read_records
 
@@ -74,9 +74,9 @@ def _overlay_cdfs(out_dir: str, runs: list[tuple[Variant, WorkloadRunner, dict[s
     """Per op kind, one CDF with a curve per variant; kind -> PNG path relative to OUT_DIR."""
     series: dict[str, dict[str, list[float]]] = {}
     for v, runner, report, run_dir in runs:
-        if not isinstance(runner, ExecutorWorkload):
+        if runner.compiled is None:  # a program: no op latencies
             continue
-        results = read_records(os.path.join(run_dir, report["workload"]["records"]), runner.plan)
+        results = read_records(os.path.join(run_dir, report["workload"]["records"]), runner.compiled.plan)
         for r in results.records:
             if r.kind not in NOT_PLOTTED and not r.skipped:
                 series.setdefault(r.kind, {}).setdefault(v.label, []).append(r.duration_ns / 1000)

@@ -21,7 +21,7 @@ from foundation.errors import UsageError
 from foundation.filesystems import FsType, get_fs
 from harness.backends import BackendConfig, configure
 from harness.backends.engine import option_keys
-from harness.backends.vm.tools import parse as tools_suite
+from harness.backends.tools import parse as tools_suite
 from replay.crashpoints import EVERY_POINT, Budget, CrashPointSpec, parse_budget
 from replay.crashstates import DEFAULT_PER_POINT, DEFAULT_REORDER, ReorderSpec
 
@@ -53,7 +53,7 @@ class RunConfig:
     markdown: bool = False          # also write OUT/report.md with latency figures (powercut run)
     semantics: str = DEFAULT_TIER   # the oracle's tier of rules: posix or linux (checkers/fsrules.py)
     known_damage_findings: bool = False  # damage the configuration documents as findings (checkers/known_damage.py)
-    tools: str | None = None        # mkfs/fsck: None the host's, "debian:SUITE" that suite's (vm/tools.py)
+    tools: str | None = None        # mkfs/fsck: None the host's, "debian:SUITE" that suite's (harness/backends/tools.py)
 
     @classmethod
     def parse(cls, values: Mapping[str, Any]) -> RunConfig:

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 from harness.backends import BackendConfig, BackendOpener, KeptGuest
 from foundation.filesystems import get_fs
-from harness.backends.vm.tools import for_fs as tools_for_fs
+from harness.backends.tools import for_fs as tools_for_fs
 
 
 @contextmanager

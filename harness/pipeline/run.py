@@ -33,17 +33,18 @@ from foundation import internal_error, ownership, sysres
 from harness.backends import Backend, BackendOpener, engine
 from foundation.errors import KernelFailure, Terminated, UsageError
 from foundation.filesystems import FsType, get_fs
+from harness.pipeline.checkrun import CheckRun, build_report
 from harness.pipeline.config import RunConfig, check_size
 from harness.reports.plots import BackgroundPlots
 from foundation.progress import CrashProgress
-from harness.reports.report import budget_line, build_report, latency_clock, write_report
-from harness.backends.vm import tools
+from harness.reports.report import budget_line, latency_clock, write_report
+from harness.backends import tools
 from harness.reports.markdown import write_markdown
 from foundation.runstate import RunState
 from harness.backends.recording import Recording
 from harness.backends.calibrate import recorder_vs_loop
 from foundation.sparse import sparse_copy
-from workloads.runner import ExecutorWorkload, WorkloadRunner, load_runner, read_document
+from workloads.runner import ExecutorWorkload, WorkloadRunner, read_document
 from replay.crashpoints import (DEFAULT as DEFAULT_POINTS, DEFAULT_BUDGET, EVERY_POINT, Budget, CrashPointSpec,
                                mark_range, select_crash_points)
 from replay.crashstates import DEFAULT_REORDER, RECOVERY_LOG_DIR, CrashState, plan_for_log
@@ -109,21 +110,19 @@ def _state_inspector(oracle: ContentOracle) -> Inspect:
     return inspect
 
 
-def run_workload(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str) -> dict[str, Any]:
+def run_workload(workload: WorkloadRunner, cfg: RunConfig, out_dir: str) -> dict[str, Any]:
     """Record WORKLOAD under CFG into OUT_DIR (created, or reused if powercut made
     it), check every crash point, write OUT_DIR/report.json; return the report
     (with `report_path`). Everything the run created is torn down, whatever happens."""
     return run_checked(workload, cfg, out_dir).report
 
 
-def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
+def run_checked(workload: WorkloadRunner, cfg: RunConfig, out_dir: str,
                 inspect_extra: Inspect | None = None, opener: BackendOpener | None = None) -> RunResult:
     """run_workload, returning what the report was built from too. INSPECT_EXTRA
     also reads every recovered crash image (after the content oracle). OPENER
     gives the backend instead of CFG (a campaign worker's live vm guest)."""
     fs = tools.for_fs(cfg.tools, get_fs(cfg.fs))
-    if isinstance(workload, str):
-        workload = load_runner(workload)
     size_mib = cfg.size_mib or max(fs.default_size_mib, workload.device.size_mib or 0)
     check_size(fs, size_mib)
     mount_opts = cfg.mount_opts if cfg.mount_opts is not None else workload.run_defaults.get("mount_opts", "")
@@ -140,17 +139,19 @@ def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
         with terminate_as_exception():
             calibration = None
             device_cls = cfg.backend.engine.calibration_device(cfg.backend.options) if opener is None else None
-            if cfg.calibrate and device_cls is not None and isinstance(workload, ExecutorWorkload):
+            if cfg.calibrate and device_cls is not None and workload.compiled is not None:  # op latencies
                 calibration = recorder_vs_loop(state, calibration_fsyncs(), device_cls)
             try:
                 rec = backend.record(fs, cfg.mkfs_opts, mount_opts, workload, state, out_dir, size_mib << 20, log_path)
             except KernelFailure as e:
-                result = _kernel_died(e, workload, fs, cfg, mount_opts, backend, log_path, size_mib << 20)
+                unfinished = Recording(log_path, size_mib << 20, 0, kernel="")
+                result = _kernel_died(e, CheckRun(unfinished, workload, fs, cfg, mount_opts, kinds, backend,
+                                                  cfg.backend.name, state))
             else:
                 if cfg.keep_image and rec.final_image:
                     keep_image(rec.final_image, os.path.join(out_dir, "final.img"))
-                result = _check(rec, workload, fs, cfg, mount_opts, kinds, backend, cfg.backend.name, state,
-                                inspect_extra)
+                result = _check(CheckRun(rec, workload, fs, cfg, mount_opts, kinds, backend, cfg.backend.name, state,
+                                         inspect_extra))
     finally:
         state.teardown_or_warn()
     lat = result.report.get("latency")
@@ -165,55 +166,49 @@ def run_checked(workload: WorkloadRunner | str, cfg: RunConfig, out_dir: str,
     return result
 
 
-def _kernel_died(e: KernelFailure, workload: WorkloadRunner, fs: FsType, cfg: RunConfig, mount_opts: str,
-                 backend: Backend, log_path: str, device_bytes: int) -> RunResult:
+def _kernel_died(e: KernelFailure, run: CheckRun) -> RunResult:
     """The result of a recording the kernel under test did not survive: one `kernel` finding, no crash walk."""
     findings = [kernel_finding(e.event)]
-    report = build_report(fs=fs.name, mkfs_opts=cfg.mkfs_opts, mount_opts=mount_opts, backend=cfg.backend.name,
-                          kernel="", workload={"name": workload.name}, log_path=log_path, log_entries=0,
-                          device_bytes=device_bytes, sector_size=0, crash_points=0, states_checked=0,
-                          findings=findings, extra={**backend.report_extra(), "recording": "the guest kernel died"})
-    return RunResult(report, findings, WorkloadChecks(), log_path, [])
+    report = build_report(run, log_entries=0, crash_points=0, states_checked=0, findings=findings,
+                          extra={**run.backend.report_extra(), "recording": "the guest kernel died"})
+    return RunResult(report, findings, WorkloadChecks(), run.rec.log_path, [])
 
 
-def _check(rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig, mount_opts: str,
-           kinds: CrashPointSpec, backend: Backend, backend_name: str, state: RunState, inspect_extra: Inspect | None,
-           state_ids: tuple[str, ...] = (), image: str | None = None) -> RunResult:
-    """The checking half of a run: every crash state of REC's log (or only STATE_IDS), the report
-    (naming BACKEND_NAME: the backend that recorded)."""
+def _check(run: CheckRun) -> RunResult:
+    """The checking half of a run: every crash state of its recording's log (or only its
+    state_ids), the report."""
     # Closed when the run is checked: a campaign worker runs thousands of these, and an fd left
     # open per run ended a 90-minute soak at fd 1024 (select() in the next recording's start).
-    with LogReader(rec.log_path) as reader:
-        return _check_log(reader, rec, workload, fs, cfg, mount_opts, kinds, backend, backend_name, state,
-                          inspect_extra, state_ids, image)
+    with LogReader(run.rec.log_path) as reader:
+        return _check_log(reader, run)
 
 
-def _check_log(reader: LogReader, rec: Recording, workload: WorkloadRunner, fs: FsType, cfg: RunConfig,
-               mount_opts: str, kinds: CrashPointSpec, backend: Backend, backend_name: str, state: RunState,
-               inspect_extra: Inspect | None, state_ids: tuple[str, ...], image: str | None) -> RunResult:
+def _check_log(reader: LogReader, run: CheckRun) -> RunResult:
+    rec, cfg, fs, backend, mount_opts, image = run.rec, run.cfg, run.fs, run.backend, run.mount_opts, run.image
     out_dir = os.path.dirname(rec.log_path)
     first, last = mark_range(reader, cfg.start_mark, cfg.end_mark)
-    points = select_crash_points(reader.entries(), kinds, first=first, last=last)
+    points = select_crash_points(reader.entries(), run.kinds, first=first, last=last)
     checks = WorkloadChecks()
     inspect: Inspect | None = None
-    if isinstance(workload, ExecutorWorkload):
-        checks = prepare(workload.workload, workload.plan, records_path(out_dir, rec.workload), reader,
+    compiled = run.workload.compiled   # None: a program, no model to check its crash states against
+    if compiled is not None:
+        checks = prepare(compiled.workload, compiled.plan, records_path(out_dir, rec.workload), reader,
                          Semantics(cfg.semantics, fs.name, cfg.mkfs_opts, mount_opts))
         if checks.oracle is not None:
             inspect = _state_inspector(checks.oracle)
     all_points = points
     budget = cfg.max_states
-    if budget and not state_ids:
+    if budget and not run.state_ids:
         points = _apply_budget(budget, points, checks, quiet=cfg.quiet)
-    inspect = _combine(inspect, inspect_extra)
+    inspect = _combine(inspect, run.inspect_extra)
     modes, crash_spec = cfg.recovery, cfg.recovery_crash
     recovery = RecoveryOptions(modes, crash_spec, log_dir=os.path.join(out_dir, RECOVERY_LOG_DIR),
-                               record=backend.recovery_recorder(fs, state, rec.device_bytes) if crash_spec else None)
-    engines = {m: e for m in modes if (e := backend.recovery(fs, mode_opts(mount_opts, m), state, inspect))}
+                               record=backend.recovery_recorder(fs, run.state, rec.device_bytes) if crash_spec else None)
+    engines = {m: e for m in modes if (e := backend.recovery(fs, mode_opts(mount_opts, m), run.state, inspect))}
     plots = None
-    if cfg.markdown and isinstance(workload, ExecutorWorkload):  # drawn while the walk runs
-        limits = {k: b.max_us for k, b in workload.workload.budgets.items() if b.max_us is not None}
-        plots = BackgroundPlots(records_path(out_dir, rec.workload), workload.plan, out_dir, limits,
+    if cfg.markdown and compiled is not None:  # drawn while the walk runs
+        limits = {k: b.max_us for k, b in compiled.workload.budgets.items() if b.max_us is not None}
+        plots = BackgroundPlots(records_path(out_dir, rec.workload), compiled.plan, out_dir, limits,
                                 latency_clock(backend.report_extra()))
     try:
         walk_t0 = time.perf_counter()
@@ -221,9 +216,9 @@ def _check_log(reader: LogReader, rec: Recording, workload: WorkloadRunner, fs: 
         with (nullcontext() if cfg.quiet else CrashProgress(label)) as progress:
             opts = WalkOptions(reorder=cfg.reorder, jobs=cfg.jobs, first_failure=cfg.first_failure,
                                inspect=inspect, engines=None if image else engines, progress=progress,
-                               only=state_ids, recovery=recovery, image=image)
+                               only=run.state_ids, recovery=recovery, image=image)
             result = check_crash_states(rec.log_path, points, fs=fs, mount_opts=mount_opts,
-                                        device_bytes=rec.device_bytes, state=state, opts=opts)
+                                        device_bytes=rec.device_bytes, state=run.state, opts=opts)
         walk_s = time.perf_counter() - walk_t0
         figures = plots.result() if plots else None
     finally:
@@ -237,7 +232,7 @@ def _check_log(reader: LogReader, rec: Recording, workload: WorkloadRunner, fs: 
     if known is not None:
         findings, expected = known.split(findings)
         tag_unflushed_sync_losses(findings, reader, history, cfg)
-    extra = {"crash_point_kinds": str(kinds), "device_tuning": rec.device_tuning, "tools": tools.report(cfg.tools, fs.name, fs.fsck_package),
+    extra = {"crash_point_kinds": str(run.kinds), "device_tuning": rec.device_tuning, "tools": tools.report(cfg.tools, fs.name, fs.fsck_package),
              **checks.report, **backend.report_extra(),
              "max_states": str(budget or EVERY_POINT), "crash_points_all": len(all_points), "reorder": str(cfg.reorder),
              "crash_states_total": result.states_total,
@@ -258,19 +253,16 @@ def _check_log(reader: LogReader, rec: Recording, workload: WorkloadRunner, fs: 
                                    "recoveries_recorded": result.recovery_crash_recorded,
                                    "recorded_mounts_failed": result.recovery_crash_unmounted,
                                    "states_checked": result.recovery_crash_states}
-    if isinstance(workload, ExecutorWorkload):
-        results = read_records(records_path(out_dir, rec.workload), workload.plan)
-        section = scenarios.section(workload.workload, results,
+    if compiled is not None:
+        results = read_records(records_path(out_dir, rec.workload), compiled.plan)
+        section = scenarios.section(compiled.workload, results,
                                     {"sysctls": rec.workload.get("sysctls", {}), "device_tuning": rec.device_tuning,
                                      "torn_writes": checks.report.get("torn_writes")})
         if section:
             extra["scenario"] = section
         if figures is not None:
             extra["latency"]["plots"] = figures
-    report = build_report(fs=fs.name, mkfs_opts=cfg.mkfs_opts, mount_opts=mount_opts, backend=backend_name,
-                          kernel=rec.kernel, workload={"name": workload.name, **rec.workload}, log_path=rec.log_path,
-                          log_entries=reader.nr_entries, device_bytes=rec.device_bytes,
-                          sector_size=rec.sector_size, crash_points=len(points),
+    report = build_report(run, log_entries=reader.nr_entries, crash_points=len(points),
                           states_checked=result.states_checked, findings=findings, extra=extra)
     return RunResult(report, findings, checks, rec.log_path, points)
 
@@ -339,8 +331,8 @@ def recheck(run_dir: str, state_id: str, recovery: str | None = None, semantics:
     try:
         with terminate_as_exception():
             kinds = CrashPointSpec.parse(saved.get("crash_point_kinds", DEFAULT_POINTS))
-            return _check(rec, workload, fs, cfg, cfg.mount_opts or "", kinds, backend, recorded_by, state, None,
-                          (state_id,), image)
+            return _check(CheckRun(rec, workload, fs, cfg, cfg.mount_opts or "", kinds, backend, recorded_by, state,
+                                   state_ids=(state_id,), image=image))
     finally:
         state.teardown_or_warn()
 

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 from collections import Counter
 from typing import Any
 
 from foundation.jsondoc import write_json
-from checkers.findings import Finding
 
 SUMMARY_FINDINGS = 8
 
@@ -22,32 +20,6 @@ def latency_clock(extra: dict[str, Any]) -> str:
     if vm is None:
         return "host"
     return "virtualised" if vm.get("accel") == "kvm" else "emulated"
-
-
-def build_report(*, fs: str, mkfs_opts: str, mount_opts: str, backend: str, kernel: str, workload: dict[str, Any],
-                 log_path: str, log_entries: int, device_bytes: int, sector_size: int,
-                 crash_points: int, states_checked: int, findings: list[Finding],
-                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    report = {
-        "powercut_report": 1,
-        "fs": fs,
-        "mkfs_opts": mkfs_opts,
-        "mount_opts": mount_opts,
-        "backend": backend,
-        "kernel": kernel,                  # the kernel under test (a vm guest's, or the host's)
-        "host_kernel": platform.release(),
-        "workload": workload,
-        "log": os.path.basename(log_path),
-        "log_entries": log_entries,
-        "device_bytes": device_bytes,
-        "sector_size": sector_size,
-        "crash_points": crash_points,
-        "crash_states_checked": states_checked,
-        "findings": [f.to_json() for f in findings],
-    }
-    report.update(extra or {})
-    report["latency_clock"] = latency_clock(extra or {})
-    return report
 
 
 def budget_line(b: dict[str, Any]) -> str:

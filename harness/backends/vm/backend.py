@@ -41,8 +41,7 @@ from workloads.marks import MARK_MKFS, MARK_MOUNTED, MARK_WORKLOAD_END
 from harness.backends.vm import coverage, initramfs, kernel as vmkernel, packages
 from harness.backends.vm.live import LiveGuest
 from harness.backends.vm.qemu import Disk, Guest, Outcome
-from workloads.runner import (RECORDS_FILE, SYSCTLS, ExecutorWorkload, ExternalProgram, WorkloadRunner,
-                                     check_executor_exit)
+from workloads.runner import RECORDS_FILE, SYSCTLS, GuestPaths, WorkloadRunner
 from replay.logformat import LogReader
 from replay.logsplice import image_prefix, splice
 from replay.replayer import log_differs_from
@@ -51,7 +50,6 @@ from replay.replayer import log_differs_from
 BOOT_TIMEOUT_S = float(os.environ.get("POWERCUT_VM_TIMEOUT", "900"))
 SECTOR_SIZE = 512  # virtio-blk's default logical block size: the log's sectorsize
 # A JSON workload's plan and records in the guest; the records come back on /dev/vdc.
-GUEST_PLAN = "/pc/plan"
 GUEST_RECORDS = "/tmp/records.bin"
 RECORDS_DISK_BYTES = 1 << 30  # sparse: only what the executor writes is allocated
 # Of the vm engine's --fault modes (vm/engine.py FAULTS, checked there once): those a recovery plays.
@@ -67,19 +65,10 @@ CONTENT_CHECKS_IN_GUEST = ("guest kernel recovers (mount), reads the recovered t
 def guest_reads(fs: FsType) -> bool:
     """Whether the guest reads the recovered images for the content oracle (the host cannot mount FS)."""
     return os.environ.get("POWERCUT_CONTENT_READER") == "guest" or bool(host_kernel_lacks(fs.name))
-EXECUTOR_COMMAND = f'/usr/bin/pc-exec --plan {GUEST_PLAN} --dir /mnt --out {GUEST_RECORDS} --mark-file "$POWERCUT_MARK_FILE"'
 
 
-def guest_command(workload: WorkloadRunner) -> str:
-    """How the guest runs the workload (a program is copied to /pc/workload; busybox sh evals this)."""
-    if isinstance(workload, ExecutorWorkload):
-        return EXECUTOR_COMMAND
-    if not isinstance(workload, ExternalProgram):
-        raise UsageError(f"--backend vm cannot run workload {workload.name!r} in the guest")
-    ext = os.path.splitext(workload.path)[1]
-    if ext == ".py":
-        raise UsageError(f"workload {workload.path}: the vm guest has no Python; use a busybox sh script")
-    return "sh /pc/workload" if ext == ".sh" else "/pc/workload"
+# Where the guest keeps what runs a workload (the inputs under /pc: guest/init's layout).
+GUEST_PATHS = GuestPaths(inputs="/pc", exe="/usr/bin/pc-exec", mount="/mnt", records=GUEST_RECORDS)
 
 
 @dataclass
@@ -179,7 +168,7 @@ class VmBackend:
         self.fault = fault
         self.workload = workload
         self.fs = fs
-        self.command = guest_command(workload)
+        self.command = workload.guest_command(GUEST_PATHS)
         self.live = live
         if live is not None:
             self.kernel, self.base_initrd = live.kernel, live.base_initrd
@@ -248,15 +237,11 @@ class VmBackend:
         words = dict(line.split(" ", 1) for line in outcome.lines
                      if " " in line and not line.startswith(("sysctl ", "cov ", "cov-error ")))
         code = int(words["workload-exit"])
-        if isinstance(self.workload, ExecutorWorkload):
-            check_executor_exit(code, output)
+        sysctls = dict(line.split(" ", 2)[1:] for line in outcome.lines if line.startswith("sysctl "))
+        info = self.workload.result(code, output, sysctls, shlex.split(self.command))
+        if self.workload.compiled is not None:  # the executor's records, off the records disk
             assert records_disk is not None
             self._fetch_records(records_disk, int(words.get("records", "-1")), out_dir)
-            sysctls = dict(line.split(" ", 2)[1:] for line in outcome.lines if line.startswith("sysctl "))
-            info = self.workload.info(sysctls)
-        else:
-            info = {"type": "program", "command": shlex.split(self.command), "exit_code": code,
-                    "output": os.path.basename(output)}
         event = outcome.kernel_event("workload")
         findings = [kernel_finding(event)] if event else []
         plant = coverage.planted(self.coverage) if self.fault == "coverage-plant" and self.coverage else None
@@ -267,18 +252,14 @@ class VmBackend:
 
     def _workload_inputs(self, state: RunState, out_dir: str) -> tuple[dict[str, bytes], str | None, dict[str, str]]:
         """Files under /pc, the records disk (one-job boots) and job variables the workload needs in the guest."""
-        if isinstance(self.workload, ExecutorWorkload):
-            with open(self.workload.save_inputs(out_dir), "rb") as f:
-                plan = f.read()
-            records = None
-            if self.live is None:
-                records = os.path.join(state.scratch, "records-disk.img")
-                os.close(ownership.create_file(records, RECORDS_DISK_BYTES))
-            env = {"PC_RECORDS": GUEST_RECORDS, "PC_SYSCTLS": " ".join(SYSCTLS)}
-            return {os.path.basename(GUEST_PLAN): plan}, records, env
-        assert isinstance(self.workload, ExternalProgram)
-        with open(self.workload.path, "rb") as f:
-            return {"workload": f.read()}, None, {}
+        files = self.workload.guest_inputs(out_dir)
+        if self.workload.compiled is None:
+            return files, None, {}
+        records = None
+        if self.live is None:
+            records = os.path.join(state.scratch, "records-disk.img")
+            os.close(ownership.create_file(records, RECORDS_DISK_BYTES))
+        return files, records, {"PC_RECORDS": GUEST_RECORDS, "PC_SYSCTLS": " ".join(SYSCTLS)}
 
     @staticmethod
     def _fetch_records(disk: str, size: int, out_dir: str) -> None:
@@ -310,7 +291,7 @@ class VmBackend:
                               "boot_seconds": guest.boots if guest else [], "live_guest": self.live is not None,
                               "kernel_modules": self.kernel.modules if not self.kernel.label.startswith("debian:") else None,
                               "fault": self.fault}
-        if isinstance(self.workload, ExecutorWorkload):
+        if self.workload.compiled is not None:
             vm["content_checks"] = CONTENT_CHECKS_IN_GUEST if guest_reads(self.fs) else CONTENT_CHECKS
         if self._recoveries:   # where this run's guest crash states' time went
             total: dict[str, float] = {}

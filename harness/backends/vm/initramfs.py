@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from foundation import paths
 from foundation.errors import EnvError
 from foundation.filesystems import FsType
-from harness.backends.vm import capabilities, cpio, tools
+from harness.backends import tools
+from harness.backends.vm import capabilities, cpio
 from harness.backends.vm.kernel import Kernel
 
 CACHE = os.path.join(paths.CACHE, "initramfs")

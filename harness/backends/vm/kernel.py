@@ -1,7 +1,7 @@
 """The kernel under test: `--kernel debian:PACKAGE` or `--kernel PATH`.
 
 A Debian kernel package (`debian:PACKAGE` or `debian:PACKAGE/SUITE`, any
-suite powercut's own apt configuration knows: harness/backends/vm/debian.py)
+suite powercut's own apt configuration knows: harness/backends/debian.py)
 is followed through meta packages to the versioned one, fetched with
 `apt-get download` together with its linux-binary/-modules/-base parts when
 it is split (sid's 7.x), unpacked with `dpkg-deb -x` (never installed),
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from foundation import paths, sysres
 from foundation.errors import EnvError, UsageError
-from harness.backends.vm import debian
+from harness.backends import debian
 
 KERNEL_CACHE = os.path.join(paths.CACHE, "kernels")
 DEBIAN_PREFIX = "debian:"

@@ -72,11 +72,12 @@ def render(x: ExportInput) -> tuple[str, str]:
     """(test script, golden .out)."""
     script = xfs_io_script(x.ops)
     checks, unchecked = build(x, "$SCRATCH_MNT")
-    # A name the shell cannot give (linkat of an O_TMPFILE file) is not checked here: the shell export does
+    # A name the shell cannot give (linkat of an fd it does not hold: an O_TMPFILE file whose xfs_io
+    # run ended unlinked) is not checked here: the shell export does
     skipped = [c for c in checks if set(c.label.split()) & script.unmade]
     checks = [c for c in checks if c not in skipped]
-    unchecked += [f"not checked: {c.label} (the name comes from linkat of an O_TMPFILE file, "
-                  "which this test cannot make)" for c in skipped]
+    unchecked += [f"not checked: {c.label} (the name comes from a linkat of an fd this test does not "
+                  "hold)" for c in skipped]
     notes = list(dict.fromkeys(script.caveats + unchecked))
     caveats = "".join(f"# Note: {c}\n" for c in notes)
     mount = f'MOUNT_OPTIONS="$MOUNT_OPTIONS -o {x.mount_opts}"\n' if x.mount_opts else ""

@@ -10,7 +10,10 @@
   the same file even after an unlink or rename (the generic/764 shape), with
   the fd's O_DIRECT/O_SYNC/O_APPEND flags, as one syscall (`-b LEN`). Data
   bytes are 'a' + op number % 26 (pc-repro's too). What xfs_io cannot say
-  (unequal iovecs, RWF_SYNC) the test says in a comment.
+  (unequal iovecs, RWF_SYNC) the test says in a comment. A shell cannot open
+  O_TMPFILE: such an open and the ops on its fd that follow it (a linkat is
+  xfs_io's flink) are one `xfs_io -T` process, as generic/509 makes its
+  tmpfile; once linked, the shell holds the file by that name for later ops.
 """
 
 from __future__ import annotations
@@ -121,11 +124,20 @@ class XfsIoScript:
     fd_flags: dict[str, list[str]] = field(default_factory=dict)  # its flags each reopen repeats
     unmade: set[str] = field(default_factory=set)   # names the ops give that these lines cannot (O_TMPFILE + linkat)
     model: Model = field(default_factory=lambda: Model([]))
+    tmpfile: _Tmpfile | None = None   # the O_TMPFILE fd whose xfs_io -T run is being collected
+    gone: set[str] = field(default_factory=set)   # O_TMPFILE fds closed unlinked when their xfs_io exited
 
     def emit(self, cmd: str) -> None:
         self.lines.append(f"{cmd} >> $seqres.full 2>&1")
 
     def xfs_io(self, name: str, *cmds: str) -> None:
+        if self.tmpfile is not None and self.tmpfile.fd == name:
+            self.tmpfile.cmds += [f"-c {shlex.quote(x)}" for x in cmds]
+            return
+        if name in self.gone:
+            self.lines.append(f"# ({' '.join(cmds)} on fd {name}: its O_TMPFILE file had no name when its "
+                              "xfs_io exited, so nothing can reopen it here)")
+            return
         fd = self.model.fds.get(name)
         if fd is None or name not in self.shell_fds:
             self.lines.append(f"# ({' '.join(cmds)} on fd {name}, which is not open here: its open failed "
@@ -144,13 +156,18 @@ class XfsIoScript:
     def op(self, i: int, op: dict[str, Any]) -> None:
         k = op["op"]
         name = op.get("fd", "")
+        if self.tmpfile is not None and (name != self.tmpfile.fd or k not in TMPFILE_OPS):
+            self.finish_tmpfile(closing=k == "close" and name == self.tmpfile.fd)
         fd = self.model.fds.get(name)
         pat = f"-S 0x{fill(i):02x}"
         if k == "open" and "O_TMPFILE" in op["flags"]:
-            # A shell redirection cannot make an O_TMPFILE file: its ops are comments here.
-            self.caveats.append(f"an O_TMPFILE file in {op['path']}: its ops are comments here; "
-                                "the shell export (pc-repro) runs them")
-            self.lines.append(f"# open({op['path']}, O_TMPFILE) as fd {name}: not expressible in the shell")
+            self.tmpfile = _Tmpfile(name, op["path"], op["flags"])
+            self.needs.add("_require_xfs_io_command -T")
+        elif k == "linkat" and self.tmpfile is not None:
+            # flink is linkat(fd, "", AT_FDCWD, to, AT_EMPTY_PATH) on xfs_io's own fd
+            self.tmpfile.cmds.append(f'-c "flink $SCRATCH_MNT/{op["to"]}"')
+            self.needs.add("_require_xfs_io_command flink")
+            self.tmpfile.linked = op["to"]
         elif k in ("open", "creat"):
             self._open(op, k)
         elif k == "close":
@@ -193,6 +210,7 @@ class XfsIoScript:
         elif k == "link":
             self.emit(f"ln {_mnt(op['from'])} {_mnt(op['to'])}")
         elif k == "linkat" and name in self.shell_fds:  # xfs_io's flink: linkat(fd, "", ..., AT_EMPTY_PATH)
+            self.needs.add("_require_xfs_io_command flink")
             self.emit(f'$XFS_IO_PROG -c "flink $SCRATCH_MNT/{op["to"]}" /proc/self/fd/{self.shell_fds[name]}')
         elif k == "linkat":
             self.unmade.add(op["to"])
@@ -231,6 +249,48 @@ class XfsIoScript:
         else:
             raise ValueError(f"no xfs_io form for op {k!r}")
         self.model.apply(i, op)
+        if k == "linkat" and self.tmpfile is not None and not self._names_fd(op["to"], name):
+            self.tmpfile.linked = None     # the link failed in the finding's run (O_EXCL, a name taken)
+        if self.tmpfile is not None and self.tmpfile.fd not in self.model.fds:
+            self.lines.append(f"# open({self.tmpfile.path}, O_TMPFILE) as fd {name} fails here as in the "
+                              "finding's run")
+            self.tmpfile = None
+
+    def _names_fd(self, path: str, name: str) -> bool:
+        """Whether PATH is now a name of the file fd NAME holds (in the model)."""
+        fd, at = self.model.fds.get(name), self.model.inode_at(path)
+        held = self.model.b.fds.get((0, fd.slot)) if fd is not None else None
+        return at is not None and held is not None and at.ino == held[0]
+
+    def finish_tmpfile(self, closing: bool = False, last: bool = False) -> None:
+        """The collected O_TMPFILE run as one xfs_io -T process; after it exits the shell holds
+        the file by the name it was linked to when later ops use the fd, else the fd is gone
+        (after the last op nothing is opened: an open would be one op more before the power cut)."""
+        t, self.tmpfile = self.tmpfile, None
+        if t is None:
+            return
+        opts = ["-T"] + ["-d"] * ("O_DIRECT" in t.flags) + ["-s"] * bool({"O_SYNC", "O_DSYNC"} & set(t.flags)) \
+            + ["-a"] * ("O_APPEND" in t.flags)
+        self.emit(" ".join(["$XFS_IO_PROG", *opts, *t.cmds, _mnt(t.path)]))
+        if closing:     # the finding closes it where xfs_io exits
+            return
+        if last:
+            self.caveats.append(f"fd {t.fd} (an O_TMPFILE file) closes when its xfs_io exits, before the power "
+                                "cut (the finding still held it)")
+            return
+        if t.linked is None:
+            self.gone.add(t.fd)
+            self.caveats.append(f"fd {t.fd} (an O_TMPFILE file) closes when its xfs_io exits; it had no "
+                                "name, so the ops on it after that are comments")
+            return
+        number = 3 + len(self.shell_fds)
+        while number in self.shell_fds.values():
+            number += 1
+        self.lines.append(f"exec {number}<>{_mnt(t.linked)}")
+        self.shell_fds[t.fd] = number
+        self.fd_flags[t.fd] = [f for f in t.flags if f in ("O_DIRECT", "O_SYNC", "O_DSYNC", "O_APPEND")]
+        self.caveats.append(f"fd {t.fd} (an O_TMPFILE file) is xfs_io's until it exits; the shell then holds "
+                            f"the file by its linked name {t.linked}")
 
     def _open(self, op: dict[str, Any], k: str) -> None:
         """Bash's redirections are open(2) with fixed flags: the one that does what
@@ -251,6 +311,9 @@ class XfsIoScript:
             redirect = f"<>{path}"           # O_RDWR|O_CREAT: the file is new, nothing to truncate
         elif "O_TRUNC" in flags and write and ino.kind == "file":
             redirect = f">{path}"            # O_WRONLY|O_CREAT|O_TRUNC
+        elif write and ino.kind == "file":
+            redirect = f"<>{path}"           # O_RDWR (also for O_WRONLY: bash has no write-only open
+                                             # that neither truncates nor appends)
         else:
             redirect = f"<{path}"            # O_RDONLY: holds the file (or directory)
         self.lines.append(f"exec {number}{redirect}")
@@ -330,6 +393,20 @@ class XfsIoScript:
         self.xfs_io(name, f"pwrite {' '.join(opts)} {off} {sum(iov)}")
 
 
+# ops on an O_TMPFILE fd that go into its xfs_io -T run (xfs_io commands on that fd)
+TMPFILE_OPS = {"write", "pwrite", "pwritev2", "read", "pread", "fallocate", "ftruncate", "fsync", "fdatasync",
+               "syncfs", "sync_file_range", "mmap_write", "linkat"}
+
+
+@dataclass
+class _Tmpfile:
+    fd: str
+    path: str                      # the directory it was made in
+    flags: list[str]
+    cmds: list[str] = field(default_factory=list)   # `-c CMD`, quoted
+    linked: str | None = None      # the name a linkat gave it
+
+
 def _mnt(path: str) -> str:
     return f"$SCRATCH_MNT/{shlex.quote(path)}"
 
@@ -338,6 +415,7 @@ def xfs_io_script(ops: list[dict[str, Any]]) -> XfsIoScript:
     s = XfsIoScript(model=Model(ops))
     for i, op in enumerate(ops):
         s.op(i, op)
+    s.finish_tmpfile(last=True)
     return s
 
 

@@ -30,7 +30,8 @@ from dataclasses import dataclass, replace
 from foundation import paths
 from foundation.errors import EnvError, UsageError
 from foundation.filesystems import FsType
-from harness.backends.vm import debian
+from foundation.options import Option
+from harness.backends import debian
 
 TOOLS_CACHE = os.path.join(paths.CACHE, "tools")
 PREFIX = "debian:"
@@ -39,6 +40,12 @@ _LIB_DIRS = ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu")
 _LOADERS = ("usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", "lib/x86_64-linux-gnu/ld-linux-x86-64.so.2")
 _BIN_DIRS = ("usr/sbin", "sbin", "usr/bin", "bin")
 _LIST_PATH = re.compile(r"=> (/\S+) \(0x[0-9a-f]+\)$")
+# --tools, declared here as the backends declare theirs (cli/options.py builds the argument);
+# every backend takes it: the host's fsck runs on every crash image, whichever recorded it.
+OPTION = Option("tools", "--tools", metavar="debian:SUITE",
+                help="mkfs and fsck from that Debian suite (e.g. debian:sid, for a kernel from sid), unpacked "
+                     "into powercut's cache and run with the suite's own C library, in the guest and on the "
+                     "host; default: the host's")
 
 
 @dataclass(frozen=True)
