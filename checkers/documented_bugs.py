@@ -104,7 +104,15 @@ def holds_ops(wanted: list[str], doc: dict[str, Any]) -> bool:
     return i == len(wanted)
 
 
-def _shape_fits(bug: dict[str, Any], fs: str, mkfs_opts: str, kind: str, rule: str, doc: dict[str, Any]) -> bool:
+def _mount_fits(bug: dict[str, Any], mount_opts: str) -> bool:
+    # "compress" matches compress=zstd, compress-force=lzo, ...; "nocompress"/"compress=no" do not
+    opts = [o for o in (mount_opts or "").split(",") if o and not o.endswith("=no")]
+    return all(any(re.fullmatch(rf"{re.escape(want)}([=-].*)?", o) for o in opts)
+               for want in bug.get("mount_options", []))
+
+
+def _shape_fits(bug: dict[str, Any], fs: str, mkfs_opts: str, kind: str, rule: str, doc: dict[str, Any],
+                mount_opts: str = "") -> bool:
     rule, suffix, _ = rule.partition(SUFFIX)
     if bug["fs"] != fs or kind not in bug["kinds"]:
         return False
@@ -114,17 +122,20 @@ def _shape_fits(bug: dict[str, Any], fs: str, mkfs_opts: str, kind: str, rule: s
         return False
     if any(not re.search(rf"(?<![\w^]){re.escape(feat)}\b", mkfs_opts or "") for feat in bug.get("mkfs_features", [])):
         return False
+    if not _mount_fits(bug, mount_opts):
+        return False
     return holds_ops(bug["ops"], doc)
 
 
-def triage(*, fs: str, mkfs_opts: str, signature: str, doc: dict[str, Any], kernel: str = "") -> Triage:
+def triage(*, fs: str, mkfs_opts: str, signature: str, doc: dict[str, Any], kernel: str = "",
+           mount_opts: str = "") -> Triage:
     """The documented bug a finding (its signature key KIND|OP|RULE, its workload DOC, made on
-    FS with MKFS_OPTS on KERNEL) is, or "new"."""
+    FS with MKFS_OPTS and MOUNT_OPTS on KERNEL) is, or "new"."""
     kind, _, rest = signature.partition("|")
     rule = rest.partition("|")[2]
     fixed_note = ""
     for bug in bugs():
-        if not _shape_fits(bug, fs, mkfs_opts, kind, rule, doc):
+        if not _shape_fits(bug, fs, mkfs_opts, kind, rule, doc, mount_opts):
             continue
         if fixed_on(bug, kernel):
             fixed_note = fixed_note or f"the shape of {bug['id']}, but {kernel} has its fix"
@@ -139,7 +150,8 @@ def triage_finding(info: dict[str, Any], doc: dict[str, Any], kernel: str = "") 
     sigs = info.get("signatures") or []
     best = Triage("new")
     for sig in sigs:  # a shrink may have moved to a neighbour signature: any of them names it
-        t = triage(fs=cfg.get("fs", ""), mkfs_opts=cfg.get("mkfs_opts", ""), signature=sig, doc=doc, kernel=kernel)
+        t = triage(fs=cfg.get("fs", ""), mkfs_opts=cfg.get("mkfs_opts", ""), signature=sig, doc=doc, kernel=kernel,
+                   mount_opts=cfg.get("mount_opts", ""))
         if t.verdict == "documented":
             return t
         best = best if best.note else t

@@ -20,7 +20,7 @@ from harness.pipeline.config import RunConfig
 
 def _triage(trial: Trial, key: str, cfg: RunConfig) -> Triage:
     return triage(fs=cfg.fs, mkfs_opts=cfg.mkfs_opts, signature=key, doc=trial.doc,
-                  kernel=str(trial.result.report.get("kernel", "")))
+                  kernel=str(trial.result.report.get("kernel", "")), mount_opts=cfg.mount_opts or "")
 
 
 def documented_signatures(trial: Trial, cfg: RunConfig) -> dict[str, str]:

@@ -36,7 +36,8 @@ def test_each_shape_fits_its_own_workload() -> None:
         assert db.holds_ops(b["ops"], doc), b["id"]
         mkfs = " ".join(f"-O {f}" for f in b.get("mkfs_features", []))
         sig = f"{b['kinds'][0]}|-|{(b.get('rules') or ['-'])[0]}" + ("@" + b["crash_state"] if b.get("crash_state") else "")
-        t = db.triage(fs=b["fs"], mkfs_opts=mkfs, signature=sig, doc=doc)
+        mount = ",".join(f"{o}=zstd" for o in b.get("mount_options", []))
+        t = db.triage(fs=b["fs"], mkfs_opts=mkfs, signature=sig, doc=doc, mount_opts=mount)
         assert t.verdict == "documented", (b["id"], t)
 
 
@@ -53,3 +54,9 @@ def test_a_kernel_with_the_fix_has_not_the_bug() -> None:
     fc = json.loads((WORKLOADS / "ext4_fast_commit_unlink_open_fsync.json").read_text())
     for mkfs, verdict in (("-O fast_commit", "documented"), ("", "new"), ("-O ^fast_commit", "new")):
         assert db.triage(fs="ext4", mkfs_opts=mkfs, signature="mount|-|EUCLEAN", doc=fc).verdict == verdict, mkfs
+    # a mount-option shape: btrfs's compressed-write sync bug needs compression on
+    cs = json.loads((WORKLOADS / "btrfs_compress_sync_size.json").read_text())
+    for mount, verdict in (("compress=zstd", "documented"), ("noatime,compress-force=lzo:3", "documented"),
+                           ("", "new"), ("compress=no", "new"), ("nocompress", "new")):
+        t = db.triage(fs="btrfs", mkfs_opts="", signature="durability|sync|sync-all", doc=cs, mount_opts=mount)
+        assert t.verdict == verdict, (mount, t)
