@@ -35,7 +35,7 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from checkers.findings import Finding
@@ -74,6 +74,7 @@ class KnownDamage:
     configuration: str
     syncs: list[int]     # log entries after which the image was consistent (mkfs done, completed syncs)
     writes: list[int]    # log entries that write the device, ascending
+    flushes: list[int] = field(default_factory=list)  # FLUSH entries, ascending (unflushed_sync.py reads them)
 
     def covered_by_sync(self, point: int) -> bool:
         """Whether the image at crash point POINT (the entries up to POINT, itself included)
@@ -114,5 +115,6 @@ def known_damage(fs: str, mkfs_opts: str, reader: LogReader, history: History | 
     start = mkfs_done(reader)
     entries = list(reader.entries())
     writes = [e.index for e in entries if e.is_write]
+    flushes = [e.index for e in entries if e.is_flush]
     syncs = sorted(([start] if start is not None else []) + sync_marks(history))
-    return KnownDamage(configuration, syncs, writes)
+    return KnownDamage(configuration, syncs, writes, flushes)

@@ -21,7 +21,6 @@ from typing import Any
 from checkers.crashwalk.walk import Inspect, RecoveryOptions, WalkOptions, check_crash_states
 from checkers.crashwalk.recovery_modes import mode_opts, recovery_name
 from checkers.findings import Finding
-from checkers.history import History
 from checkers.fsrules import DEFAULT_TIER, Semantics
 from checkers.oracle import ContentOracle
 from checkers.design import design_points
@@ -30,7 +29,7 @@ from checkers.findings import fold_error_state, kernel_finding
 from checkers.known_damage import known_damage, sync_marks
 from checkers.unflushed_sync import SyncTails, tag_losses
 from foundation import internal_error, ownership, sysres
-from harness.backends import Backend, BackendOpener, engine
+from harness.backends import BackendOpener, engine
 from foundation.errors import KernelFailure, Terminated, UsageError
 from foundation.filesystems import FsType, get_fs
 from harness.pipeline.checkrun import CheckRun, build_report
@@ -231,7 +230,8 @@ def _check_log(reader: LogReader, run: CheckRun) -> RunResult:
     expected: list[Finding] = []
     if known is not None:
         findings, expected = known.split(findings)
-        tag_unflushed_sync_losses(findings, reader, history, cfg)
+        tails = SyncTails(sync_marks(history), known.writes, known.flushes, cfg.backend.engine.logs_writes_at_flush)
+        tag_losses(findings, plan_for_log(reader, [], cfg.reorder), tails)
     extra = {"crash_point_kinds": str(run.kinds), "device_tuning": rec.device_tuning, "tools": tools.report(cfg.tools, fs.name, fs.fsck_package),
              **checks.report, **backend.report_extra(),
              "max_states": str(budget or EVERY_POINT), "crash_points_all": len(all_points), "reorder": str(cfg.reorder),
@@ -348,10 +348,3 @@ def check_image(path: str, device_bytes: int) -> None:
     if st.st_size != device_bytes:
         raise UsageError(f"--image {path}: {st.st_size} bytes, but the run's device had {device_bytes}")
 
-
-def tag_unflushed_sync_losses(findings: list[Finding], reader: LogReader, history: History | None, cfg: RunConfig) -> None:
-    """Name the findings whose crash state lost a completed sync's unflushed write (checkers/unflushed_sync.py)."""
-    entries = list(reader.entries())
-    tails = SyncTails(sync_marks(history), [e.index for e in entries if e.is_write],
-                      [e.index for e in entries if e.is_flush], cfg.backend.engine.logs_writes_at_flush)
-    tag_losses(findings, plan_for_log(reader, [], cfg.reorder), tails)
