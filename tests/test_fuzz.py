@@ -317,6 +317,11 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
+# serial: in the first fresh-clone `make test` on two xdist workers (2026-12-02) the stopped
+# worker's ext4 mount and /dev/loop0 stayed held ("still attached 30s after losetup -d") while
+# another worker's tests ran; alone, and beside busy CPUs, it passes every time. The holder is
+# not found yet (the lead's note): until it is, the test runs alone.
+@pytest.mark.serial
 def test_a_worker_deaf_to_its_sigterm_is_killed_and_its_devices_released(pc: PcEnv) -> None:
     """A worker that does not stop when told (seen: a hang in its own teardown) must not keep
     the campaign at exit for ever, nor leave its loop devices and mounts: after the wait it is
